@@ -1,0 +1,139 @@
+"""The `cope` command line.
+
+Exit codes:
+  0    success
+  1    internal error (a bug: please report it with the message)
+  2    bad input: a flag, a file or a value we cannot use (one line on stderr)
+  130  interrupted (Ctrl-C)
+
+Data goes to stdout (the table, or exactly one JSON document with --json); narration
+and errors go to stderr. The headless path never imports textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.errors import CopeInputError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, our exit code
+        raise CopeInputError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    adv = sub.add_parser("advise", help="rank every candidate policy for a model on a machine")
+    adv.add_argument("--model", help="catalog id (see `cope models`) or a Hugging Face config.json")
+    adv.add_argument("--quant", help="quantization, e.g. Q4_K_M (default: the model's usual one)")
+    adv.add_argument("--gpu", help="GPU preset to plan for (see `cope presets`)")
+    adv.add_argument("--cpu", help="CPU preset (default: this machine's CPU)")
+    adv.add_argument("--vram-budget", type=float, metavar="GIB", help="VRAM to use, GiB (default: all)")
+    adv.add_argument("--context", type=int, metavar="N", help="context tokens to reserve KV cache for")
+    adv.add_argument("--threads", type=int, metavar="T", help="CPU threads for expert compute")
+    adv.add_argument("--trace", metavar="FILE|synthetic", help="routing trace (.npz, llama-moe-trace .csv, .jsonl)")
+    adv.add_argument("--profile-trace", metavar="FILE", help="trace to learn expert popularity from")
+    adv.add_argument("--tokens", type=int, default=1000, help="synthetic tokens to replay (default 1000)")
+    adv.add_argument("--seed", type=int, default=0, help="synthetic trace seed")
+    adv.add_argument("--eviction", default="lru", help="mutable-cache eviction rules: lru, score or lru,score")
+    adv.add_argument("--prefetch", choices=("timed", "optimistic"), default="timed",
+                     help="timed: a prefetch is exposed when the previous layer is too short to hide it")
+    adv.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    adv.add_argument("--all", action="store_true", help="list every candidate in the table")
+
+    sub.add_parser("models", help="list the built-in model catalog")
+    sub.add_parser("presets", help="list the GPU and CPU presets")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = build_parser().parse_args(argv or ["advise"])
+        if args.command == "models":
+            return _models()
+        if args.command == "presets":
+            return _presets()
+        return _advise(args)
+    except CopeInputError as exc:
+        print(f"cope: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("cope: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from cope_tui.inputs import AdviseArgs, build_request
+    from engine.advise import advise
+    from engine.cost_model import AnalyticCostModel
+
+    request = build_request(
+        AdviseArgs(
+            model=args.model, quant=args.quant, gpu=args.gpu, cpu=args.cpu,
+            vram_budget_gib=args.vram_budget, context=args.context, threads=args.threads,
+            trace=args.trace, profile_trace=args.profile_trace, tokens=args.tokens, seed=args.seed,
+            evictions=tuple(e.strip() for e in args.eviction.split(",") if e.strip()),
+            prefetch_mode=args.prefetch,
+        )
+    )
+    cost_model = AnalyticCostModel(
+        request.model, request.quant, request.platform, context_tokens=request.context_tokens
+    )
+    recommendation = advise(request, cost_model)
+    if args.json:
+        import orjson
+
+        from engine.report import recommendation_to_dict
+
+        doc = recommendation_to_dict(recommendation)
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+    else:
+        from cope_tui.text_report import render_recommendation
+
+        sys.stdout.write(render_recommendation(recommendation, limit=None if args.all else 15))
+    return EXIT_OK
+
+
+def _models() -> int:
+    from engine.catalog import catalog
+
+    for model in catalog().values():
+        print(
+            f"{model.id:<34} {model.name:<34} {model.n_moe_layers:>3} MoE layers x "
+            f"{model.n_routed_experts:>3} experts, top-{model.top_k}, arch {model.arch}"
+        )
+    return EXIT_OK
+
+
+def _presets() -> int:
+    from engine.memory import GIB
+    from engine.platform import cpu_presets, gpu_presets
+
+    print("GPUs:")
+    for pid, gpu in gpu_presets().items():
+        print(
+            f"  {pid:<20} {gpu.name:<36} {gpu.vram_bytes.value / GIB:>5.0f} GiB "
+            f"{gpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.0f} GB/s  PCIe {gpu.pcie_gen.value} x{gpu.pcie_lanes.value}"
+        )
+    print("CPUs:")
+    for pid, cpu in cpu_presets().items():
+        print(
+            f"  {pid:<20} {cpu.name:<36} {cpu.physical_cores.value:>3} cores "
+            f"{cpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.1f} GB/s"
+        )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Turn what a person asked for (flags or app fields) into an AdviseRequest.
+
+Every default that stands in for something the person did not say is recorded as an
+assumption, so the output can say what it assumed. Shared by the command line and
+the app; imports neither textual nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.advise import AdviseRequest
+from engine.catalog import load_model
+from engine.errors import CopeInputError
+from engine.memory import GIB
+from engine.platform import Platform, get_cpu_preset, get_gpu_preset, platform_from
+from engine.policy import Eviction
+from engine.quant import get_quantization
+from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.trace import RoutingTrace
+from engine.trace_io import load_any_trace
+
+DEFAULT_MODEL = "qwen3-30b-a3b"
+DEFAULT_GPU = "rtx-4060-ti-16gb"
+DEFAULT_CONTEXT = 8192
+SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
+SYNTHETIC_SEED = 0
+# Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
+# published Qwen3-30B-A3B decode profile shows in its middle layers.
+SYNTHETIC_ZIPF = 0.7
+
+
+@dataclass(frozen=True)
+class AdviseArgs:
+    model: str | None = None
+    quant: str | None = None
+    gpu: str | None = None
+    cpu: str | None = None
+    vram_budget_gib: float | None = None
+    context: int | None = None
+    threads: int | None = None
+    trace: str | None = None  # a file, or "synthetic"
+    profile_trace: str | None = None
+    tokens: int = SYNTHETIC_TOKENS
+    seed: int = SYNTHETIC_SEED
+    evictions: tuple[str, ...] = ("lru",)
+    prefetch_mode: str = "timed"
+
+
+def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
+    """`detect_cpu` is called only when no CPU preset is named (tests pass a stub)."""
+    assumed: list[str] = []
+
+    model_arg = args.model or DEFAULT_MODEL
+    if args.model is None:
+        assumed.append(f"model: {DEFAULT_MODEL} (no --model given)")
+    model = load_model(model_arg)
+
+    quant_name = args.quant or model.default_quant
+    if args.quant is None:
+        assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
+    quant = get_quantization(quant_name)
+
+    platform = _platform(args, assumed, detect_cpu)
+
+    if args.vram_budget_gib is not None:
+        if args.vram_budget_gib <= 0:
+            raise CopeInputError(f"--vram-budget must be positive, got {args.vram_budget_gib}")
+        budget = int(args.vram_budget_gib * GIB)
+    else:
+        budget = int(platform.gpu.vram_bytes.value)
+        assumed.append(f"VRAM budget: all of the GPU's {budget / GIB:.0f} GiB")
+
+    context = args.context or DEFAULT_CONTEXT
+    if args.context is None:
+        assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it)")
+    if context <= 0:
+        raise CopeInputError(f"--context must be positive, got {context}")
+
+    threads = args.threads or _default_threads(platform)
+    if args.threads is None:
+        assumed.append(f"CPU threads: {threads} (the CPU's physical cores)")
+    if threads <= 0:
+        raise CopeInputError(f"--threads must be positive, got {threads}")
+
+    trace, profile, trace_notes = _traces(args, model, assumed)
+    try:
+        evictions = tuple(Eviction(e) for e in args.evictions)
+    except ValueError:
+        raise CopeInputError(f"--eviction must be among lru, score; got {','.join(args.evictions)}") from None
+    if args.prefetch_mode not in ("timed", "optimistic"):
+        raise CopeInputError(f"--prefetch must be timed or optimistic, got {args.prefetch_mode}")
+    return AdviseRequest(
+        model=model,
+        quant=quant,
+        platform=platform,
+        vram_budget_bytes=budget,
+        context_tokens=context,
+        threads=threads,
+        trace=trace,
+        profile=profile,
+        evictions=evictions,
+        prefetch_mode=args.prefetch_mode,
+        notes=tuple(f"assumed {a}" for a in assumed) + trace_notes,
+    )
+
+
+def _platform(args: AdviseArgs, assumed: list[str], detect_cpu) -> Platform:
+    gpu_name = args.gpu or DEFAULT_GPU
+    if args.gpu is None:
+        assumed.append(f"GPU: the {get_gpu_preset(DEFAULT_GPU).name} preset (no --gpu given)")
+    get_gpu_preset(gpu_name)  # fail early with the list of presets
+    detected = None
+    if args.cpu is None:
+        if detect_cpu is None:
+            from probes.host import detect_cpu as detect_cpu  # noqa: PLC0415 - reads /proc only
+        detected = detect_cpu()
+    else:
+        get_cpu_preset(args.cpu)
+    platform = platform_from(gpu_name, args.cpu, detected)
+    if not platform.cpu.mem_bandwidth_bytes_per_s.known or platform.cpu.mem_bandwidth_bytes_per_s.basis == "assumed":
+        assumed.append("CPU memory bandwidth: " + platform.cpu.mem_bandwidth_bytes_per_s.note)
+    return platform
+
+
+def _default_threads(platform: Platform) -> int:
+    cores = platform.cpu.physical_cores
+    if cores.known:
+        return int(cores.value)
+    threads = platform.cpu.logical_threads
+    return int(threads.value) if threads.known else 4
+
+
+def _traces(args: AdviseArgs, model, assumed: list[str]) -> tuple[RoutingTrace, RoutingTrace, tuple[str, ...]]:
+    """(replayed trace, profile trace, notes)."""
+    if args.tokens < 2:
+        raise CopeInputError(f"--tokens must be at least 2, got {args.tokens}")
+    notes: list[str] = []
+    if args.trace is None or args.trace == "synthetic":
+        if args.trace is None:
+            assumed.append("trace: synthetic (no --trace given)")
+        settings = SyntheticSettings(
+            tokens=2 * args.tokens, seed=args.seed, zipf_exponent=SYNTHETIC_ZIPF, sequences=2
+        )
+        full = synthetic_trace(model, settings)
+        notes.append(
+            "SYNTHETIC routing: figures show how the policies compare on made-up routing "
+            f"({settings.describe()}), not how this model routes"
+        )
+    else:
+        full = load_any_trace(args.trace, model=model)
+    if args.profile_trace:
+        profile = load_any_trace(args.profile_trace, model=model)
+        return full, profile, tuple(notes)
+    if full.n_tokens < 2:
+        raise CopeInputError("the trace needs at least 2 tokens to split", path=full.meta.source)
+    profile, replayed = full.split(0.5)
+    notes.append(
+        f"popularity learnt from the first {profile.n_tokens} tokens, candidates scored on the "
+        f"other {replayed.n_tokens} (give --profile-trace to learn it elsewhere)"
+    )
+    return replayed, profile, tuple(notes)

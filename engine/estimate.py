@@ -1,0 +1,84 @@
+"""TPOT of a candidate: its state histogram priced by a cost model (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.cost_model import StateCosts
+from engine.policy import Candidate
+from engine.replay import ReplayStats
+
+PREFETCH_MODES = ("timed", "optimistic")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds per output token. Lanes overlap under parallel and ready-first, so the
+    lane figures can add up to more than the experts' critical path."""
+
+    experts_critical_s: float  # routed experts, critical path of every layer step
+    gpu_experts_s: float
+    cpu_experts_s: float
+    copies_s: float  # PCIe busy: copied misses and prefetches
+    sync_s: float
+    exposed_prefetch_s: float  # prefetch copies the previous layer could not hide
+    shared_s: float  # attention, norms, router, shared experts: every candidate pays it
+    token_overhead_s: float  # embedding, output head, sampling
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    candidate: Candidate
+    tpot_s: float
+    breakdown: Breakdown
+    stats: ReplayStats
+    vram_used_bytes: int
+    fidelity: str
+    detail: str = ""  # e.g. the layer set of a partition
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1.0 / self.tpot_s
+
+
+def price(
+    stats: ReplayStats,
+    costs: StateCosts,
+    *,
+    shared_per_token_s: float,
+    token_overhead_s: float,
+    prefetch_mode: str = "timed",
+) -> tuple[float, Breakdown]:
+    """TPOT = mean over tokens of Σ_layers cost(state) + shared + per-token costs."""
+    counts = stats.counts.astype(np.float64)  # [L, k+1, P+1]
+    by_hits = counts.sum(axis=(0, 2))  # [k+1]
+    per_token = 1.0 / stats.n_tokens
+    n_prefetch = counts.shape[2]
+    if prefetch_mode == "optimistic" or n_prefetch == 1:
+        exposed = np.zeros((counts.shape[1], n_prefetch))
+    else:
+        # The copy engine is free for prefetch once this step's own copies are done;
+        # whatever does not fit in the rest of the step delays the next layer.
+        window = costs.total_s - costs.copy_s
+        exposed = np.maximum(costs.prefetch_s[None, :n_prefetch] - window[:, None], 0.0)
+    by_state = counts.sum(axis=0)  # [k+1, P+1]
+    prefetch_copies_s = float(by_state.sum(axis=0) @ costs.prefetch_s[:n_prefetch] * per_token)
+    exposed_s = float((by_state * exposed).sum() * per_token)
+    experts_s = float(by_hits @ costs.total_s * per_token)
+    breakdown = Breakdown(
+        experts_critical_s=experts_s,
+        gpu_experts_s=float(by_hits @ costs.gpu_s * per_token),
+        cpu_experts_s=float(by_hits @ costs.cpu_s * per_token),
+        copies_s=float(by_hits @ costs.copy_s * per_token) + prefetch_copies_s,
+        sync_s=float(by_hits @ costs.sync_s * per_token),
+        exposed_prefetch_s=exposed_s,
+        shared_s=shared_per_token_s,
+        token_overhead_s=token_overhead_s,
+    )
+    tpot = experts_s + exposed_s + shared_per_token_s + token_overhead_s
+    return tpot, breakdown

@@ -1,0 +1,431 @@
+"""The machine a policy runs on: GPU and CPU figures, each with its basis.
+
+Every figure is a `Fact`: a value (or None when unknown) plus where it came from
+(a preset's spec sheet, detection on this host, a measurement, or an assumption) and a
+note that says how or why. Presets are read from assets/gpus.json and assets/cpus.json
+and validated once, where they are read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from typing import Any
+
+from engine.assets_io import load_asset_json
+from engine.errors import CopeInputError
+
+BASES = ("preset", "detected", "measured", "assumed", "unknown")
+
+# PCIe payload bandwidth per lane and direction after line encoding (8b/10b is gone
+# from gen3 on; 128b/130b): gen3 8 GT/s, gen4 16 GT/s, gen5 32 GT/s.
+PCIE_LANE_BYTES_PER_S: dict[int, float] = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9}
+# Pinned host-to-device copies reach about this fraction of the link's payload rate
+# (protocol overhead: TLP headers, flow control, DMA setup).
+H2D_EFFICIENCY = 0.8
+
+GPU_ASSET = "gpus.json"
+CPU_ASSET = "cpus.json"
+SCHEMA_VERSION = 1
+DEFAULT_CPU_PRESET = "desktop-ddr5"
+
+
+# --- Fact -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One figure with its basis: preset, detected, measured, assumed or unknown."""
+
+    value: float | int | str | None  # None when unknown
+    basis: str
+    note: str  # preset: the source; detected: how; assumed: why; unknown: why
+
+    def __post_init__(self) -> None:
+        if self.basis not in BASES:
+            raise ValueError(f"basis {self.basis!r} not one of {BASES}")
+        if (self.value is None) != (self.basis == "unknown"):
+            raise ValueError("a Fact's value is None exactly when its basis is 'unknown'")
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "basis": self.basis, "note": self.note}
+
+    @classmethod
+    def preset(cls, value: float | int | str, source: str) -> Fact:
+        return cls(value, "preset", source)
+
+    @classmethod
+    def detected(cls, value: float | int | str, how: str) -> Fact:
+        return cls(value, "detected", how)
+
+    @classmethod
+    def measured(cls, value: float | int | str, how: str) -> Fact:
+        return cls(value, "measured", how)
+
+    @classmethod
+    def assumed(cls, value: float | int | str, why: str) -> Fact:
+        return cls(value, "assumed", why)
+
+    @classmethod
+    def unknown(cls, why: str) -> Fact:
+        return cls(None, "unknown", why)
+
+
+def _spec_to_dict(spec: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(spec):
+        v = getattr(spec, f.name)
+        out[f.name] = v.to_dict() if isinstance(v, Fact) else v
+    return out
+
+
+# --- value types ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    preset_id: str | None
+    vram_bytes: Fact
+    vram_free_bytes: Fact
+    mem_bandwidth_bytes_per_s: Fact
+    pcie_gen: Fact
+    pcie_lanes: Fact
+    h2d_bytes_per_s: Fact  # effective pinned host-to-device bandwidth
+    sm_count: Fact
+
+    def to_dict(self) -> dict[str, Any]:
+        return _spec_to_dict(self)
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    name: str
+    preset_id: str | None
+    physical_cores: Fact
+    logical_threads: Fact
+    ram_bytes: Fact
+    ram_available_bytes: Fact
+    mem_bandwidth_bytes_per_s: Fact
+    numa_nodes: Fact
+
+    def to_dict(self) -> dict[str, Any]:
+        return _spec_to_dict(self)
+
+
+@dataclass(frozen=True)
+class Platform:
+    gpu: GpuSpec
+    cpu: CpuSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu.to_dict(), "cpu": self.cpu.to_dict()}
+
+
+def unknown_gpu(why: str) -> GpuSpec:
+    """A GPU about which nothing is known, every figure saying why."""
+    u = Fact.unknown(why)
+    return GpuSpec(
+        name="unknown GPU",
+        preset_id=None,
+        vram_bytes=u,
+        vram_free_bytes=u,
+        mem_bandwidth_bytes_per_s=u,
+        pcie_gen=u,
+        pcie_lanes=u,
+        h2d_bytes_per_s=u,
+        sm_count=u,
+    )
+
+
+# --- PCIe ---------------------------------------------------------------------------
+
+
+def derive_h2d_bytes_per_s(pcie_gen: Fact, pcie_lanes: Fact) -> Fact:
+    """Effective pinned host-to-device bandwidth from the link's generation and width.
+
+    Per-lane payload rate after encoding times lanes times an assumed efficiency of 0.8.
+    """
+    if not pcie_gen.known or not pcie_lanes.known:
+        return Fact.unknown("PCIe generation or width unknown, so host-to-device bandwidth cannot be derived")
+    gen, lanes = pcie_gen.value, pcie_lanes.value
+    if gen not in PCIE_LANE_BYTES_PER_S:
+        return Fact.unknown(f"no per-lane figure for PCIe gen {gen}")
+    per_lane = PCIE_LANE_BYTES_PER_S[gen]  # type: ignore[index]
+    value = per_lane * float(lanes) * H2D_EFFICIENCY  # type: ignore[arg-type]
+    return Fact.assumed(
+        value,
+        f"not measured: derived from PCIe gen{gen} x{lanes} ({per_lane / 1e9:.3f} GB/s per lane "
+        f"after encoding) times an assumed efficiency of {H2D_EFFICIENCY} for pinned copies",
+    )
+
+
+# --- asset validation -------------------------------------------------------------
+
+
+class _Rows:
+    """Checks the fields of one asset's entries, raising errors that name asset and field."""
+
+    def __init__(self, asset: str, data: Any, list_key: str):
+        self.asset = asset
+        self.path = f"assets/{asset}"
+        if not isinstance(data, dict):
+            self.fail("the top level must be a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            self.fail(f"schema_version: expected {SCHEMA_VERSION}, found {version!r}")
+        rows = data.get(list_key)
+        if not isinstance(rows, list) or not rows:
+            self.fail(f"{list_key}: must be a non-empty list")
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                self.fail(f"{list_key}[{i}]: must be a JSON object")
+        self.rows: list[dict[str, Any]] = rows
+        self.list_key = list_key
+
+    def fail(self, message: str) -> None:
+        raise CopeInputError(message, path=self.path)
+
+    def _where(self, i: int, field: str) -> str:
+        row_id = self.rows[i].get("id")
+        label = f"{self.list_key}[{i}]" + (f" ({row_id})" if isinstance(row_id, str) else "")
+        return f"{label}.{field}"
+
+    def text(self, i: int, field: str) -> str:
+        v = self.rows[i].get(field)
+        if not isinstance(v, str) or not v.strip():
+            self.fail(f"{self._where(i, field)}: must be a non-empty string, found {v!r}")
+        return v  # type: ignore[return-value]
+
+    def positive_int(self, i: int, field: str) -> int:
+        v = self.rows[i].get(field)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            self.fail(f"{self._where(i, field)}: must be a positive integer, found {v!r}")
+        return v  # type: ignore[return-value]
+
+    def positive_number(self, i: int, field: str) -> float:
+        v = self.rows[i].get(field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or v == float("inf"):
+            self.fail(f"{self._where(i, field)}: must be a positive number, found {v!r}")
+        return float(v)  # type: ignore[arg-type]
+
+    def has(self, i: int, field: str) -> bool:
+        return self.rows[i].get(field) is not None
+
+    def unique_ids(self) -> list[str]:
+        ids = [self.text(i, "id") for i in range(len(self.rows))]
+        seen: set[str] = set()
+        for i, row_id in enumerate(ids):
+            if row_id.lower() in seen:
+                self.fail(f"{self._where(i, 'id')}: duplicate id {row_id!r}")
+            seen.add(row_id.lower())
+        return ids
+
+
+@cache
+def gpu_presets() -> dict[str, GpuSpec]:
+    """GPU presets from assets/gpus.json, by id (validated once, cached)."""
+    r = _Rows(GPU_ASSET, load_asset_json(GPU_ASSET), "gpus")
+    out: dict[str, GpuSpec] = {}
+    for i, row_id in enumerate(r.unique_ids()):
+        name = r.text(i, "name")
+        source = r.text(i, "source")
+        vram = r.positive_int(i, "vram_bytes")
+        bandwidth = r.positive_number(i, "mem_bandwidth_bytes_per_s")
+        gen = r.positive_int(i, "pcie_gen")
+        if gen not in PCIE_LANE_BYTES_PER_S:
+            r.fail(f"{r._where(i, 'pcie_gen')}: must be one of {sorted(PCIE_LANE_BYTES_PER_S)}, found {gen}")
+        lanes = r.positive_int(i, "pcie_lanes")
+        if lanes not in (1, 2, 4, 8, 16):
+            r.fail(f"{r._where(i, 'pcie_lanes')}: must be 1, 2, 4, 8 or 16, found {lanes}")
+        sms = r.positive_int(i, "sm_count")
+        pcie_gen = Fact.preset(gen, source)
+        pcie_lanes = Fact.preset(lanes, source)
+        if r.has(i, "h2d_bytes_per_s"):
+            h2d = Fact.measured(r.positive_number(i, "h2d_bytes_per_s"), r.text(i, "h2d_source"))
+        else:
+            h2d = derive_h2d_bytes_per_s(pcie_gen, pcie_lanes)
+        out[row_id] = GpuSpec(
+            name=name,
+            preset_id=row_id,
+            vram_bytes=Fact.preset(vram, source),
+            vram_free_bytes=Fact.assumed(
+                vram,
+                "preset: assumed all VRAM is free; a real card loses a few hundred MiB to the "
+                "driver, the CUDA context and the display",
+            ),
+            mem_bandwidth_bytes_per_s=Fact.preset(bandwidth, source),
+            pcie_gen=pcie_gen,
+            pcie_lanes=pcie_lanes,
+            h2d_bytes_per_s=h2d,
+            sm_count=Fact.preset(sms, source),
+        )
+    return out
+
+
+@cache
+def cpu_presets() -> dict[str, CpuSpec]:
+    """CPU presets (typical machines) from assets/cpus.json, by id (validated once, cached)."""
+    r = _Rows(CPU_ASSET, load_asset_json(CPU_ASSET), "cpus")
+    out: dict[str, CpuSpec] = {}
+    for i, row_id in enumerate(r.unique_ids()):
+        name = r.text(i, "name")
+        source = r.text(i, "source")
+        cores = r.positive_int(i, "physical_cores")
+        threads = r.positive_int(i, "logical_threads")
+        if threads < cores:
+            r.fail(f"{r._where(i, 'logical_threads')}: {threads} is fewer than physical_cores {cores}")
+        ram = r.positive_int(i, "ram_bytes")
+        bandwidth = r.positive_number(i, "mem_bandwidth_bytes_per_s")
+        memory = r.text(i, "memory")
+        numa = r.positive_int(i, "numa_nodes")
+        ram_note = f"typical RAM for this preset's class of machine, not a spec-sheet figure ({memory})"
+        out[row_id] = CpuSpec(
+            name=name,
+            preset_id=row_id,
+            physical_cores=Fact.preset(cores, source),
+            logical_threads=Fact.preset(threads, source),
+            ram_bytes=Fact.preset(ram, ram_note),
+            ram_available_bytes=Fact.assumed(
+                ram, "preset: assumed all RAM is available; a real machine keeps some for the OS and other programs"
+            ),
+            mem_bandwidth_bytes_per_s=Fact.preset(
+                bandwidth, f"theoretical peak of {memory}; sustained bandwidth is lower ({source})"
+            ),
+            numa_nodes=Fact.preset(numa, f"{memory} ({source})"),
+        )
+    return out
+
+
+# --- lookup by name -----------------------------------------------------------------
+
+_VENDOR_PREFIX = re.compile(r"^(nvidia|geforce|amd|intel)+")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _without_vendor(squashed: str) -> str:
+    return _VENDOR_PREFIX.sub("", squashed) or squashed
+
+
+def _aliases(preset_id: str, name: str) -> set[str]:
+    """The spellings that find a preset: id, display name, and shortened forms."""
+    ids = {preset_id}
+    names = {name}
+    # Without the memory size ("rtx-3060" for "rtx-3060-12gb"); an alias that several
+    # presets share ("a100") is reported as ambiguous.
+    ids |= {re.sub(r"(?i)[\s_-]*\d+\s*gb\b", "", x) for x in ids}
+    names |= {re.sub(r"(?i)[\s_-]*\d+\s*gb\b", "", x) for x in names}
+    out = {_squash(x) for x in ids}
+    out |= {_without_vendor(_squash(x)) for x in names}  # vendor words only off names
+    out |= {a.replace("pcie", "") for a in out}
+    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d))", "", a) for a in out}
+    # The model number alone: "4090", "7950x", "13900k", "9654".
+    out |= {re.sub(r"^(rtx|ryzenthreadripper|threadripper|ryzen\d|corei\d|epyc)", "", a) for a in out}
+    return {a for a in out if a}
+
+
+def _lookup(kind: str, asset: str, table: dict[str, Any], query: str) -> Any:
+    key = query.strip().lower()
+    if key in table:
+        return table[key]
+    hits: dict[str, set[str]] = {}
+    for preset_id, spec in table.items():
+        for alias in _aliases(preset_id, spec.name):
+            hits.setdefault(alias, set()).add(preset_id)
+    squashed = _squash(query)
+    tries = (squashed, _without_vendor(squashed))
+    tries += tuple(t.replace("pcie", "") for t in tries)  # "A100-PCIE-40GB" as nvidia-smi says
+    found: list[str] = []
+    for t in tries:
+        if t in hits:
+            found = sorted(hits[t])
+            break
+    if len(found) == 1:
+        return table[found[0]]
+    if len(found) > 1:
+        raise CopeInputError(f"{kind} preset {query!r} is ambiguous: it could be {', '.join(found)}")
+    known = ", ".join(table)
+    raise CopeInputError(f"unknown {kind} preset {query!r}; known: {known} (assets/{asset})")
+
+
+def get_gpu_preset(name: str) -> GpuSpec:
+    """A GPU preset by id or name: "rtx-4090", "RTX 4090", "rtx4090", "4090"."""
+    return _lookup("GPU", GPU_ASSET, gpu_presets(), name)
+
+
+def get_cpu_preset(name: str) -> CpuSpec:
+    """A CPU preset by id or name: "desktop-ddr5", "AMD Ryzen 9 7950X", "7950x"."""
+    return _lookup("CPU", CPU_ASSET, cpu_presets(), name)
+
+
+# --- assumptions for analytic estimates ---------------------------------------------
+
+# (most physical cores, bandwidth, memory configuration it stands for)
+_CPU_BANDWIDTH_TIERS: tuple[tuple[int | None, float, str], ...] = (
+    (24, 89.6e9, "2-channel DDR5-5600, a typical desktop (up to 24 cores)"),
+    (64, 166.4e9, "4-channel DDR5-5200, a typical workstation (25 to 64 cores)"),
+    (None, 307.2e9, "8-channel DDR5-4800, a conservative server figure (more than 64 cores)"),
+)
+
+
+def assumed_cpu_bandwidth_bytes_per_s(cpu: CpuSpec) -> Fact:
+    """The CPU's memory bandwidth, or an assumed figure when it is unknown.
+
+    Analytic estimates need a number; a known figure (preset, measured) is returned as
+    is. Otherwise the core count picks a typical memory configuration.
+    """
+    if cpu.mem_bandwidth_bytes_per_s.known:
+        return cpu.mem_bandwidth_bytes_per_s
+    cores: int | None = None
+    counted = ""
+    if cpu.physical_cores.known:
+        cores = int(cpu.physical_cores.value)  # type: ignore[arg-type]
+        counted = f"{cores} physical cores"
+    elif cpu.logical_threads.known:
+        cores = max(1, int(cpu.logical_threads.value) // 2)  # type: ignore[arg-type]
+        counted = f"about {cores} physical cores (half of {cpu.logical_threads.value} threads)"
+    for most, value, config in _CPU_BANDWIDTH_TIERS:
+        if cores is None or most is None or cores <= most:
+            why = counted if cores is not None else "core count unknown"
+            return Fact.assumed(
+                value,
+                f"memory bandwidth not measured; assumed the theoretical peak of {config}; "
+                f"{why}; run the probes to measure it",
+            )
+    raise AssertionError("unreachable")  # the last tier has no limit
+
+
+def platform_from(
+    gpu_preset: str | None,
+    cpu_preset: str | None,
+    detected_cpu: CpuSpec | None,
+    detected_gpu: GpuSpec | None = None,
+) -> Platform:
+    """The platform to plan for.
+
+    CPU: the named preset if given, else the detected CPU (an unknown memory bandwidth
+    filled by `assumed_cpu_bandwidth_bytes_per_s`), else the "desktop-ddr5" preset.
+    GPU: the named preset if given, else the detected GPU, else an unknown GPU.
+    """
+    if gpu_preset is not None:
+        gpu = get_gpu_preset(gpu_preset)
+    elif detected_gpu is not None:
+        gpu = detected_gpu
+    else:
+        gpu = unknown_gpu("no GPU preset chosen and no GPU detected")
+
+    if cpu_preset is not None:
+        cpu = get_cpu_preset(cpu_preset)
+    elif detected_cpu is not None:
+        cpu = replace(detected_cpu, mem_bandwidth_bytes_per_s=assumed_cpu_bandwidth_bytes_per_s(detected_cpu))
+    else:
+        cpu = get_cpu_preset(DEFAULT_CPU_PRESET)
+    return Platform(gpu=gpu, cpu=cpu)

@@ -1,0 +1,96 @@
+"""The JSON document of `cope advise --json` (schema_version 1).
+
+Shape (all times in seconds, sizes in bytes):
+{
+  "schema_version": 1,
+  "inputs": {model, quantization, platform, vram_budget_bytes, context_tokens,
+             threads, trace, profile_trace, prefetch_mode},
+  "memory": {... the VRAM arithmetic ..., "lines": [...]},
+  "cost_model": {"fidelity", "basis", ...},
+  "notes": [...],                      # every assumption and caveat
+  "baseline": "<candidate id>",        # what speedups are measured against
+  "recommendation": "<candidate id>",
+  "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
+                  prefetch, description, detail, tpot_s, tokens_per_s,
+                  speedup_vs_baseline, vram_used_bytes, hit_rate, breakdown_s,
+                  states}, ...]        # fastest first
+}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.advise import Recommendation
+from engine.estimate import Estimate
+
+SCHEMA_VERSION = 1
+
+
+def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
+    req = rec.request
+    baseline = rec.baseline()
+    model = req.model
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "inputs": {
+            "model": {
+                "id": model.id,
+                "name": model.name,
+                "arch": model.arch,
+                "blocks": model.n_blocks,
+                "moe_blocks": list(model.moe_blocks),
+                "routed_experts": model.n_routed_experts,
+                "top_k": model.top_k,
+                "shared_experts": model.n_shared_experts,
+                "expert_bytes": model.expert_bytes(req.quant),
+                "non_expert_bytes": model.non_expert_bytes(req.quant),
+                "provenance": model.source,
+            },
+            "quantization": {
+                "name": req.quant.name,
+                "expert_bits_per_weight": req.quant.expert_bits_per_weight,
+                "non_expert_bits_per_weight": req.quant.non_expert_bits_per_weight,
+                "provenance": req.quant.source,
+            },
+            "platform": req.platform.to_dict(),
+            "vram_budget_bytes": req.vram_budget_bytes,
+            "context_tokens": req.context_tokens,
+            "threads": req.threads,
+            "prefetch_mode": req.prefetch_mode,
+            "trace": req.trace.describe(),
+            "profile_trace": req.profile.describe(),
+        },
+        "memory": {**rec.memory.to_dict(), "lines": rec.memory.lines()},
+        "cost_model": rec.cost_model,
+        "notes": list(rec.notes),
+        "baseline": baseline.candidate.id,
+        "recommendation": rec.best.candidate.id,
+        "candidates": [
+            estimate_to_dict(e, rank, baseline.tpot_s) for rank, e in enumerate(rec.estimates, start=1)
+        ],
+    }
+
+
+def estimate_to_dict(e: Estimate, rank: int, baseline_tpot_s: float) -> dict[str, Any]:
+    c = e.candidate
+    return {
+        "rank": rank,
+        "id": c.id,
+        "kind": c.kind.value,
+        "residency": c.residency.value if c.residency else None,
+        "execution": c.execution.value if c.residency else None,
+        "allocation": c.allocation.value if c.residency else None,
+        "eviction": c.eviction.value if c.eviction else None,
+        "prefetch": c.prefetch,
+        "description": c.describe(),
+        "detail": e.detail,
+        "fidelity": e.fidelity,
+        "tpot_s": e.tpot_s,
+        "tokens_per_s": e.tokens_per_s,
+        "speedup_vs_baseline": baseline_tpot_s / e.tpot_s,
+        "vram_used_bytes": e.vram_used_bytes,
+        "hit_rate": e.stats.hit_rate,
+        "breakdown_s": e.breakdown.to_dict(),
+        "states": e.stats.summary(),
+    }

@@ -1,0 +1,179 @@
+"""Detect this machine's CPU and RAM from /proc and /sys, without torch.
+
+The parsers take the files' text, so tests can feed them sample contents; `detect_cpu`
+reads the real files and never raises on a missing or unreadable one: the figure is then
+unknown (or assumed), with the reason in its note.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from engine.platform import CpuSpec, Fact
+
+BANDWIDTH_UNKNOWN_NOTE = "not measured; run the probes"
+
+
+# --- pure parsers ---------------------------------------------------------------------
+
+
+def cpuinfo_blocks(text: str) -> list[dict[str, str]]:
+    """/proc/cpuinfo as one dict per logical CPU (blocks separated by blank lines)."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def cpuinfo_model_name(text: str) -> str | None:
+    """The first "model name" (x86; some ARM kernels too), else None."""
+    for block in cpuinfo_blocks(text):
+        name = block.get("model name")
+        if name:
+            return re.sub(r"\s+", " ", name)
+    return None
+
+
+def cpuinfo_physical_cores(text: str, allowed: set[int] | None = None) -> int | None:
+    """Unique (physical id, core id) pairs over the logical CPUs, or None.
+
+    `allowed`: count only these logical CPUs ("processor" numbers), e.g. the affinity set.
+    None when the file carries no "core id" (many ARM kernels, some VMs).
+    """
+    pairs: set[tuple[str, str]] = set()
+    for block in cpuinfo_blocks(text):
+        if "core id" not in block:
+            continue
+        if allowed is not None:
+            try:
+                if int(block.get("processor", "")) not in allowed:
+                    continue
+            except ValueError:
+                pass  # no usable processor number: count it
+        pairs.add((block.get("physical id", "0"), block["core id"]))
+    return len(pairs) or None
+
+
+def meminfo_bytes(text: str) -> dict[str, int]:
+    """/proc/meminfo fields in bytes ("MemTotal: 16384 kB" -> {"MemTotal": 16777216})."""
+    units = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([^:\s]+)\s*:\s*(\d+)\s*([A-Za-z]*)\s*$", line)
+        if m and m.group(3).lower() in units:
+            out[m.group(1)] = int(m.group(2)) * units[m.group(3).lower()]
+    return out
+
+
+def count_numa_nodes(entries: Iterable[str]) -> int | None:
+    """NUMA nodes from the names in /sys/devices/system/node ("node0", "node1", ...)."""
+    n = sum(1 for e in entries if re.fullmatch(r"node\d+", e))
+    return n or None
+
+
+# --- detection --------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _affinity() -> set[int] | None:
+    getter = getattr(os, "sched_getaffinity", None)
+    if getter is None:
+        return None
+    try:
+        return set(getter(0))
+    except OSError:
+        return None
+
+
+def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys") -> CpuSpec:
+    """This machine's CPU and RAM; every field may be unknown, with the reason."""
+    proc, sys_ = Path(proc_root), Path(sys_root)
+    cpuinfo_path, meminfo_path = proc / "cpuinfo", proc / "meminfo"
+    cpuinfo = _read(cpuinfo_path)
+    meminfo = _read(meminfo_path)
+
+    # Model name.
+    name = cpuinfo_model_name(cpuinfo) if cpuinfo is not None else None
+    if not name:
+        name = _platform.processor() or _platform.machine() or "unknown CPU"
+
+    # Logical threads: the CPUs this process may run on.
+    total = os.cpu_count()
+    affinity = _affinity()
+    if affinity:
+        if total is not None and len(affinity) < total:
+            how = f"os.sched_getaffinity: this process may use {len(affinity)} of the {total} logical CPUs"
+        else:
+            how = "os.sched_getaffinity: every logical CPU is usable by this process"
+        threads = Fact.detected(len(affinity), how)
+    elif total:
+        threads = Fact.detected(total, "os.cpu_count() (no CPU affinity information on this system)")
+    else:
+        threads = Fact.unknown("os.cpu_count() could not tell the number of logical CPUs")
+
+    # Physical cores among the usable logical CPUs.
+    cores_value = cpuinfo_physical_cores(cpuinfo, affinity) if cpuinfo is not None else None
+    if cores_value is not None:
+        where = " among the logical CPUs this process may use" if affinity and total and len(affinity) < total else ""
+        cores = Fact.detected(cores_value, f"unique (physical id, core id) pairs in {cpuinfo_path}{where}")
+    elif threads.known:
+        why = f"{cpuinfo_path} unreadable" if cpuinfo is None else f"{cpuinfo_path} has no core ids"
+        cores = Fact.assumed(threads.value, f"{why}; assumed one core per logical CPU (no SMT), which may overcount")  # type: ignore[arg-type]
+    else:
+        cores = Fact.unknown(f"{cpuinfo_path} gives no core ids and the logical CPU count is unknown")
+
+    # RAM.
+    mem = meminfo_bytes(meminfo) if meminfo is not None else {}
+    if "MemTotal" in mem:
+        ram = Fact.detected(mem["MemTotal"], f"MemTotal in {meminfo_path}")
+    else:
+        ram = Fact.unknown(f"{meminfo_path} unreadable or without MemTotal")
+    if "MemAvailable" in mem:
+        avail = Fact.detected(mem["MemAvailable"], f"MemAvailable in {meminfo_path}")
+    elif "MemFree" in mem:
+        est = mem["MemFree"] + mem.get("Buffers", 0) + mem.get("Cached", 0)
+        avail = Fact.detected(est, f"MemFree + Buffers + Cached in {meminfo_path} (no MemAvailable on this kernel)")
+    else:
+        avail = Fact.unknown(f"{meminfo_path} unreadable or without MemAvailable")
+
+    # NUMA nodes.
+    node_dir = sys_ / "devices" / "system" / "node"
+    try:
+        nodes = count_numa_nodes(os.listdir(node_dir))
+    except OSError:
+        nodes = None
+    if nodes is not None:
+        numa = Fact.detected(nodes, f"node* entries in {node_dir}")
+    else:
+        numa = Fact.unknown(f"{node_dir} missing or without node entries")
+
+    return CpuSpec(
+        name=name,
+        preset_id=None,
+        physical_cores=cores,
+        logical_threads=threads,
+        ram_bytes=ram,
+        ram_available_bytes=avail,
+        mem_bandwidth_bytes_per_s=Fact.unknown(BANDWIDTH_UNKNOWN_NOTE),
+        numa_nodes=numa,
+    )

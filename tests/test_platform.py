@@ -1,0 +1,406 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import engine.platform as plat
+from engine.errors import CopeInputError
+from engine.platform import (
+    CpuSpec,
+    Fact,
+    Platform,
+    assumed_cpu_bandwidth_bytes_per_s,
+    cpu_presets,
+    derive_h2d_bytes_per_s,
+    get_cpu_preset,
+    get_gpu_preset,
+    gpu_presets,
+    platform_from,
+)
+from probes.host import (
+    BANDWIDTH_UNKNOWN_NOTE,
+    count_numa_nodes,
+    cpuinfo_model_name,
+    cpuinfo_physical_cores,
+    detect_cpu,
+    meminfo_bytes,
+)
+
+GiB = 1024**3
+
+GPU_IDS = {
+    "rtx-3060-12gb",
+    "rtx-3090",
+    "rtx-4060-ti-16gb",
+    "rtx-4070-ti-super",
+    "rtx-4080",
+    "rtx-4090",
+    "rtx-5080",
+    "rtx-5090",
+    "a100-40gb",
+    "a100-80gb",
+    "h100-pcie",
+    "l40s",
+}
+
+
+@pytest.fixture
+def fresh_presets():
+    """Clear the preset caches around a test that swaps the loader."""
+    gpu_presets.cache_clear()
+    cpu_presets.cache_clear()
+    yield
+    gpu_presets.cache_clear()
+    cpu_presets.cache_clear()
+
+
+# --- GPU presets ------------------------------------------------------------------
+
+
+def test_all_gpu_presets_load_with_positive_figures_and_a_source():
+    presets = gpu_presets()
+    assert set(presets) == GPU_IDS
+    for pid, g in presets.items():
+        assert g.preset_id == pid and g.name
+        for fact in (g.vram_bytes, g.mem_bandwidth_bytes_per_s, g.pcie_gen, g.pcie_lanes, g.sm_count):
+            assert fact.basis == "preset"
+            assert fact.value > 0
+            assert "nvidia" in fact.note.lower()  # the source names the vendor's page
+        assert g.h2d_bytes_per_s.value > 0
+        assert g.vram_free_bytes.value == g.vram_bytes.value
+        assert g.vram_free_bytes.basis == "assumed" and g.vram_free_bytes.note
+        json.dumps(g.to_dict())  # serialisable
+
+
+@pytest.mark.parametrize(
+    "pid, vram_bytes, bandwidth, gen, lanes, sms",
+    [
+        ("rtx-4090", 24 * GiB, 1008e9, 4, 16, 128),
+        ("rtx-5090", 32 * GiB, 1792e9, 5, 16, 170),
+        ("rtx-3060-12gb", 12 * GiB, 360e9, 4, 16, 28),
+        ("rtx-4060-ti-16gb", 16 * GiB, 288e9, 4, 8, 34),
+        ("a100-40gb", 40 * GiB, 1555e9, 4, 16, 108),
+        ("a100-80gb", 80 * GiB, 1935e9, 4, 16, 108),
+        ("h100-pcie", 80 * GiB, 2000e9, 5, 16, 114),
+        ("l40s", 48 * GiB, 864e9, 4, 16, 142),
+    ],
+)
+def test_gpu_preset_matches_spec_sheet(pid, vram_bytes, bandwidth, gen, lanes, sms):
+    g = gpu_presets()[pid]
+    assert g.vram_bytes.value == vram_bytes
+    assert g.mem_bandwidth_bytes_per_s.value == pytest.approx(bandwidth)
+    assert (g.pcie_gen.value, g.pcie_lanes.value, g.sm_count.value) == (gen, lanes, sms)
+
+
+def test_h2d_derived_from_pcie_gen4_x16_and_x8():
+    x16 = gpu_presets()["rtx-4090"].h2d_bytes_per_s
+    assert x16.basis == "assumed"
+    assert x16.value == pytest.approx(1.969e9 * 16 * 0.8)  # about 25.2 GB/s
+    assert "assumed" in x16.note and "0.8" in x16.note and "gen4 x16" in x16.note
+    x8 = gpu_presets()["rtx-4060-ti-16gb"].h2d_bytes_per_s
+    assert x8.value == pytest.approx(1.969e9 * 8 * 0.8)
+    gen5 = derive_h2d_bytes_per_s(Fact.preset(5, "s"), Fact.preset(16, "s"))
+    assert gen5.value == pytest.approx(3.938e9 * 16 * 0.8)
+    assert not derive_h2d_bytes_per_s(Fact.unknown("x"), Fact.preset(16, "s")).known
+
+
+def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
+    data = plat.load_asset_json("gpus.json")
+    data["gpus"][0]["h2d_bytes_per_s"] = 24.5e9
+    data["gpus"][0]["h2d_source"] = "nvbandwidth on a test box"
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    g = gpu_presets()[data["gpus"][0]["id"]]
+    assert g.h2d_bytes_per_s == Fact(24.5e9, "measured", "nvbandwidth on a test box")
+
+
+@pytest.mark.parametrize(
+    "query, pid",
+    [
+        ("rtx-4090", "rtx-4090"),
+        ("RTX-4090", "rtx-4090"),
+        ("rtx4090", "rtx-4090"),
+        ("4090", "rtx-4090"),
+        ("RTX 4090", "rtx-4090"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("rtx 3060", "rtx-3060-12gb"),
+        ("4060 Ti", "rtx-4060-ti-16gb"),
+        ("RTX 4070 Ti SUPER", "rtx-4070-ti-super"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("h100", "h100-pcie"),
+        ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
+        ("A100 80GB", "a100-80gb"),
+        ("L40S", "l40s"),
+    ],
+)
+def test_gpu_lookup_variants(query, pid):
+    assert get_gpu_preset(query).preset_id == pid
+
+
+def test_gpu_lookup_unknown_lists_known_ids():
+    with pytest.raises(CopeInputError) as err:
+        get_gpu_preset("rtx 9999")
+    msg = str(err.value)
+    assert "rtx 9999" in msg and "rtx-4090" in msg and "l40s" in msg
+
+
+def test_gpu_lookup_ambiguous():
+    with pytest.raises(CopeInputError, match="ambiguous.*a100-40gb.*a100-80gb"):
+        get_gpu_preset("A100")
+
+
+# --- CPU presets ------------------------------------------------------------------
+
+
+def test_cpu_presets_load():
+    presets = cpu_presets()
+    assert {"desktop-ddr4", "desktop-ddr5", "intel-desktop-ddr5", "workstation", "server-epyc"} <= set(presets)
+    for pid, c in presets.items():
+        assert c.preset_id == pid
+        for fact in (c.physical_cores, c.logical_threads, c.ram_bytes, c.mem_bandwidth_bytes_per_s, c.numa_nodes):
+            assert fact.basis == "preset" and fact.value > 0 and fact.note
+        assert c.logical_threads.value >= c.physical_cores.value
+    assert presets["desktop-ddr4"].mem_bandwidth_bytes_per_s.value == pytest.approx(51.2e9)
+    assert presets["desktop-ddr5"].mem_bandwidth_bytes_per_s.value == pytest.approx(96e9)
+    assert presets["intel-desktop-ddr5"].mem_bandwidth_bytes_per_s.value == pytest.approx(89.6e9)
+    assert presets["workstation"].mem_bandwidth_bytes_per_s.value == pytest.approx(166.4e9)
+    epyc = presets["server-epyc"]
+    assert epyc.mem_bandwidth_bytes_per_s.value == pytest.approx(460.8e9)
+    assert (epyc.physical_cores.value, epyc.logical_threads.value, epyc.ram_bytes.value) == (96, 192, 768 * GiB)
+
+
+@pytest.mark.parametrize(
+    "query, pid",
+    [
+        ("desktop-ddr5", "desktop-ddr5"),
+        ("Desktop DDR5", "desktop-ddr5"),
+        ("intel desktop ddr5", "intel-desktop-ddr5"),
+        ("AMD Ryzen 9 7950X", "desktop-ddr5"),
+        ("5800x", "desktop-ddr4"),
+        ("i9-13900K", "intel-desktop-ddr5"),
+        ("Threadripper 7980X", "workstation"),
+        ("EPYC 9654", "server-epyc"),
+    ],
+)
+def test_cpu_lookup_variants(query, pid):
+    assert get_cpu_preset(query).preset_id == pid
+
+
+def test_cpu_lookup_unknown():
+    with pytest.raises(CopeInputError, match="unknown CPU preset 'm3-max'.*desktop-ddr5"):
+        get_cpu_preset("m3-max")
+
+
+# --- corrupt assets -----------------------------------------------------------------
+
+
+def _gpu_data_with(**changes):
+    data = plat.load_asset_json("gpus.json")
+    data["gpus"][1].update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"vram_bytes": -1}, "vram_bytes"),
+        ({"vram_bytes": "24 GB"}, "vram_bytes"),
+        ({"mem_bandwidth_bytes_per_s": None}, "mem_bandwidth_bytes_per_s"),
+        ({"pcie_gen": 7}, "pcie_gen"),
+        ({"pcie_lanes": 12}, "pcie_lanes"),
+        ({"source": ""}, "source"),
+        ({"sm_count": True}, "sm_count"),
+    ],
+)
+def test_corrupt_gpu_asset_names_asset_and_field(monkeypatch, fresh_presets, change, field):
+    data = _gpu_data_with(**change)
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    with pytest.raises(CopeInputError) as err:
+        gpu_presets()
+    msg = str(err.value)
+    assert "gpus.json" in msg and field in msg and "rtx-3090" in msg
+
+
+def test_corrupt_asset_top_level(monkeypatch, fresh_presets):
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: {"schema_version": 2, "cpus": []})
+    with pytest.raises(CopeInputError, match=r"cpus\.json.*schema_version"):
+        cpu_presets()
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: {"schema_version": 1, "gpus": "x"})
+    with pytest.raises(CopeInputError, match=r"gpus\.json.*gpus"):
+        gpu_presets()
+
+
+def test_corrupt_cpu_asset_names_asset_and_field(monkeypatch, fresh_presets):
+    data = plat.load_asset_json("cpus.json")
+    del data["cpus"][0]["physical_cores"]
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    with pytest.raises(CopeInputError, match=r"cpus\.json.*desktop-ddr4.*physical_cores"):
+        cpu_presets()
+
+
+def test_duplicate_ids_rejected(monkeypatch, fresh_presets):
+    data = plat.load_asset_json("gpus.json")
+    data["gpus"][1]["id"] = data["gpus"][0]["id"]
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    with pytest.raises(CopeInputError, match="duplicate"):
+        gpu_presets()
+
+
+# --- host detection parsers ---------------------------------------------------------
+
+# Two sockets, two cores each, two hyperthreads per core: 8 logical CPUs, 4 physical cores.
+CPUINFO_2S_HT = "\n".join(
+    f"processor\t: {p}\n"
+    "vendor_id\t: GenuineIntel\n"
+    "model name\t: Intel(R) Xeon(R) Gold 6130  CPU @ 2.10GHz\n"
+    f"physical id\t: {sock}\n"
+    "siblings\t: 4\n"
+    f"core id\t\t: {core}\n"
+    "cpu cores\t: 2\n"
+    for p, (sock, core) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1), (0, 0), (0, 1), (1, 0), (1, 1)])
+)
+
+CPUINFO_ARM = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd
+CPU implementer\t: 0x41
+
+processor\t: 1
+BogoMIPS\t: 50.00
+"""
+
+MEMINFO = """MemTotal:       65536000 kB
+MemFree:        10000000 kB
+MemAvailable:   50000000 kB
+Buffers:          200000 kB
+Cached:          3000000 kB
+HugePages_Total:       0
+"""
+
+
+def test_cpuinfo_two_sockets_with_hyperthreads():
+    assert cpuinfo_physical_cores(CPUINFO_2S_HT) == 4
+    assert cpuinfo_model_name(CPUINFO_2S_HT) == "Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz"
+    # Only the logical CPUs this process may use: 0 and 4 are siblings of one core.
+    assert cpuinfo_physical_cores(CPUINFO_2S_HT, allowed={0, 4}) == 1
+    assert cpuinfo_physical_cores(CPUINFO_2S_HT, allowed={0, 1, 2}) == 3
+
+
+def test_cpuinfo_without_core_ids():
+    assert cpuinfo_physical_cores(CPUINFO_ARM) is None
+    assert cpuinfo_model_name(CPUINFO_ARM) is None
+    assert cpuinfo_physical_cores("") is None
+
+
+def test_meminfo_parser():
+    m = meminfo_bytes(MEMINFO)
+    assert m["MemTotal"] == 65536000 * 1024
+    assert m["MemAvailable"] == 50000000 * 1024
+    assert m["HugePages_Total"] == 0
+
+
+def test_numa_node_count():
+    assert count_numa_nodes(["node0", "node1", "online", "possible", "has_cpu", "power"]) == 2
+    assert count_numa_nodes(["online"]) is None
+
+
+def test_detect_cpu_on_fake_roots(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cpuinfo").write_text(CPUINFO_2S_HT)
+    (proc / "meminfo").write_text(MEMINFO.replace("MemAvailable:   50000000 kB\n", ""))
+    nodes = tmp_path / "sys" / "devices" / "system" / "node"
+    for n in ("node0", "node1", "online"):
+        (nodes / n).mkdir(parents=True)
+    cpu = detect_cpu(proc, tmp_path / "sys")
+    assert cpu.name.startswith("Intel(R) Xeon(R) Gold 6130")
+    assert cpu.physical_cores.basis == "detected"
+    assert cpu.ram_bytes.value == 65536000 * 1024
+    # No MemAvailable: free + buffers + cache.
+    assert cpu.ram_available_bytes.value == (10000000 + 200000 + 3000000) * 1024
+    assert cpu.numa_nodes.value == 2
+    assert cpu.mem_bandwidth_bytes_per_s == Fact.unknown(BANDWIDTH_UNKNOWN_NOTE)
+
+
+def test_detect_cpu_with_missing_files_never_raises(tmp_path):
+    cpu = detect_cpu(tmp_path / "no-proc", tmp_path / "no-sys")
+    assert cpu.logical_threads.value > 0
+    assert cpu.physical_cores.basis == "assumed" and "unreadable" in cpu.physical_cores.note
+    assert not cpu.ram_bytes.known and cpu.ram_bytes.note
+    assert not cpu.ram_available_bytes.known
+    assert not cpu.numa_nodes.known
+    json.dumps(cpu.to_dict())
+
+
+def test_detect_cpu_on_this_machine():
+    cpu = detect_cpu()
+    assert isinstance(cpu, CpuSpec) and cpu.name
+    assert cpu.logical_threads.value > 0
+    assert cpu.logical_threads.basis == "detected"
+    if cpu.physical_cores.known:
+        assert 0 < cpu.physical_cores.value <= cpu.logical_threads.value or cpu.physical_cores.basis == "assumed"
+    assert cpu.mem_bandwidth_bytes_per_s.basis == "unknown"
+    json.dumps(cpu.to_dict())
+
+
+# --- assumptions and platform_from ----------------------------------------------------
+
+
+def _cpu(cores, threads=None, bandwidth=None):
+    u = Fact.unknown("test")
+    return CpuSpec(
+        name="test CPU",
+        preset_id=None,
+        physical_cores=Fact.detected(cores, "test") if cores else u,
+        logical_threads=Fact.detected(threads, "test") if threads else u,
+        ram_bytes=u,
+        ram_available_bytes=u,
+        mem_bandwidth_bytes_per_s=Fact.measured(bandwidth, "test") if bandwidth else Fact.unknown("not measured"),
+        numa_nodes=u,
+    )
+
+
+def test_assumed_cpu_bandwidth():
+    desk = assumed_cpu_bandwidth_bytes_per_s(_cpu(8, 16))
+    assert desk.basis == "assumed" and desk.value == pytest.approx(89.6e9)
+    assert "DDR5-5600" in desk.note and "not measured" in desk.note
+    assert assumed_cpu_bandwidth_bytes_per_s(_cpu(24, 32)).value == pytest.approx(89.6e9)
+    big = assumed_cpu_bandwidth_bytes_per_s(_cpu(64, 128))
+    assert big.value > desk.value and big.basis == "assumed"
+    assert assumed_cpu_bandwidth_bytes_per_s(_cpu(96, 192)).value > big.value
+    assert assumed_cpu_bandwidth_bytes_per_s(_cpu(None, 16)).value == pytest.approx(89.6e9)
+    unknown = assumed_cpu_bandwidth_bytes_per_s(_cpu(None, None))
+    assert unknown.value == pytest.approx(89.6e9) and "unknown" in unknown.note
+    measured = _cpu(8, 16, bandwidth=70e9)
+    assert assumed_cpu_bandwidth_bytes_per_s(measured) is measured.mem_bandwidth_bytes_per_s
+
+
+def test_platform_from_choices():
+    detected = _cpu(8, 16)
+    p = platform_from("rtx 4090", "workstation", detected)
+    assert isinstance(p, Platform)
+    assert p.gpu.preset_id == "rtx-4090" and p.cpu.preset_id == "workstation"
+
+    p = platform_from("5090", None, detected)
+    assert p.cpu.name == "test CPU"
+    assert p.cpu.mem_bandwidth_bytes_per_s.basis == "assumed"
+    assert p.cpu.mem_bandwidth_bytes_per_s.value == pytest.approx(89.6e9)
+
+    p = platform_from(None, None, None)
+    assert p.cpu.preset_id == "desktop-ddr5"
+    assert not p.gpu.vram_bytes.known and p.gpu.vram_bytes.note
+    d = p.to_dict()
+    assert d["cpu"]["mem_bandwidth_bytes_per_s"] == {
+        "value": 96e9,
+        "basis": "preset",
+        "note": p.cpu.mem_bandwidth_bytes_per_s.note,
+    }
+    json.dumps(d)
+
+
+def test_fact_rules():
+    with pytest.raises(ValueError):
+        Fact(1, "guessed", "x")
+    with pytest.raises(ValueError):
+        Fact(None, "preset", "x")
+    assert Fact.unknown("why").to_dict() == {"value": None, "basis": "unknown", "note": "why"}
