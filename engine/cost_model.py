@@ -182,9 +182,12 @@ class AnalyticCostModel:
     def shared_per_token_s(self) -> float:
         bandwidth = self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency
         total = 0.0
+        # Over a conversation that fills the context, decode attends to half of it on
+        # average; the KV cache is still reserved for all of it (memory plan).
+        mean_fill = self.context_tokens // 2
         for block in range(self.model.n_blocks):
             weights = self.model.shared_layer_bytes(self.quant, block)
-            kv = self.model.kv_read_bytes_per_layer(block, self.context_tokens)
+            kv = self.model.kv_read_bytes_per_layer(block, mean_fill)
             total += self.a.gpu_block_overhead_s + (weights + kv) / bandwidth
         return total
 

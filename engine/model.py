@@ -161,23 +161,16 @@ class ModelSpec:
         embedding = 0 if self.tied_embeddings else quant.non_expert_bytes(self.embedding_params())
         return self.non_expert_bytes(quant) - embedding
 
-    def kv_cache_bytes(self, context_tokens: int) -> int:
-        per_token = self.attention.kv_elements_per_token() * KV_CACHE_BYTES_PER_ELEMENT
-        a = self.attention
-        total = 0
-        for block in range(self.n_blocks):
-            tokens = context_tokens
-            sliding = a.sliding_window_tokens and not (
-                a.sliding_window_every and (block + 1) % a.sliding_window_every == 0
-            )
-            if sliding:
-                tokens = min(context_tokens, a.sliding_window_tokens)
-            total += tokens * per_token
-        return total
-
     def kv_read_bytes_per_layer(self, block: int, context_tokens: int) -> int:
-        """KV-cache bytes one decode step reads in `block` at a full context."""
-        return self.kv_cache_bytes(context_tokens) // self.n_blocks
+        """KV-cache bytes one decode step reads in `block` with `context_tokens` cached."""
+        a = self.attention
+        tokens = context_tokens
+        if a.sliding_window_tokens and not (a.sliding_window_every and (block + 1) % a.sliding_window_every == 0):
+            tokens = min(context_tokens, a.sliding_window_tokens)
+        return tokens * a.kv_elements_per_token() * KV_CACHE_BYTES_PER_ELEMENT
+
+    def kv_cache_bytes(self, context_tokens: int) -> int:
+        return sum(self.kv_read_bytes_per_layer(b, context_tokens) for b in range(self.n_blocks))
 
 
 def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
@@ -211,7 +204,9 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             hf_repo=str(entry.get("hf_repo", "")),
             default_quant=str(entry.get("default_quant", "Q4_K_M")),
         )
-    except CopeInputError:
+    except CopeInputError as exc:
+        if exc.path is None:  # ModelSpec's own checks: name the file they came from
+            raise CopeInputError(str(exc), path=origin) from None
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise CopeInputError(f"bad model entry {entry.get('id', '?')!r}: {exc!r}", path=origin) from None

@@ -26,17 +26,39 @@ class Quantization:
         return int(round(params * self.non_expert_bits_per_weight / 8))
 
 
+QUANTIZATIONS_FILE = "assets/quantizations.json"
+
+
 @cache
 def quantizations() -> dict[str, Quantization]:
-    data = load_asset_json("quantizations.json")
-    table = {}
-    for row in data["quantizations"]:
-        q = Quantization(
-            name=row["name"],
-            expert_bits_per_weight=float(row["expert_bits_per_weight"]),
-            non_expert_bits_per_weight=float(row["non_expert_bits_per_weight"]),
-            source=row["source"],
-        )
+    """The table by upper-case name; the file is validated here, once."""
+    return _parse_quantizations(load_asset_json("quantizations.json"), origin=QUANTIZATIONS_FILE)
+
+
+def _parse_quantizations(data: object, *, origin: str) -> dict[str, Quantization]:
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        raise CopeInputError("expected a JSON object with 'schema_version': 1", path=origin)
+    rows = data.get("quantizations")
+    if not isinstance(rows, list) or not rows:
+        raise CopeInputError("field 'quantizations' must be a non-empty list", path=origin)
+    table: dict[str, Quantization] = {}
+    for index, row in enumerate(rows):
+        where = f"quantizations[{index}]"
+        if not isinstance(row, dict):
+            raise CopeInputError(f"{where} must be an object", path=origin)
+        for field in ("name", "source"):
+            if not isinstance(row.get(field), str) or not row[field].strip():
+                raise CopeInputError(f"{where}: field {field!r} must be a non-empty string", path=origin)
+        bits = {}
+        for field in ("expert_bits_per_weight", "non_expert_bits_per_weight"):
+            value = row.get(field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 32:
+                raise CopeInputError(f"{where} ({row['name']}): field {field!r} must be a number "
+                                     f"in (0, 32], got {value!r}", path=origin)
+            bits[field] = float(value)
+        q = Quantization(name=row["name"], source=row["source"], **bits)
+        if q.name.upper() in table:
+            raise CopeInputError(f"{where}: duplicate name {q.name!r}", path=origin)
         table[q.name.upper()] = q
     return table
 
