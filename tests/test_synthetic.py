@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.errors import CopeInputError
-from engine.model import AttentionShape, ModelSpec
+from engine.model import ModelSpec
+from tests.factories import tiny_model
 from engine.synthetic import (
     SyntheticSettings,
     fit_zipf_exponent,
@@ -17,23 +18,13 @@ from engine.synthetic import (
 
 
 def make_model(n_layers=48, experts=128, k=8, first_dense=0) -> ModelSpec:
-    return ModelSpec(
-        id=f"synthetic-{n_layers}x{experts}-top{k}",
-        name="test model",
-        arch="qwen3moe",
-        n_blocks=n_layers + first_dense,
+    return tiny_model(
+        model_id=f"synthetic-{n_layers}x{experts}-top{k}",
         moe_blocks=tuple(range(first_dense, n_layers + first_dense)),
-        n_routed_experts=experts,
-        top_k=k,
-        n_shared_experts=0,
-        hidden_size=2048,
-        expert_ffn_size=768,
-        shared_expert_ffn_size=0,
-        dense_ffn_size=0,
-        vocab_size=1000,
-        tied_embeddings=False,
-        attention=AttentionShape("gqa", 32, 4, 128),
-        source="test",
+        experts=experts,
+        k=k,
+        hidden=2048,
+        expert_ffn=768,
     )
 
 

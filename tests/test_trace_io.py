@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.errors import CopeInputError
-from engine.model import AttentionShape, ModelSpec
+from engine.model import ModelSpec
 from engine.trace import RoutingTrace, TraceMeta
 from engine.trace_io import (
     TraceWarning,
@@ -23,6 +23,7 @@ from engine.trace_io import (
     write_jsonl_trace,
     write_llama_moe_trace_csv,
 )
+from tests.factories import tiny_model
 
 BLOCKS = (1, 2, 3)  # block 0 dense, like DeepSeek
 E, K = 8, 2
@@ -30,24 +31,7 @@ SHAPE = dict(model_moe_blocks=BLOCKS, n_experts=E, top_k=K)
 
 
 def make_model(model_id="tiny", n_blocks=4, moe=BLOCKS, experts=E, k=K) -> ModelSpec:
-    return ModelSpec(
-        id=model_id,
-        name=model_id,
-        arch="deepseek2",
-        n_blocks=n_blocks,
-        moe_blocks=tuple(moe),
-        n_routed_experts=experts,
-        top_k=k,
-        n_shared_experts=0,
-        hidden_size=64,
-        expert_ffn_size=32,
-        shared_expert_ffn_size=0,
-        dense_ffn_size=128,
-        vocab_size=100,
-        tied_embeddings=False,
-        attention=AttentionShape("gqa", 4, 2, 16),
-        source="test",
-    )
+    return tiny_model(model_id=model_id, n_blocks=n_blocks, moe_blocks=moe, experts=experts, k=k, arch="deepseek2")
 
 
 def make_trace(tokens=7, seq_starts=(0, 3, 4), weights=True, predictions=True, seed=0) -> RoutingTrace:

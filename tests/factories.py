@@ -1,0 +1,36 @@
+"""Small model specs for tests that need a shape, not a real model."""
+
+from __future__ import annotations
+
+from engine.model import AttentionShape, ModelSpec
+
+
+def tiny_model(
+    *,
+    model_id: str = "tiny",
+    moe_blocks: tuple[int, ...] = (0,),
+    n_blocks: int | None = None,
+    experts: int = 8,
+    k: int = 2,
+    hidden: int = 64,
+    expert_ffn: int = 32,
+    arch: str = "qwen3moe",
+) -> ModelSpec:
+    return ModelSpec(
+        id=model_id,
+        name=model_id,
+        arch=arch,
+        n_blocks=n_blocks if n_blocks is not None else max(moe_blocks) + 1,
+        moe_blocks=tuple(moe_blocks),
+        n_routed_experts=experts,
+        top_k=k,
+        n_shared_experts=0,
+        hidden_size=hidden,
+        expert_ffn_size=expert_ffn,
+        shared_expert_ffn_size=0,
+        dense_ffn_size=128,
+        vocab_size=100,
+        tied_embeddings=False,
+        attention=AttentionShape("gqa", 4, 2, 16),
+        source="test",
+    )
