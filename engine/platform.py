@@ -9,7 +9,7 @@ and validated once, where they are read.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import Any
 
@@ -86,6 +86,8 @@ def _spec_to_dict(spec: Any) -> dict[str, Any]:
 
 # --- value types ------------------------------------------------------------------
 
+_NOT_REPORTED = Fact.unknown("not reported by this source (a preset gives spec-sheet figures only)")
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -98,6 +100,15 @@ class GpuSpec:
     pcie_lanes: Fact
     h2d_bytes_per_s: Fact  # effective pinned host-to-device bandwidth
     sm_count: Fact
+    # Added with detection; defaults keep older constructors (presets) working.
+    # pcie_gen / pcie_lanes above are the most the link can run at with this device and
+    # system (a spec-sheet figure for presets); these are the link's state when read,
+    # which drops while the GPU idles (link power saving).
+    pcie_gen_current: Fact = field(default=_NOT_REPORTED)
+    pcie_lanes_current: Fact = field(default=_NOT_REPORTED)
+    h2d_pageable_bytes_per_s: Fact = field(default=_NOT_REPORTED)  # from pageable host memory
+    driver_version: Fact = field(default=_NOT_REPORTED)
+    cuda_version: Fact = field(default=_NOT_REPORTED)
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)
@@ -140,6 +151,11 @@ def unknown_gpu(why: str) -> GpuSpec:
         pcie_lanes=u,
         h2d_bytes_per_s=u,
         sm_count=u,
+        pcie_gen_current=u,
+        pcie_lanes_current=u,
+        h2d_pageable_bytes_per_s=u,
+        driver_version=u,
+        cuda_version=u,
     )
 
 
