@@ -1,0 +1,217 @@
+"""Cost models from a measured Profile: atomic and combined fidelity (DESIGN.md §5).
+
+- AtomicCostModel: the medians of single operators (GPU experts for n, CPU experts for
+  n at a thread count, host-to-device copies, sync, shared layer, head), composed into
+  layer steps by the same rules as the analytic model (`engine.cost_model.Lanes`).
+  An n that was not measured is read off the straight line fitted to the measured
+  ones, and `describe()` lists such lookups.
+- CombinedCostModel: a state's measured whole-step time (a "schedule" measurement)
+  where the profile has one, the atomic composition otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from engine.cost_model import CostModel, Lanes, StateCosts, compose_state_costs
+from engine.errors import CopeInputError
+from engine.policy import Execution
+from engine.profile import Profile
+
+
+class _Curve:
+    """Time of an operator as a function of n experts: the measured medians, and the
+    least-squares line through them (intercept >= 0: the fixed cost; slope >= 0: the
+    cost of one more expert) for the composition rules and for unmeasured n."""
+
+    def __init__(self, points: dict[int, float], what: str, on_extrapolate):
+        self.points = dict(sorted(points.items()))
+        self.what = what
+        self._on_extrapolate = on_extrapolate
+        ns = np.array(list(self.points), dtype=np.float64)
+        ys = np.array(list(self.points.values()), dtype=np.float64)
+        if len(ns) == 1:
+            slope, intercept = ys[0] / ns[0], 0.0
+        else:
+            slope, intercept = np.polyfit(ns, ys, 1)
+            if intercept < 0:  # noisy small n: a line through the origin instead
+                slope, intercept = float(ns @ ys / (ns @ ns)), 0.0
+        self.slope_s = max(float(slope), 0.0)
+        self.intercept_s = max(float(intercept), 0.0)
+
+    def __call__(self, n: int) -> float:
+        if n == 0:
+            return 0.0
+        if n in self.points:
+            return self.points[n]
+        self._on_extrapolate(f"{self.what} n={n}")
+        return self.intercept_s + n * self.slope_s
+
+
+class AtomicCostModel:
+    """Measured single operators, composed with sum, max and the greedy split."""
+
+    fidelity = "atomic"
+
+    def __init__(self, profile: Profile, *, n_blocks: int, source: str | None = None):
+        """`n_blocks`: the model's blocks, for the shared per-token cost; `source`: the
+        profile's file, named in errors."""
+        self.profile = profile
+        self.n_blocks = n_blocks
+        self.source = source
+        self.extrapolated: set[str] = set()
+        self._gpu = self._curve("gpu_experts", {})
+        self._copy = self._curve("h2d_copy", {})
+        self._cpu: dict[int, _Curve] = {}
+
+    # --- measurements ------------------------------------------------------------------
+    def _missing(self, what: str) -> CopeInputError:
+        return CopeInputError(f"the profile has no {what} measurement; run the probes again", path=self.source)
+
+    def _curve(self, operator: str, fixed: dict) -> _Curve:
+        points = {}
+        for m in self.profile.of(operator):
+            key = m.key_dict
+            n = key.pop("n")
+            if key == fixed:
+                points[n] = m.median_s
+        if not points:
+            label = operator + "".join(f" {k}={v}" for k, v in fixed.items())
+            if operator == "cpu_experts":
+                measured = sorted({m.key_dict["threads"] for m in self.profile.of(operator)})
+                raise CopeInputError(
+                    f"the profile has no cpu_experts measurement at {fixed['threads']} threads "
+                    f"(measured at: {', '.join(map(str, measured)) or 'none'}); run the probes with these threads",
+                    path=self.source,
+                )
+            raise self._missing(label)
+        label = operator + "".join(f" {k}={v}" for k, v in fixed.items())
+        return _Curve(points, label, self.extrapolated.add)
+
+    def _single(self, operator: str, key: dict | None = None) -> float:
+        m = self.profile.find(operator, key or {})
+        if m is None:
+            raise self._missing(operator)
+        return m.median_s
+
+    # --- single lanes ------------------------------------------------------------------
+    def gpu_experts_s(self, n: int) -> float:
+        return self._gpu(n)
+
+    def cpu_experts_s(self, n: int, threads: int) -> float:
+        return self._cpu_curve(threads)(n)
+
+    def copy_experts_s(self, n: int) -> float:
+        return self._copy(n)
+
+    def _cpu_curve(self, threads: int) -> _Curve:
+        if threads not in self._cpu:
+            self._cpu[threads] = self._curve("cpu_experts", {"threads": threads})
+        return self._cpu[threads]
+
+    def lanes(self, threads: int) -> Lanes:
+        cpu = self._cpu_curve(threads)
+        return Lanes(
+            gpu_experts_s=self._gpu,
+            cpu_experts_s=cpu,
+            copy_experts_s=self._copy,
+            sync_s=self._single("sync"),
+            gpu_launch_s=self._gpu.intercept_s,
+            gpu_per_expert_s=self._gpu.slope_s,
+            cpu_dispatch_s=cpu.intercept_s,
+            cpu_per_expert_s=cpu.slope_s,
+            copy_latency_s=self._copy.intercept_s,
+            copy_per_expert_s=self._copy.slope_s,
+        )
+
+    # --- the CostModel interface -------------------------------------------------------
+    def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
+        return compose_state_costs(Execution(execution), top_k, prefetch_budget, self.lanes(threads))
+
+    def shared_per_token_s(self) -> float:
+        """Σ over blocks of the block's own shared_layer measurement, else the one for every block."""
+        generic = self.profile.find("shared_layer", {})
+        total = 0.0
+        for block in range(self.n_blocks):
+            m = self.profile.find("shared_layer", {"block": block}) or generic
+            if m is None:
+                raise self._missing(f"shared_layer (block {block}, or one for every block)")
+            total += m.median_s
+        return total
+
+    def token_overhead_s(self) -> float:
+        return self._single("token_head")
+
+    def describe(self) -> dict:
+        by_operator: dict[str, int] = {}
+        for m in self.profile.measurements:
+            by_operator[m.operator] = by_operator.get(m.operator, 0) + 1
+        return {
+            "fidelity": self.fidelity,
+            "basis": "measured single operators composed with the analytic model's sum, max and greedy rules",
+            "profile_key": self.profile.key,
+            "provenance": self.profile.provenance.to_dict(),
+            "model_shape": self.profile.model_shape.to_dict(),
+            "measurements": by_operator,
+            "extrapolated": sorted(self.extrapolated),
+        }
+
+
+class CombinedCostModel:
+    """Measured whole layer steps where the profile has them, `atomic` elsewhere.
+
+    A state's step time comes from the "schedule" measurement with its execution, hits,
+    misses and threads and no prefetch copies; the lane busy times, the ready-first
+    lane split and the prefetch copy times stay those of `atomic`.
+    """
+
+    fidelity = "combined"
+
+    def __init__(self, profile: Profile, atomic: CostModel, *, source: str | None = None):
+        self.profile = profile
+        self.atomic = atomic
+        self.source = source
+        self._measured: set[tuple[str, int, int, int]] = set()  # (execution, hits, top_k, threads)
+        self._estimated: set[tuple[str, int, int, int]] = set()
+
+    def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
+        execution = Execution(execution)
+        base = self.atomic.state_costs(execution, threads, top_k, prefetch_budget)
+        total = np.array(base.total_s, dtype=np.float64, copy=True)
+        for h in range(top_k + 1):
+            state = (execution.value, h, top_k, threads)
+            m = self.profile.find(
+                "schedule",
+                {"execution": execution.value, "hits": h, "misses": top_k - h, "prefetches": 0, "threads": threads},
+            )
+            if m is not None:
+                total[h] = m.median_s
+            if m is not None and m.basis == "measured":
+                self._measured.add(state)
+                self._estimated.discard(state)
+            elif state not in self._measured:
+                self._estimated.add(state)
+        return replace(base, total_s=total)
+
+    def shared_per_token_s(self) -> float:
+        return self.atomic.shared_per_token_s()
+
+    def token_overhead_s(self) -> float:
+        return self.atomic.token_overhead_s()
+
+    def describe(self) -> dict:
+        schedules = self.profile.of("schedule")
+        with_prefetch = sum(1 for m in schedules if m.key_dict["prefetches"] > 0)
+        return {
+            "fidelity": self.fidelity,
+            "basis": "measured whole layer steps where probed, atomic composition elsewhere",
+            "states_measured": len(self._measured),
+            "states_estimated": len(self._estimated),
+            "schedule_measurements": len(schedules),
+            # The step cost of a state is indexed by hits only: schedules measured with
+            # prefetch copies in flight are kept in the profile but not used here.
+            "schedule_measurements_with_prefetch_unused": with_prefetch,
+            "fallback": self.atomic.describe(),
+        }

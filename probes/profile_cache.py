@@ -1,0 +1,147 @@
+"""The profile cache: measured profiles kept between runs, one file per cache key.
+
+Where: `<cache dir>/profiles/<key>.json`, the cache dir being, first found, the `root`
+argument, the COPE_CACHE_DIR environment variable, or platformdirs' user cache dir
+for "cope".
+
+A corrupt or foreign file is never trusted and never deleted: it is renamed aside to
+`<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning.
+
+`ProfileWriter` saves as it goes, so a probe run that is interrupted keeps what it
+measured; the next run resumes from the cached file and asks `missing(planned)`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from engine.errors import CopeInputError
+from engine.profile import Ident, Measurement, Profile, load_profile, save_profile
+
+CACHE_ENV = "COPE_CACHE_DIR"
+
+
+class ProfileCacheWarning(UserWarning):
+    """A cached profile could not be used and was set aside."""
+
+
+def cache_dir(root: str | os.PathLike | None = None) -> Path:
+    """The folder that holds `profiles/`."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("cope"))
+
+
+def profile_path(key: str, root: str | os.PathLike | None = None) -> Path:
+    if not key or not all(c in "0123456789abcdef" for c in key):
+        raise ValueError(f"not a profile cache key: {key!r}")
+    return cache_dir(root) / "profiles" / f"{key}.json"
+
+
+def load_cached(key: str, root: str | os.PathLike | None = None) -> Profile | None:
+    """The cached profile for `key`, or None when there is none or it was unusable.
+
+    An unusable file (damaged, foreign, another schema version, or a profile of a
+    different key) is renamed aside and reported with a ProfileCacheWarning.
+    """
+    path = profile_path(key, root)
+    if not path.exists():
+        return None
+    try:
+        profile = load_profile(path)
+        if profile.key != key:
+            raise CopeInputError(f"holds the profile of key {profile.key}, not {key}", path=str(path))
+    except CopeInputError as exc:
+        aside = set_aside(path)
+        warnings.warn(f"{exc}; not used, moved to {aside.name}", ProfileCacheWarning, stacklevel=2)
+        return None
+    return profile
+
+
+def set_aside(path: Path) -> Path:
+    """Rename `path` to `<name>.corrupt-<UTC timestamp>` (never over an existing file)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    os.rename(path, aside)
+    return aside
+
+
+def store(profile: Profile, root: str | os.PathLike | None = None) -> Path:
+    """Write `profile` to its cache file atomically; returns the path."""
+    path = profile_path(profile.key, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(profile, path)
+    return path
+
+
+class ProfileWriter:
+    """Merges measurements into the cached profile as they come.
+
+    Starts from `base` (provenance, shape and hardware of this run), adding what the
+    cache already holds for the same key when `resume` is set. Every `every`
+    measurements, and on leaving a `with` block, the profile is rewritten atomically,
+    so an interrupted run loses at most the last `every - 1` measurements.
+    """
+
+    def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1):
+        if every < 1:
+            raise ValueError("every must be at least 1")
+        self.root = root
+        self.every = every
+        self._pending = 0
+        profile = base
+        if resume:
+            cached = load_cached(base.key, root)
+            if cached is not None:
+                # This run's provenance, with the probe time of the earlier runs added.
+                provenance = replace(
+                    base.provenance, probe_used_s=cached.provenance.probe_used_s + base.provenance.probe_used_s
+                )
+                merged = cached.merged(base.measurements).measurements
+                profile = Profile(provenance, base.model_shape, base.hardware, merged)
+        self._profile = profile
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
+
+    @property
+    def path(self) -> Path:
+        return profile_path(self._profile.key, self.root)
+
+    def add(self, measurement: Measurement, *, elapsed_s: float = 0.0) -> None:
+        """Merge one measurement (replacing an older one of the same thing); `elapsed_s`
+        is the probe time it took, added to the provenance."""
+        self._profile = self._profile.merged([measurement], probe_used_s=elapsed_s)
+        self._pending += 1
+        if self._pending >= self.every:
+            self.flush()
+
+    def flush(self) -> Path:
+        path = store(self._profile, self.root)
+        self._pending = 0
+        return path
+
+    def missing(self, planned: Iterable[Ident]) -> list[Ident]:
+        return self._profile.missing(planned)
+
+    def __enter__(self) -> ProfileWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pending:
+            self.flush()
