@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--eviction", default="lru", help="mutable-cache eviction rules: lru, score or lru,score")
     adv.add_argument("--prefetch", choices=("timed", "optimistic"), default="timed",
                      help="timed: a prefetch is exposed when the previous layer is too short to hide it")
+    adv.add_argument("--fidelity", choices=("analytic", "atomic", "combined"),
+                     help="cost model (default: combined when a cached profile exists for this "
+                          "hardware and model, else analytic)")
+    adv.add_argument("--probe-budget", type=float, default=60.0, metavar="SECONDS",
+                     help="time for probes when atomic/combined has no cached profile (default 60)")
+    adv.add_argument("--reprobe", action="store_true", help="ignore the cached profile and probe again")
     adv.add_argument("--json", action="store_true", help="one JSON document on stdout")
     adv.add_argument("--all", action="store_true", help="list every candidate in the table")
 
@@ -82,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from cope_tui.inputs import AdviseArgs, build_request
     from engine.advise import advise
-    from engine.cost_model import AnalyticCostModel
 
     request = build_request(
         AdviseArgs(
@@ -93,9 +98,7 @@ def _advise(args: argparse.Namespace) -> int:
             prefetch_mode=args.prefetch,
         )
     )
-    cost_model = AnalyticCostModel(
-        request.model, request.quant, request.platform, context_tokens=request.context_tokens
-    )
+    cost_model = _choose_cost_model(args, request)
     recommendation = advise(request, cost_model)
     if args.json:
         import orjson
@@ -109,6 +112,77 @@ def _advise(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_recommendation(recommendation, limit=None if args.all else 15))
     return EXIT_OK
+
+
+def _choose_cost_model(args: argparse.Namespace, request):  # type: ignore[no-untyped-def]
+    """Analytic, or atomic/combined from the cached profile (probing when there is none)."""
+    from engine.cost_model import AnalyticCostModel
+    from probes.runner import cached_profile
+
+    if args.probe_budget <= 0:
+        raise CopeInputError(f"--probe-budget must be positive, got {args.probe_budget}")
+    analytic = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+    fidelity = args.fidelity
+    if fidelity is None:
+        fidelity = "combined" if not args.reprobe and cached_profile(request) is not None else "analytic"
+    if fidelity == "analytic":
+        return analytic
+
+    from probes.runner import ensure_profile, measured_cost_model
+
+    def candidates():
+        from engine.advise import advise
+
+        rec = advise(request, analytic)
+        return [(e.candidate.execution, e.stats) for e in rec.estimates]
+
+    def say(done: int, total: int, label: str) -> None:
+        print(f"cope: probe {done}/{total}: {label}", file=sys.stderr, flush=True)
+
+    outcome = ensure_profile(
+        request, fidelity, budget_s=args.probe_budget, reprobe=args.reprobe,
+        candidates=candidates, make_prober=_PROBER_FACTORY, progress=say,
+    )
+    if outcome.ran is not None:
+        r = outcome.ran
+        print(f"cope: probes: {r.measured} measured, {r.skipped} already cached, {r.left} left"
+              + (f" ({r.stopped})" if r.stopped else "") + f" in {r.elapsed_s:.1f} s; profile {outcome.source}",
+              file=sys.stderr)
+    return _Described(measured_cost_model(request, fidelity, outcome.profile, outcome.source), outcome)
+
+
+_PROBER_FACTORY = None  # tests put a fake prober factory here
+
+
+class _Described:
+    """A measured cost model whose describe() also says where the profile came from."""
+
+    def __init__(self, inner, outcome):  # type: ignore[no-untyped-def]
+        self._inner = inner
+        self._outcome = outcome
+        self.fidelity = inner.fidelity
+
+    def state_costs(self, *a, **kw):  # type: ignore[no-untyped-def]
+        return self._inner.state_costs(*a, **kw)
+
+    def shared_per_token_s(self) -> float:
+        return self._inner.shared_per_token_s()
+
+    def token_overhead_s(self) -> float:
+        return self._inner.token_overhead_s()
+
+    def describe(self) -> dict:
+        doc = dict(self._inner.describe())
+        counts: dict[str, int] = {}
+        for m in self._outcome.profile.measurements:
+            counts[m.basis] = counts.get(m.basis, 0) + 1
+        doc["profile_source"] = self._outcome.source
+        doc["profile_from_cache"] = self._outcome.ran is None
+        doc["measured_count"] = counts.get("measured", 0)
+        doc["preset_count"] = counts.get("preset", 0)
+        doc["measured_plus_preset_count"] = counts.get("measured+preset", 0)
+        doc["estimated_count"] = counts.get("estimated-from-atomic", 0) + len(getattr(self._inner, "_estimated", ()))
+        return doc
 
 
 def _detect(args: argparse.Namespace) -> int:

@@ -155,6 +155,7 @@ class AtomicCostModel:
             "provenance": self.profile.provenance.to_dict(),
             "model_shape": self.profile.model_shape.to_dict(),
             "measurements": by_operator,
+            "measurements_by_basis": _by_basis(self.profile.measurements),
             "extrapolated": sorted(self.extrapolated),
         }
 
@@ -175,6 +176,7 @@ class CombinedCostModel:
         self.source = source
         self._measured: set[tuple[str, int, int, int]] = set()  # (execution, hits, top_k, threads)
         self._estimated: set[tuple[str, int, int, int]] = set()
+        self._preset: set[tuple[str, int, int, int]] = set()  # GPU lanes (or all) from a preset
 
     def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
         execution = Execution(execution)
@@ -191,7 +193,12 @@ class CombinedCostModel:
             if m is not None and m.basis == "measured":
                 self._measured.add(state)
                 self._estimated.discard(state)
-            elif state not in self._measured:
+                self._preset.discard(state)
+            elif m is not None and m.basis in ("preset", "measured+preset"):
+                if state not in self._measured:
+                    self._preset.add(state)
+                    self._estimated.discard(state)
+            elif state not in self._measured and state not in self._preset:
                 self._estimated.add(state)
         return replace(base, total_s=total)
 
@@ -209,9 +216,18 @@ class CombinedCostModel:
             "basis": "measured whole layer steps where probed, atomic composition elsewhere",
             "states_measured": len(self._measured),
             "states_estimated": len(self._estimated),
+            "states_partly_preset": len(self._preset),
             "schedule_measurements": len(schedules),
+            "schedule_measurements_by_basis": _by_basis(schedules),
             # The step cost of a state is indexed by hits only: schedules measured with
             # prefetch copies in flight are kept in the profile but not used here.
             "schedule_measurements_with_prefetch_unused": with_prefetch,
             "fallback": self.atomic.describe(),
         }
+
+
+def _by_basis(measurements) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in measurements:
+        counts[m.basis] = counts.get(m.basis, 0) + 1
+    return counts

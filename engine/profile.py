@@ -46,7 +46,9 @@ KeyValue = Union[int, str]
 Key = tuple[tuple[str, KeyValue], ...]  # sorted (field, value) pairs
 Ident = tuple[str, Key]  # (operator, key): what a measurement is of
 
-BASES = ("measured", "estimated-from-atomic")
+# "preset": from the analytic model of a hardware preset (no such device here);
+# "measured+preset": a layer step whose CPU lane was measured, its GPU lanes preset.
+BASES = ("measured", "estimated-from-atomic", "preset", "measured+preset")
 
 _STR_FIELDS = {"execution"}
 # operator -> (required key fields, optional key fields)
@@ -100,7 +102,7 @@ class Measurement:
     median_s: float
     spread_s: float  # interquartile range of the repeats
     repeats: int
-    basis: str = "measured"  # or "estimated-from-atomic"
+    basis: str = "measured"  # or "estimated-from-atomic", "preset", "measured+preset"
 
     def __post_init__(self):
         object.__setattr__(self, "key", normalize_key(self.operator, self.key))

@@ -1,0 +1,323 @@
+"""Run a probe plan (engine.probe_plan) into the profile cache (probes.profile_cache).
+
+Atomic probes first, then the combined layer steps, most frequent first; a total
+budget in seconds, a cancel flag and a progress callback (done, total, label). Each
+measurement is written as it comes (ProfileWriter), so an interrupted run, Ctrl-C
+included, keeps what it measured and the next run skips it.
+
+On a machine without a GPU the CPU side is measured for real and the GPU-side
+operators (gpu_experts, h2d_copy, sync, shared_layer, token_head) come from the
+analytic model of the chosen GPU preset, with basis "preset"; a layer step that mixes
+a measured CPU lane with preset GPU lanes has basis "measured+preset".
+
+torch is imported only when something is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.cost_model import AnalyticCostModel, compose_step
+from engine.policy import Execution
+from engine.probe_plan import ProbePlan, atomic_probes, plan_probes
+from engine.profile import Measurement, ModelShape, Profile, Provenance, cache_key
+from probes.profile_cache import ProfileWriter, load_cached
+
+GPU_OPERATORS = frozenset({"gpu_experts", "h2d_copy", "sync", "shared_layer", "token_head"})
+FIDELITIES = ("analytic", "atomic", "combined")
+MIN_SHARE_S = 0.05
+Progress = Callable[[int, int, str], None]
+
+
+class Prober(Protocol):
+    kernel_stand_ins: dict[str, str]
+
+    def measure(self, operator: str, key: dict, share_s: float) -> Measurement: ...
+
+
+@dataclass(frozen=True)
+class RunResult:
+    measured: int  # measurements taken in this run
+    skipped: int  # already in the profile
+    left: int  # not reached (budget or cancel)
+    stopped: str | None  # "budget", "cancelled" or None
+    elapsed_s: float
+
+
+def _label(operator: str, key: dict) -> str:
+    return operator + "".join(f" {k}={v}" for k, v in sorted(key.items()))
+
+
+def run_plan(
+    plan: ProbePlan,
+    writer: ProfileWriter,
+    prober: Prober,
+    *,
+    budget_s: float | None = None,
+    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RunResult:
+    """Measure what `plan` asks for and `writer` lacks, atomic probes first.
+
+    The atomic probes always run (every measured fidelity needs them); combined states
+    stop at the budget. A KeyboardInterrupt flushes what was measured and propagates.
+    """
+    budget_s = plan.budget_s if budget_s is None else budget_s
+    wanted = [(p.operator, dict(p.key), p.probe_s, True) for p in plan.atomic]
+    wanted += [("schedule", s.state.key, s.probe_s, False) for s in plan.states]
+    todo = [w for w in wanted if writer.missing([(w[0], w[1])])]
+    skipped = len(wanted) - len(todo)
+    total = len(todo)
+    start = clock()
+    done = 0
+    stopped = None
+    try:
+        for operator, key, probe_s, atomic in todo:
+            if cancel is not None and cancel.is_set():
+                stopped = "cancelled"
+                break
+            spent = clock() - start
+            if not atomic and spent >= budget_s:
+                stopped = "budget"
+                break
+            label = _label(operator, key)
+            if progress:
+                progress(done, total, label)
+            share = max(MIN_SHARE_S, min(probe_s, (budget_s - spent) / max(total - done, 1)))
+            t0 = clock()
+            measurement = prober.measure(operator, key, share)
+            writer.add(measurement, elapsed_s=clock() - t0)
+            done += 1
+    finally:
+        writer.flush()
+    if progress:
+        progress(done, total, stopped or "done")
+    return RunResult(done, skipped, total - done, stopped, clock() - start)
+
+
+# --- the local machine ---------------------------------------------------------------
+
+
+class PresetGpu:
+    """GPU-side operators from the analytic model of a GPU preset (basis "preset")."""
+
+    def __init__(self, analytic: AnalyticCostModel):
+        self.analytic = analytic
+
+    def seconds(self, operator: str, key: dict) -> float:
+        a = self.analytic
+        if operator == "gpu_experts":
+            return a.gpu_experts_s(key["n"])
+        if operator == "h2d_copy":
+            return a.copy_experts_s(key["n"])
+        if operator == "sync":
+            return a.a.sync_s
+        if operator == "shared_layer":
+            return a.shared_per_token_s() / a.model.n_blocks
+        if operator == "token_head":
+            return a.token_overhead_s()
+        raise ValueError(f"{operator} is not a GPU-side operator")
+
+    def measure(self, operator: str, key: dict) -> Measurement:
+        return Measurement(operator, key, self.seconds(operator, key), 0.0, 1, basis="preset")
+
+
+class LocalProber:
+    """Measures on this machine: the CPU for real; the GPU for real when CUDA is there,
+    else from `preset`. Layer steps run the real CPU lane of the step; on a machine
+    without a GPU it is composed with the preset's GPU, copy and sync lanes."""
+
+    def __init__(self, model: Any, quant: Any, preset: PresetGpu, *, pool_bytes: int | None = None,
+                 cuda: bool | None = None):
+        from probes.operators import ExpertPool, ExpertShape
+
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.preset = preset
+        self.shape = ExpertShape.of(model, quant)
+        self.cpu_pool = ExpertPool(self.shape, "cpu", pool_bytes=pool_bytes, min_experts=model.top_k)
+        self.cuda = torch.cuda.is_available() if cuda is None else cuda
+        self.gpu_pool = None
+        if self.cuda:  # pragma: no cover - needs CUDA
+            self.gpu_pool = ExpertPool(self.shape, "cuda", pool_bytes=pool_bytes, min_experts=model.top_k)
+        self.kernel_stand_ins = {quant.name: "CPU: " + self.cpu_pool.kernel_stand_in()}
+        if self.gpu_pool is not None:  # pragma: no cover
+            self.kernel_stand_ins[quant.name] += "; GPU: " + self.gpu_pool.kernel_stand_in()
+        self._cpu_step: dict[tuple[int, int], float] = {}
+
+    @property
+    def gpu_name(self) -> str:
+        if self.cuda:  # pragma: no cover
+            return self.torch.cuda.get_device_name(0)
+        return f"none: GPU figures from the {self.preset.analytic.platform.gpu.name} preset"
+
+    def measure(self, operator: str, key: dict, share_s: float) -> Measurement:
+        from probes import operators as ops
+
+        if operator == "cpu_experts":
+            t = ops.cpu_experts(self.cpu_pool, key["n"], key["threads"], share_s)
+            return Measurement(operator, key, t.median_s, t.spread_s, t.repeats)
+        if operator == "schedule":
+            return self._schedule(key, share_s)
+        if operator in GPU_OPERATORS and not self.cuda:
+            return self.preset.measure(operator, key)
+        return self._measure_gpu(operator, key, share_s)  # pragma: no cover
+
+    def _measure_gpu(self, operator, key, share_s):  # pragma: no cover - needs CUDA
+        from probes import operators as ops
+
+        if operator == "gpu_experts":
+            t = ops.gpu_experts(self.gpu_pool, key["n"], share_s)
+        elif operator == "h2d_copy":
+            copier = ops.H2DCopier(self.shape.expert_bytes, key["n"])
+            t = copier.time(key["n"], share_s)
+        elif operator == "sync":
+            t = ops.gpu_sync(self.shape.hidden_size, share_s)
+        else:  # shared_layer, token_head: not probed as kernels yet
+            return self.preset.measure(operator, key)
+        return Measurement(operator, key, t.median_s, t.spread_s, t.repeats)
+
+    def _schedule(self, key: dict, share_s: float) -> Measurement:
+        from probes import operators as ops
+
+        execution = Execution(key["execution"])
+        h, m, threads = key["hits"], key["misses"], key["threads"]
+        uses_cpu = m > 0 and execution is not Execution.STAGE
+        cpu_s, spread, repeats = 0.0, 0.0, 1
+        if uses_cpu:
+            t = ops.cpu_experts(self.cpu_pool, m, threads, share_s)
+            cpu_s, spread, repeats = t.median_s, t.spread_s, t.repeats
+        lanes = self.preset.analytic.lanes(threads)
+        if uses_cpu:
+            per = cpu_s / m
+            lanes = replace(lanes, cpu_experts_s=lambda n: n * per, cpu_dispatch_s=0.0, cpu_per_expert_s=per)
+        total = compose_step(execution, h, m, lanes)[0]
+        basis = "measured+preset" if uses_cpu else "preset"
+        return Measurement("schedule", key, total, spread, repeats, basis=basis)
+
+
+# --- profiles for `cope advise` --------------------------------------------------------
+
+
+def hardware_key(request: Any) -> dict:
+    """What the profile depends on besides the model shape (no torch needed)."""
+    p = request.platform
+    return {
+        "cpu": p.cpu.name,
+        "cpu_preset": p.cpu.preset_id or "",
+        "gpu": p.gpu.name,
+        "gpu_preset": p.gpu.preset_id or "",
+        "cuda_device_visible": Path("/dev/nvidia0").exists(),
+        "context_tokens": int(request.context_tokens),
+    }
+
+
+def model_shape(request: Any) -> ModelShape:
+    return ModelShape(request.model.id, request.model.expert_bytes(request.quant), request.quant.name)
+
+
+def profile_key(request: Any) -> str:
+    return cache_key(hardware_key(request), model_shape(request).to_dict())
+
+
+def cached_profile(request: Any, root: str | os.PathLike | None = None) -> Profile | None:
+    return load_cached(profile_key(request), root)
+
+
+def probe_seconds(cuda: bool) -> Callable[[str, dict], float]:
+    def estimate(operator: str, key: dict) -> float:
+        if operator in GPU_OPERATORS:
+            return 0.2 if cuda else 0.0
+        if operator == "cpu_experts":
+            return 0.4
+        return 0.8
+
+    return estimate
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    profile: Profile
+    source: str
+    ran: RunResult | None  # None: the cache had what was needed
+
+
+def ensure_profile(
+    request: Any,
+    fidelity: str,
+    *,
+    budget_s: float = 60.0,
+    reprobe: bool = False,
+    root: str | os.PathLike | None = None,
+    candidates: Callable[[], list] | None = None,
+    make_prober: Callable[[], Prober] | None = None,
+    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
+) -> ProfileOutcome:
+    """The profile `fidelity` needs: the cached one when it has every atomic probe
+    (and not `reprobe`), else one measured now within `budget_s`, resuming from the
+    cache. `candidates()` gives [(Execution, ReplayStats)] for the combined plan."""
+    if fidelity not in ("atomic", "combined"):
+        raise ValueError(f"fidelity {fidelity!r} needs no profile")
+    threads, k = request.threads, request.model.top_k
+    key = profile_key(request)
+    cached = None if reprobe else load_cached(key, root)
+    atomic = atomic_probes(k, threads, 0.0)
+    if cached is not None and not cached.missing([p.ident for p in atomic]):
+        return ProfileOutcome(cached, str(_path(key, root)), None)
+
+    analytic = AnalyticCostModel(request.model, request.quant, request.platform,
+                                 context_tokens=request.context_tokens)
+    prober = make_prober() if make_prober else LocalProber(request.model, request.quant, PresetGpu(analytic))
+    cuda = bool(getattr(prober, "cuda", False))
+    if fidelity == "combined" and candidates is not None:
+        plan = plan_probes(candidates(), threads=threads, budget_s=budget_s, probe_s=probe_seconds(cuda))
+    else:
+        plan = ProbePlan(atomic_probes(k, threads, probe_seconds(cuda)), (), (), float(budget_s), threads)
+    base = Profile(_provenance(prober, budget_s), model_shape(request), hardware_key(request))
+    writer = ProfileWriter(base, root=root, resume=not reprobe)
+    result = run_plan(plan, writer, prober, budget_s=budget_s, cancel=cancel, progress=progress)
+    return ProfileOutcome(writer.profile, str(writer.path), result)
+
+
+def _path(key: str, root) -> Path:
+    from probes.profile_cache import profile_path
+
+    return profile_path(key, root)
+
+
+def _provenance(prober: Any, budget_s: float) -> Provenance:
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:  # pragma: no cover
+        torch_version = "not installed"
+    return Provenance(
+        host=socket.gethostname(),
+        gpu_name=str(getattr(prober, "gpu_name", "unknown")),
+        driver=str(getattr(prober, "driver", "")),
+        torch_version=torch_version,
+        date_iso=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        probe_budget_s=float(budget_s),
+        probe_used_s=0.0,
+        kernel_stand_ins=dict(getattr(prober, "kernel_stand_ins", {})),
+    )
+
+
+def measured_cost_model(request: Any, fidelity: str, profile: Profile, source: str | None = None):
+    from engine.measured_cost import AtomicCostModel, CombinedCostModel
+
+    atomic = AtomicCostModel(profile, n_blocks=request.model.n_blocks, source=source)
+    return atomic if fidelity == "atomic" else CombinedCostModel(profile, atomic, source=source)

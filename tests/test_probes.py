@@ -1,0 +1,232 @@
+"""Operators, the probe runner and `cope advise --fidelity` (no GPU, no network)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cope_tui import cli  # noqa: E402
+from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.measured_cost import CombinedCostModel  # noqa: E402
+from engine.platform import platform_from  # noqa: E402
+from engine.policy import Execution  # noqa: E402
+from engine.probe_plan import plan_probes  # noqa: E402
+from engine.profile import Measurement, load_profile  # noqa: E402
+from engine.quant import get_quantization  # noqa: E402
+from engine.replay import ReplayStats  # noqa: E402
+from probes import operators as ops  # noqa: E402
+from probes.runner import (  # noqa: E402
+    GPU_OPERATORS,
+    LocalProber,
+    PresetGpu,
+    ensure_profile,
+    measured_cost_model,
+    profile_key,
+    run_plan,
+)
+from probes.profile_cache import ProfileWriter, load_cached  # noqa: E402
+from tests.factories import tiny_model  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+TINY_POOL = 64 * 1024
+
+
+def tiny_request(threads: int = 1, quant: str = "Q8_0"):
+    model = tiny_model(k=2, hidden=64, expert_ffn=32)
+    return SimpleNamespace(
+        model=model, quant=get_quantization(quant), platform=platform_from("rtx-4060-ti-16gb", "desktop-ddr5", None),
+        context_tokens=1024, threads=threads,
+    )
+
+
+class FakeProber:
+    cuda = False
+    gpu_name = "fake"
+    kernel_stand_ins = {"Q8_0": "fake kernel"}
+
+    def __init__(self, cancel_after: int | None = None, cancel: threading.Event | None = None):
+        self.calls: list[tuple[str, dict]] = []
+        self.cancel_after = cancel_after
+        self.cancel = cancel
+
+    def measure(self, operator, key, share_s):
+        self.calls.append((operator, dict(key)))
+        if self.cancel_after is not None and len(self.calls) >= self.cancel_after:
+            self.cancel.set()
+        basis = "preset" if operator in GPU_OPERATORS else "measured"
+        return Measurement(operator, key, 1e-4 * (1 + key.get("n", 1)), 1e-6, 3, basis=basis)
+
+
+def stats(k: int, hits: int, layers: int = 2, tokens: int = 5) -> ReplayStats:
+    counts = np.zeros((layers, k + 1, 1), dtype=np.int64)
+    counts[:, hits, 0] = tokens
+    return ReplayStats("c", counts, tokens, np.zeros(layers, dtype=np.int64), 0, 0)
+
+
+# --- operators ----------------------------------------------------------------------
+
+
+def test_expert_pool_streams_the_quantized_bytes_and_records_its_kernel():
+    req = tiny_request(quant="Q4_K_M")
+    shape = ops.ExpertShape.of(req.model, req.quant)
+    pool = ops.ExpertPool(shape, pool_bytes=TINY_POOL, min_experts=2)
+    assert pool.n_experts >= max(2, TINY_POOL // shape.expert_bytes)
+    weight_bytes = sum(w.numel() * w.element_size() for w, _ in pool.experts[0])
+    assert abs(weight_bytes - shape.expert_bytes) <= 3 * 16 * max(shape.hidden_size, shape.ffn_size)
+    assert "byte-equivalent" in pool.kernel_stand_in()
+    out = pool.run(2)
+    assert out.shape == (1, shape.hidden_size) and torch.isfinite(out.float()).all()
+
+
+def test_cpu_experts_times_with_median_and_spread_and_restores_threads():
+    req = tiny_request()
+    pool = ops.ExpertPool(ops.ExpertShape.of(req.model, req.quant), pool_bytes=TINY_POOL)
+    before = torch.get_num_threads()
+    t = ops.cpu_experts(pool, 2, 1, budget_s=0.05)
+    assert torch.get_num_threads() == before
+    assert t.median_s > 0 and t.spread_s >= 0 and t.repeats >= 3
+
+
+def test_time_repeats_stops_once_the_spread_is_small():
+    t = ops.time_repeats(lambda: None, budget_s=10.0, min_repeats=5, rel_spread=1e9)
+    assert t.repeats == 5
+
+
+def test_last_level_cache_falls_back_when_sysfs_is_missing(tmp_path):
+    assert ops.last_level_cache_bytes(str(tmp_path)) == ops.DEFAULT_LLC_BYTES
+
+
+@pytest.mark.gpu
+def test_gpu_experts_on_cuda():  # pragma: no cover - needs CUDA
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    req = tiny_request()
+    pool = ops.ExpertPool(ops.ExpertShape.of(req.model, req.quant), "cuda", pool_bytes=TINY_POOL)
+    assert ops.gpu_experts(pool, 2, 0.1).median_s > 0
+
+
+# --- runner -------------------------------------------------------------------------
+
+
+def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_path):
+    req = tiny_request()
+    analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=1024)
+    prober = LocalProber(req.model, req.quant, PresetGpu(analytic), pool_bytes=TINY_POOL, cuda=False)
+    out = ensure_profile(
+        req, "combined", budget_s=2.0, root=tmp_path, make_prober=lambda: prober,
+        candidates=lambda: [(Execution.SEQUENTIAL, stats(2, 0)), (Execution.PARALLEL, stats(2, 1))],
+    )
+    profile = load_profile(out.source)
+    bases = {m.operator: m.basis for m in profile.measurements}
+    assert bases["cpu_experts"] == "measured"
+    assert all(bases[op] == "preset" for op in GPU_OPERATORS)
+    assert profile.find("gpu_experts", {"n": 1}).median_s == pytest.approx(analytic.gpu_experts_s(1))
+    seq = profile.find("schedule", {"execution": "sequential", "hits": 0, "misses": 2, "prefetches": 0, "threads": 1})
+    assert seq.basis == "measured+preset"
+    assert "Q8_0" in dict(profile.provenance.kernel_stand_ins)
+    model = measured_cost_model(req, "combined", profile)
+    assert isinstance(model, CombinedCostModel)
+    model.state_costs(Execution.SEQUENTIAL, 1, 2, 2)
+    assert model.describe()["states_partly_preset"] >= 1
+
+
+def test_a_second_run_reuses_the_cache_and_reprobe_ignores_it(tmp_path):
+    req = tiny_request()
+    first = FakeProber()
+    out = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: first)
+    assert out.ran is not None and out.ran.measured == len(first.calls) > 0
+    second = FakeProber()
+    again = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: second)
+    assert again.ran is None and second.calls == []
+    third = FakeProber()
+    redo = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, reprobe=True, make_prober=lambda: third)
+    assert redo.ran.skipped == 0 and len(third.calls) == len(first.calls)
+
+
+def test_a_cancelled_run_keeps_what_it_measured_and_resumes(tmp_path):
+    req = tiny_request()
+    cancel = threading.Event()
+    first = FakeProber(cancel_after=3, cancel=cancel)
+    out = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: first, cancel=cancel)
+    assert out.ran.stopped == "cancelled" and out.ran.measured == 3 and out.ran.left > 0
+    assert len(load_cached(profile_key(req), tmp_path).measurements) == 3
+    second = FakeProber()
+    done = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: second)
+    assert done.ran.skipped == 3 and done.ran.left == 0
+    assert not set(map(str, second.calls)) & set(map(str, first.calls))
+
+
+def test_keyboard_interrupt_keeps_the_measurements_on_disk(tmp_path):
+    req = tiny_request()
+
+    class Interrupting(FakeProber):
+        def measure(self, operator, key, share_s):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().measure(operator, key, share_s)
+
+    with pytest.raises(KeyboardInterrupt):
+        ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=Interrupting)
+    assert len(load_cached(profile_key(req), tmp_path).measurements) == 2
+
+
+def test_runner_runs_atomic_first_stops_states_at_the_budget_and_reports_progress(tmp_path):
+    req = tiny_request()
+    plan = plan_probes([(Execution.SEQUENTIAL, stats(2, 0)), (Execution.PARALLEL, stats(2, 1))],
+                       threads=1, budget_s=100.0, probe_s=1.0)
+    from probes.runner import _provenance, hardware_key, model_shape
+    from engine.profile import Profile
+
+    writer = ProfileWriter(Profile(_provenance(FakeProber(), 1.0), model_shape(req), hardware_key(req)), root=tmp_path)
+    ticks = iter(range(1000))
+    seen = []
+    prober = FakeProber()
+    result = run_plan(plan, writer, prober, budget_s=len(plan.atomic) * 2 + 0.5,
+                      progress=lambda d, t, label: seen.append((d, t, label)), clock=lambda: float(next(ticks)))
+    operators = [op for op, _ in prober.calls]
+    assert operators[: len(plan.atomic)] == [p.operator for p in plan.atomic]
+    assert result.stopped == "budget" and result.left > 0
+    assert seen[0][0] == 0 and seen[-1][2] == "budget"
+
+
+# --- the command line ---------------------------------------------------------------
+
+
+def test_cli_probes_once_then_reuses_the_cache_and_reprobe_probes_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path))
+    probers: list[FakeProber] = []
+
+    def factory():
+        probers.append(FakeProber())
+        return probers[-1]
+
+    monkeypatch.setattr(cli, "_PROBER_FACTORY", factory)
+    args = ["advise", "--json", "--tokens", "40", "--cpu", "desktop-ddr5", "--threads", "2"]
+    assert cli.main([*args, "--fidelity", "combined", "--probe-budget", "30"]) == cli.EXIT_OK
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["cost_model"]["fidelity"] == "combined" and doc["cost_model"]["profile_from_cache"] is False
+    assert doc["cost_model"]["preset_count"] > 0 and doc["cost_model"]["measured_count"] > 0
+    assert "cope: probe" in err and len(probers) == 1 and probers[0].calls
+
+    assert cli.main(args) == cli.EXIT_OK  # default: combined, from the cache
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cost_model"]["fidelity"] == "combined" and doc["cost_model"]["profile_from_cache"] is True
+    assert len(probers) == 1
+
+    assert cli.main([*args, "--fidelity", "combined", "--reprobe"]) == cli.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cost_model"]["profile_from_cache"] is False and len(probers) == 2
+
+
+def test_cli_default_is_analytic_without_a_cached_profile(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path))
+    assert cli.main(["advise", "--json", "--tokens", "40", "--cpu", "desktop-ddr5"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["cost_model"]["fidelity"] == "analytic"
+    assert cli.main(["advise", "--probe-budget", "0", "--cpu", "desktop-ddr5"]) == cli.EXIT_INPUT
