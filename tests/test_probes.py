@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cope_tui import cli  # noqa: E402
+from cope_tui import cli, fidelity  # noqa: E402
 from engine.cost_model import AnalyticCostModel  # noqa: E402
 from engine.measured_cost import CombinedCostModel  # noqa: E402
 from engine.platform import platform_from  # noqa: E402
@@ -206,7 +206,7 @@ def test_cli_probes_once_then_reuses_the_cache_and_reprobe_probes_again(tmp_path
         probers.append(FakeProber())
         return probers[-1]
 
-    monkeypatch.setattr(cli, "_PROBER_FACTORY", factory)
+    monkeypatch.setattr(fidelity, "PROBER_FACTORY", factory)
     args = ["advise", "--json", "--tokens", "40", "--cpu", "desktop-ddr5", "--threads", "2"]
     assert cli.main([*args, "--fidelity", "combined", "--probe-budget", "30"]) == cli.EXIT_OK
     out, err = capsys.readouterr()

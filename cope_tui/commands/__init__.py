@@ -1,0 +1,1 @@
+"""One module per `cope` subcommand; each has `register(subparsers)`."""

@@ -1,0 +1,43 @@
+"""`cope models` and `cope presets`: what is built in."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cope_tui.exit_codes import EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("models", help="list the built-in model catalog").set_defaults(run=models)
+    sub.add_parser("presets", help="list the GPU and CPU presets").set_defaults(run=presets)
+
+
+def models(args: argparse.Namespace) -> int:
+    from engine.catalog import catalog
+
+    for model in catalog().values():
+        print(
+            f"{model.id:<34} {model.name:<34} {model.n_moe_layers:>3} MoE layers x "
+            f"{model.n_routed_experts:>3} experts, top-{model.top_k}, arch {model.arch}"
+        )
+    return EXIT_OK
+
+
+def presets(args: argparse.Namespace) -> int:
+    from engine.memory import GIB
+    from engine.platform import cpu_presets, gpu_presets
+
+    print("GPUs:")
+    for pid, gpu in gpu_presets().items():
+        print(
+            f"  {pid:<20} {gpu.name:<36} {gpu.vram_bytes.value / GIB:>5.0f} GiB "
+            f"{gpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.0f} GB/s  PCIe {gpu.pcie_gen.value} x{gpu.pcie_lanes.value}"
+        )
+    print("CPUs:")
+    for pid, cpu in cpu_presets().items():
+        print(
+            f"  {pid:<20} {cpu.name:<36} {cpu.physical_cores.value:>3} cores "
+            f"{cpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.1f} GB/s"
+        )
+    return EXIT_OK

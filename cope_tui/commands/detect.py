@@ -1,0 +1,64 @@
+"""`cope detect`: this machine's GPU and CPU, each figure with its basis."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cope_tui.exit_codes import EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    det = sub.add_parser("detect", help="detect this machine's GPU and CPU, and measure bandwidths")
+    det.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    det.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements (a few seconds)")
+
+    det.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probes.detect import detect_platform
+
+    def say(msg: str) -> None:
+        print(f"cope: {msg}", file=sys.stderr, flush=True)
+
+    platform = detect_platform(measure=not args.no_measure, progress=say)
+    if args.json:
+        import orjson
+
+        doc = {"schema_version": 1, "platform": platform.to_dict()}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(_render_platform(platform))
+    return EXIT_OK
+
+
+def _format_fact(name: str, value: object) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if name.endswith("_bytes_per_s"):
+            return f"{value / 1e9:.1f} GB/s"
+        if name.endswith("_bytes"):
+            return f"{value / 1024**3:.1f} GiB"
+        if isinstance(value, float):
+            return f"{value:.3g}"
+    return str(value)
+
+
+def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
+    from dataclasses import fields
+
+    from engine.platform import Fact
+
+    lines: list[str] = []
+    for title, spec in (("GPU", platform.gpu), ("CPU", platform.cpu)):
+        lines.append(f"{title}: {spec.name}" + (f" (preset {spec.preset_id})" if spec.preset_id else ""))
+        facts = [(f.name, getattr(spec, f.name)) for f in fields(spec) if isinstance(getattr(spec, f.name), Fact)]
+        notes = {fact.note for _, fact in facts}
+        if facts and not any(fact.known for _, fact in facts) and len(notes) == 1:
+            lines.append(f"  every figure unknown: {notes.pop()}")
+            continue
+        for name, fact in facts:
+            lines.append(f"  {name:<26} {_format_fact(name, fact.value):>12}  {fact.basis:<8}  {fact.note}")
+    return "\n".join(lines) + "\n"
