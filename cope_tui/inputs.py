@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.advise import AdviseRequest
-from engine.catalog import load_model
 from engine.errors import CopeInputError
 from engine.memory import GIB
 from engine.platform import Platform, get_cpu_preset, get_gpu_preset, platform_from
@@ -33,6 +32,7 @@ SYNTHETIC_ZIPF = 0.7
 @dataclass(frozen=True)
 class AdviseArgs:
     model: str | None = None
+    gguf_file: str | None = None  # with a repo id in `model`: a GGUF file in that repo
     quant: str | None = None
     gpu: str | None = None
     cpu: str | None = None
@@ -54,12 +54,24 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
     model_arg = args.model or DEFAULT_MODEL
     if args.model is None:
         assumed.append(f"model: {DEFAULT_MODEL} (no --model given)")
-    model = load_model(model_arg)
+    model = load_model(model_arg, gguf_file=args.gguf_file)
 
-    quant_name = args.quant or model.default_quant
-    if args.quant is None:
-        assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
-    quant = get_quantization(quant_name)
+    model_notes: tuple[str, ...] = ()
+    if model.exact_bytes is not None:
+        from cope_tui.sources.gguf_model import file_quantization  # noqa: PLC0415
+
+        exact = model.exact_bytes
+        if args.quant is not None:
+            raise CopeInputError(
+                f"--quant {args.quant}: the model comes from a GGUF file, whose tensors fix the "
+                f"quantization ({exact.quant_name}); drop --quant", path=exact.source)
+        quant = file_quantization(model)
+        model_notes = (f"byte sizes exact from the GGUF tensor table of {exact.source}: {exact.quant_summary}",)
+    else:
+        quant_name = args.quant or model.default_quant
+        if args.quant is None:
+            assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
+        quant = get_quantization(quant_name)
 
     platform = _platform(args, assumed, detect_cpu)
 
@@ -101,8 +113,16 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
         profile=profile,
         evictions=evictions,
         prefetch_mode=args.prefetch_mode,
-        notes=tuple(f"assumed {a}" for a in assumed) + trace_notes,
+        notes=model_notes + tuple(f"assumed {a}" for a in assumed) + trace_notes,
     )
+
+
+def load_model(arg: str, *, gguf_file: str | None = None):
+    """`--model`: a catalog id, a config.json path, a .gguf path or a Hub repo id (see
+    cope_tui.sources.resolve); the GGUF and Hub readers load only when needed."""
+    from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
+
+    return resolve_model(arg, gguf_file=gguf_file)
 
 
 def _platform(args: AdviseArgs, assumed: list[str], detect_cpu) -> Platform:

@@ -2,7 +2,9 @@
 
 Parameter counts come from the shape; byte sizes from a Quantization. Counts ignore
 biases and norms' few thousand weights per block except where noted: they change the
-byte totals by well under 0.1%.
+byte totals by well under 0.1%. A model read from a GGUF file carries its exact byte
+sizes (`exact_bytes`, summed from the file's tensor table); the byte methods then use
+them and ignore the Quantization.
 """
 
 from __future__ import annotations
@@ -58,6 +60,41 @@ class AttentionShape:
 
 
 @dataclass(frozen=True)
+class ExactBytes:
+    """Byte sizes summed from a model file's tensor table, not computed from bits per weight."""
+
+    # One routed expert (its gate, up and down rows and their biases) per MoE block, in
+    # `moe_blocks` order: a layer's expert tensors' bytes divided by the expert count.
+    expert_bytes_per_layer: tuple[int, ...]
+    # Per block (all n_blocks): every tensor but the routed experts (attention, norms,
+    # router, shared experts, a dense block's FFN).
+    shared_layer_bytes: tuple[int, ...]
+    # Per block: the shared experts' (`_shexp`) part of shared_layer_bytes.
+    shared_expert_bytes: tuple[int, ...]
+    embedding_bytes: int  # token_embd
+    head_bytes: int  # output; 0 when the head is tied to the embedding
+    other_bytes: int  # tensors outside the blocks besides those two (output norm, rope factors)
+    quant_name: str  # the file type llama.cpp wrote, e.g. "Q4_K_M"
+    quant_summary: str  # the tensor types actually used, e.g. "experts: Q4_K (gate, up) / Q6_K (down)"
+    source: str  # the file(s) the sizes come from
+
+    def __post_init__(self) -> None:
+        sizes = (*self.expert_bytes_per_layer, *self.shared_layer_bytes, *self.shared_expert_bytes,
+                 self.embedding_bytes, self.head_bytes, self.other_bytes)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in sizes):
+            raise CopeInputError(f"{self.source}: byte sizes must be integers >= 0")
+        if not self.expert_bytes_per_layer or min(self.expert_bytes_per_layer) <= 0:
+            raise CopeInputError(f"{self.source}: every MoE layer needs routed experts of positive size")
+
+    @property
+    def max_expert_bytes(self) -> int:
+        return max(self.expert_bytes_per_layer)
+
+    def non_expert_bytes(self) -> int:
+        return self.embedding_bytes + self.head_bytes + self.other_bytes + sum(self.shared_layer_bytes)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     id: str
     name: str
@@ -78,9 +115,19 @@ class ModelSpec:
     gated_experts: bool = True  # gate, up and down (SwiGLU); False: up and down only
     hf_repo: str = ""
     default_quant: str = "Q4_K_M"
+    # Exact byte sizes from a GGUF file; None: computed from a Quantization's bits per weight.
+    exact_bytes: ExactBytes | None = None
 
     def __post_init__(self) -> None:
         problems = []
+        exact = self.exact_bytes
+        if exact is not None:
+            if len(exact.expert_bytes_per_layer) != len(self.moe_blocks):
+                problems.append(f"exact sizes list {len(exact.expert_bytes_per_layer)} MoE layers, "
+                                f"the model has {len(self.moe_blocks)}")
+            if len(exact.shared_layer_bytes) != self.n_blocks or len(exact.shared_expert_bytes) != self.n_blocks:
+                problems.append(f"exact sizes list {len(exact.shared_layer_bytes)} blocks, "
+                                f"the model has {self.n_blocks}")
         if not self.moe_blocks:
             problems.append("no MoE blocks")
         if any(b < 0 or b >= self.n_blocks for b in self.moe_blocks):
@@ -139,17 +186,30 @@ class ModelSpec:
     def total_params(self) -> int:
         return self.non_expert_params() + self.n_experts_total * self.expert_params()
 
-    # --- bytes under a quantization -----------------------------------------
+    # --- bytes under a quantization (exact from the file when there is one) ----
     def expert_bytes(self, quant: Quantization) -> int:
+        """One routed expert: the size of one expert slot in VRAM."""
+        if self.exact_bytes is not None:
+            # Files may mix types across layers (llama.cpp's Q4_K_M stores some layers'
+            # down projections at Q6_K), so experts differ in size; a slot must hold the
+            # largest, and every slot is sized alike.
+            return self.exact_bytes.max_expert_bytes
         return quant.expert_bytes(self.expert_params())
 
     def shared_layer_bytes(self, quant: Quantization, block: int) -> int:
+        if self.exact_bytes is not None:
+            return self.exact_bytes.shared_layer_bytes[block]
         return quant.non_expert_bytes(self.shared_layer_params(block))
 
     def head_bytes(self, quant: Quantization) -> int:
+        if self.exact_bytes is not None:
+            e = self.exact_bytes
+            return e.embedding_bytes if self.tied_embeddings else e.head_bytes
         return quant.non_expert_bytes(self.head_params())
 
     def non_expert_bytes(self, quant: Quantization) -> int:
+        if self.exact_bytes is not None:
+            return self.exact_bytes.non_expert_bytes()
         return quant.non_expert_bytes(self.non_expert_params())
 
     def gpu_non_expert_bytes(self, quant: Quantization) -> int:
@@ -158,7 +218,12 @@ class ModelSpec:
         The token embedding table stays in host memory (only looked up, never
         multiplied), unless it is tied to the output head, which is on the GPU.
         """
-        embedding = 0 if self.tied_embeddings else quant.non_expert_bytes(self.embedding_params())
+        if self.tied_embeddings:
+            embedding = 0
+        elif self.exact_bytes is not None:
+            embedding = self.exact_bytes.embedding_bytes
+        else:
+            embedding = quant.non_expert_bytes(self.embedding_params())
         return self.non_expert_bytes(quant) - embedding
 
     def kv_read_bytes_per_layer(self, block: int, context_tokens: int) -> int:

@@ -1,0 +1,285 @@
+"""The GGUF header and tensor table, without the weights.
+
+Two readers produce the same `GGUFHeader`:
+- `read_local_header(path)`: `gguf.GGUFReader` over the memory-mapped file; only the
+  key/value fields and the tensor infos are touched, never the tensor data.
+- `parse_header_prefix(data, where)`: a minimal parser of the format over the first bytes
+  of a file (for remote files read with HTTP range requests). It raises `NeedMoreBytes`
+  with the length it needs when the prefix ends inside the header.
+
+Format (little- or big-endian): magic "GGUF", version u32 (2 or 3), tensor count u64, kv
+count u64; kv pairs (key string, value type u32, value); tensor infos (name string,
+n_dims u32, dims u64 x n_dims, ggml type u32, offset u64); tensor data from the next
+multiple of `general.alignment` (default 32). Strings are a u64 length plus UTF-8 bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from engine.errors import CopeInputError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+# Arrays longer than this (tokenizer vocabularies, merges) are kept as their length only.
+MAX_KEPT_ARRAY = 4096
+
+# GGUF value types -> struct codes (8: string, 9: array are handled apart).
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class ArrayLength:
+    """A long metadata array, kept as its length (its items are never needed)."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # GGUF order: ne0 (the contiguous dimension) first
+    ggml_type: int
+    offset_bytes: int  # from the start of the tensor data
+    n_bytes: int
+
+    @property
+    def type_name(self) -> str:
+        return ggml_type_name(self.ggml_type)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    source: str  # the file, or URL, it was read from
+    version: int
+    fields: Mapping[str, Any]  # scalars, strings, short arrays as tuples, long ones as ArrayLength
+    tensors: tuple[TensorInfo, ...]
+    data_offset_bytes: int  # where the tensor data starts in the file
+
+    @property
+    def header_bytes(self) -> int:
+        return self.data_offset_bytes
+
+    @property
+    def file_bytes_needed(self) -> int:
+        """The file size the tensor table implies."""
+        ends = [t.offset_bytes + t.n_bytes for t in self.tensors]
+        return self.data_offset_bytes + (max(ends) if ends else 0)
+
+
+class NeedMoreBytes(Exception):
+    """The prefix ends inside the header; `needed` bytes are known to be required (a lower bound)."""
+
+    def __init__(self, needed: int):
+        super().__init__(f"need at least {needed} bytes")
+        self.needed = needed
+
+
+def ggml_type_name(ggml_type: int) -> str:
+    from gguf.constants import GGMLQuantizationType  # noqa: PLC0415
+
+    try:
+        return GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"type{ggml_type}"
+
+
+def tensor_n_bytes(shape: tuple[int, ...], ggml_type: int, *, where: str, name: str) -> int:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: PLC0415
+
+    try:
+        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        raise CopeInputError(f"tensor {name!r} has ggml type {ggml_type}, which this gguf package "
+                             "does not know (upgrade gguf)", path=where) from None
+    n = 1
+    for d in shape:
+        n *= d
+    if shape and shape[0] % block_size:
+        raise CopeInputError(f"tensor {name!r}: first dimension {shape[0]} is not a multiple of "
+                             f"{ggml_type_name(ggml_type)}'s block of {block_size}", path=where)
+    return n * type_size // block_size
+
+
+def check_magic(head: bytes, where: str) -> None:
+    """One-line errors for files that are not GGUF at all, or end within the first 24 bytes."""
+    if not head:
+        raise CopeInputError("not a GGUF file: the file is empty", path=where)
+    if len(head) < 4 or head[:4] != GGUF_MAGIC:
+        if len(head) < 4 and GGUF_MAGIC.startswith(head):
+            raise CopeInputError(f"truncated GGUF file: only {len(head)} bytes", path=where)
+        raise CopeInputError(f"not a GGUF file (it starts with {head[:4]!r}, not b'GGUF')", path=where)
+    if len(head) < 24:
+        raise CopeInputError(f"truncated GGUF header: the file ends after {len(head)} bytes", path=where)
+
+
+# --- our own parser, over a prefix -------------------------------------------------
+
+
+class _Cursor:
+    def __init__(self, data: bytes | memoryview, order: str):
+        self.data = memoryview(data)
+        self.pos = 0
+        self.order = order
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if end > len(self.data):
+            raise NeedMoreBytes(end)
+        out = self.data[self.pos:end]
+        self.pos = end
+        return out
+
+    def scalar(self, code: str) -> Any:
+        size = struct.calcsize(code)
+        return struct.unpack(self.order + code, self.take(size))[0]
+
+    def string(self) -> str:
+        n = self.scalar("Q")
+        return bytes(self.take(n)).decode("utf-8", errors="replace")
+
+    def skip_string(self) -> None:
+        self.take(self.scalar("Q"))
+
+
+def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
+    """Parse the header and tensor table from the first bytes of a GGUF file."""
+    check_magic(bytes(data[:24]), where)
+    order = "<"
+    version = struct.unpack("<I", data[4:8])[0]
+    if version & 0xFFFF == 0:  # written on a big-endian machine
+        order = ">"
+        version = struct.unpack(">I", data[4:8])[0]
+    if version not in SUPPORTED_VERSIONS:
+        raise CopeInputError(f"GGUF version {version} is not supported (only 2 and 3)", path=where)
+    cur = _Cursor(data, order)
+    cur.pos = 8
+    n_tensors = cur.scalar("Q")
+    n_kv = cur.scalar("Q")
+    if n_tensors > 10_000_000 or n_kv > 10_000_000:
+        raise CopeInputError(f"corrupt GGUF header: {n_tensors} tensors, {n_kv} metadata keys", path=where)
+    fields: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string()
+        vtype = cur.scalar("I")
+        fields[key] = _value(cur, vtype, where, key)
+    tensors = []
+    for _ in range(n_tensors):
+        name = cur.string()
+        n_dims = cur.scalar("I")
+        if n_dims > 8:
+            raise CopeInputError(f"corrupt GGUF tensor table: tensor {name!r} has {n_dims} dimensions",
+                                 path=where)
+        shape = tuple(cur.scalar("Q") for _ in range(n_dims))
+        ggml_type = cur.scalar("I")
+        offset = cur.scalar("Q")
+        tensors.append(TensorInfo(name, shape, ggml_type, offset,
+                                  tensor_n_bytes(shape, ggml_type, where=where, name=name)))
+    return GGUFHeader(where, version, fields, tuple(tensors), _data_offset(cur.pos, fields, where))
+
+
+def _value(cur: _Cursor, vtype: int, where: str, key: str) -> Any:
+    if vtype in _SCALAR:
+        return cur.scalar(_SCALAR[vtype])
+    if vtype == _STRING:
+        return cur.string()
+    if vtype == _ARRAY:
+        itype = cur.scalar("I")
+        count = cur.scalar("Q")
+        if itype in _SCALAR:
+            size = struct.calcsize(_SCALAR[itype])
+            raw = cur.take(size * count)
+            if count > MAX_KEPT_ARRAY:
+                return ArrayLength(count)
+            return struct.unpack(f"{cur.order}{count}{_SCALAR[itype]}", raw)
+        if itype == _STRING:
+            if count > MAX_KEPT_ARRAY:
+                for _ in range(count):
+                    cur.skip_string()
+                return ArrayLength(count)
+            return tuple(cur.string() for _ in range(count))
+        raise CopeInputError(f"metadata {key!r}: arrays of type {itype} are not supported", path=where)
+    raise CopeInputError(f"corrupt GGUF header: metadata {key!r} has unknown value type {vtype}", path=where)
+
+
+def _data_offset(end_of_infos: int, fields: Mapping[str, Any], where: str) -> int:
+    align = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise CopeInputError(f"metadata 'general.alignment' must be a power of two, got {align!r}", path=where)
+    return -(-end_of_infos // align) * align
+
+
+# --- gguf.GGUFReader, over a local file ---------------------------------------------
+
+
+def read_local_header(path: str | Path) -> GGUFHeader:
+    """The header of a local GGUF file via `gguf.GGUFReader` (memory-mapped; weights untouched)."""
+    where = str(path)
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as f:
+            head = f.read(24)
+    except FileNotFoundError:
+        raise CopeInputError("file not found", path=where) from None
+    except IsADirectoryError:
+        raise CopeInputError("is a folder, not a GGUF file", path=where) from None
+    except OSError as exc:
+        raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
+    check_magic(head, where)
+
+    from gguf import GGUFReader  # noqa: PLC0415 - numpy-only, but big: load on demand
+    from gguf.constants import GGUFValueType  # noqa: PLC0415
+
+    try:
+        reader = GGUFReader(p, "r")
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, OSError) as exc:
+        # GGUFReader also builds a view of each tensor's data, so a file cut inside the
+        # tensor data fails here too: tell the two apart with our own header parser.
+        detail = _prefix_diagnosis(p, size, where)
+        raise CopeInputError(detail or f"corrupt GGUF file ({exc})", path=where) from None
+
+    fields: dict[str, Any] = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        if field.types and field.types[0] == GGUFValueType.ARRAY:
+            if len(field.data) > MAX_KEPT_ARRAY:
+                fields[name] = ArrayLength(len(field.data))
+            else:
+                fields[name] = tuple(field.contents())
+        else:
+            fields[name] = field.contents()
+    version = int(reader.fields["GGUF.version"].parts[0][0])
+    tensors = tuple(
+        TensorInfo(t.name, tuple(int(d) for d in t.shape), int(t.tensor_type),
+                   int(t.data_offset) - int(reader.data_offset), int(t.n_bytes))
+        for t in reader.tensors
+    )
+    header = GGUFHeader(where, version, fields, tensors, int(reader.data_offset))
+    if header.file_bytes_needed > size:
+        raise CopeInputError(f"truncated GGUF file: the tensor table needs {header.file_bytes_needed} "
+                             f"bytes, the file has {size}", path=where)
+    return header
+
+
+def _prefix_diagnosis(p: Path, size: int, where: str) -> str | None:
+    try:
+        with p.open("rb") as f:
+            data = f.read(min(size, 64 * 2**20))
+        header = parse_header_prefix(data, where)
+    except NeedMoreBytes as need:
+        return f"truncated GGUF header: it needs more than the file's {size} bytes (at least {need.needed})"
+    except CopeInputError as exc:
+        return str(exc).removeprefix(f"{where}: ")
+    except OSError:
+        return None
+    if header.file_bytes_needed > size:
+        return (f"truncated GGUF file: the tensor table needs {header.file_bytes_needed} bytes, "
+                f"the file has {size}")
+    return None

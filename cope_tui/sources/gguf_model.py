@@ -1,0 +1,380 @@
+"""A ModelSpec from a GGUF file, with byte sizes exact from its tensor table.
+
+The shape comes from the architecture metadata (`general.architecture`, then
+`{arch}.block_count`, `{arch}.expert_used_count`, ...) and, where the tensors say it more
+surely, from the tensors themselves: MoE blocks are the blocks that hold routed-expert
+tensors (`blk.N.ffn_*_exps.*`, so leading dense blocks fall out), the expert count and
+width come from the expert tensors' shapes, the vocabulary and hidden size from
+`token_embd`, tied embeddings from the absence of `output.weight`.
+
+Bytes, all from the tensor table (weights are never read):
+- routed experts: every `blk.N.*_exps.*` tensor (gate, up, down, merged gate_up, their
+  biases and scales) of block N, divided by the expert count: one expert's bytes there;
+- shared layer: everything else in block N (attention, norms, router, shared experts
+  `_shexp`, a dense block's FFN);
+- embedding `token_embd.weight`, head `output.weight`, the rest outside blocks.
+
+A split GGUF (`NAME-00001-of-00003.gguf`) is read as one model: any shard's path finds
+its siblings, the first shard holds the metadata, the tensor tables are summed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from engine.errors import CopeInputError
+from engine.model import AttentionShape, ExactBytes, ModelSpec
+from engine.quant import Quantization
+
+from cope_tui.sources.gguf_header import ArrayLength, GGUFHeader, TensorInfo, read_local_header
+
+SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
+_EXPERT_RE = re.compile(r"^ffn_(?P<role>[a-z_]+?)_exps\.(?P<kind>[a-z_]+)$")
+_SHARED_EXPERT_RE = re.compile(r"^ffn_[a-z_]+_shexp\.")
+
+
+def split_names(filename: str) -> list[str] | None:
+    """All shard names of a split GGUF given one of them, or None for a single file."""
+    m = SPLIT_RE.match(filename)
+    if not m:
+        return None
+    count = int(m["count"])
+    width = len(m["index"])
+    return [f"{m['stem']}-{i:0{width}d}-of-{m['count']}.gguf" for i in range(1, count + 1)]
+
+
+def model_from_gguf(path: str | Path) -> ModelSpec:
+    """Describe the model in a local GGUF file (or split set), with exact byte sizes."""
+    p = Path(path).expanduser()
+    names = split_names(p.name)
+    if names is None:
+        return model_from_gguf_headers([read_local_header(p)], where=str(path))
+    shards = [p.with_name(n) for n in names]
+    missing = [s.name for s in shards if not s.is_file()]
+    if missing:
+        raise CopeInputError(
+            f"split GGUF is missing {len(missing)} of its {len(shards)} files: {', '.join(missing)} "
+            f"(expected beside it in {p.parent})", path=str(path))
+    return model_from_gguf_headers([read_local_header(s) for s in shards], where=str(path))
+
+
+def model_from_gguf_headers(headers: Sequence[GGUFHeader], *, where: str) -> ModelSpec:
+    """A ModelSpec from the header(s) of one GGUF model: one file, or every shard in order."""
+    fields = dict(headers[0].fields)
+    if len(headers) > 1:
+        _check_split(headers, where)
+    tensors: list[TensorInfo] = []
+    seen: set[str] = set()
+    for h in headers:
+        for t in h.tensors:
+            if t.name in seen:
+                raise CopeInputError(f"tensor {t.name!r} appears twice across the split files", path=h.source)
+            seen.add(t.name)
+            tensors.append(t)
+    return _build(fields, tensors, where, n_files=len(headers))
+
+
+def file_quantization(model: ModelSpec) -> Quantization:
+    """The quantization a GGUF model's file fixes, as a Quantization for the report.
+
+    The bits per weight are averages computed back from the exact sizes (informative
+    only: the model's byte methods use the exact sizes).
+    """
+    exact = model.exact_bytes
+    if exact is None:
+        raise ValueError("model_from_gguf models only")
+    expert_params = model.expert_params() * model.n_moe_layers
+    expert_bits = 8 * sum(exact.expert_bytes_per_layer) / max(expert_params, 1)
+    non_expert_bits = 8 * exact.non_expert_bytes() / max(model.non_expert_params(), 1)
+    return Quantization(
+        name=exact.quant_name,
+        expert_bits_per_weight=round(expert_bits, 4),
+        non_expert_bits_per_weight=round(non_expert_bits, 4),
+        source=f"exact byte sizes from the GGUF tensor table ({exact.quant_summary})",
+    )
+
+
+# --- building ---------------------------------------------------------------------
+
+
+def _check_split(headers: Sequence[GGUFHeader], where: str) -> None:
+    count = headers[0].fields.get("split.count")
+    if count is not None and count != len(headers):
+        raise CopeInputError(f"metadata 'split.count' says {count} files, found {len(headers)}",
+                             path=headers[0].source)
+    for i, h in enumerate(headers):
+        index = h.fields.get("split.no")
+        if index is not None and index != i:
+            raise CopeInputError(f"metadata 'split.no' is {index}, expected {i} for this shard",
+                                 path=h.source)
+
+
+class _Meta:
+    def __init__(self, fields: Mapping[str, Any], arch: str, where: str):
+        self.fields = fields
+        self.arch = arch
+        self.where = where
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key.format(arch=self.arch), default)
+
+    def int_(self, key: str, default: int | None = None, *, reduce: Callable = max) -> int | None:
+        full = key.format(arch=self.arch)
+        value = self.fields.get(full)
+        if value is None:
+            return default
+        if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value):
+            value = reduce(value)  # per-layer arrays (head_count_kv of hybrid models)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CopeInputError(f"metadata {full!r} must be an integer, got {value!r}", path=self.where)
+        return value
+
+    def required(self, key: str, what: str) -> int:
+        value = self.int_(key)
+        if value is None:
+            raise CopeInputError(f"missing metadata {key.format(arch=self.arch)!r} ({what})", path=self.where)
+        return value
+
+
+def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, n_files: int) -> ModelSpec:
+    from gguf.constants import MODEL_ARCH_NAMES  # noqa: PLC0415
+
+    arch = fields.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise CopeInputError("missing metadata 'general.architecture'", path=where)
+    if arch not in set(MODEL_ARCH_NAMES.values()):
+        raise CopeInputError(f"unknown architecture {arch!r}: not one the gguf package (llama.cpp) knows",
+                             path=where)
+    meta = _Meta(fields, arch, where)
+
+    by_name = {t.name: t for t in tensors}
+    blocks: dict[int, list[tuple[str, TensorInfo]]] = defaultdict(list)
+    outside: list[TensorInfo] = []
+    for t in tensors:
+        m = _BLOCK_RE.match(t.name)
+        if m:
+            blocks[int(m[1])].append((m[2], t))
+        else:
+            outside.append(t)
+
+    expert_tensors: dict[int, list[tuple[str, str, TensorInfo]]] = defaultdict(list)
+    for block, items in blocks.items():
+        for rest, t in items:
+            m = _EXPERT_RE.match(rest)
+            if m:
+                expert_tensors[block].append((m["role"], m["kind"], t))
+    if not expert_tensors:
+        raise CopeInputError(
+            f"not an MoE model: no routed-expert tensors (blk.N.ffn_*_exps) among its {len(tensors)} tensors "
+            f"(architecture {arch})", path=where)
+
+    n_blocks = meta.int_("{arch}.block_count") or (max(blocks) + 1 if blocks else 0)
+    if blocks and max(blocks) >= n_blocks:
+        raise CopeInputError(f"tensor blk.{max(blocks)}.* is beyond {arch}.block_count = {n_blocks}", path=where)
+    moe_blocks = tuple(sorted(expert_tensors))
+
+    # Routed experts: count and width from the weights' shapes (ne0 = input, ne1 = output, ne2 = experts).
+    weights = {(b, role): t for b, items in expert_tensors.items() for role, kind, t in items if kind == "weight"}
+    first = moe_blocks[0]
+    sample = next((t for (b, _), t in weights.items() if b == first), None)
+    n_experts = meta.int_("{arch}.expert_count")
+    if sample is not None and len(sample.shape) == 3:
+        if n_experts is not None and n_experts != sample.shape[2]:
+            raise CopeInputError(f"metadata {arch}.expert_count = {n_experts}, but tensor {sample.name!r} "
+                                 f"holds {sample.shape[2]} experts", path=where)
+        n_experts = sample.shape[2]
+    if not n_experts or n_experts < 2:
+        raise CopeInputError(f"not an MoE model: {arch}.expert_count is {n_experts}", path=where)
+    top_k = meta.required("{arch}.expert_used_count", "routed experts per token")
+    expert_ffn, gated = _expert_width(weights, first, meta)
+
+    embd = by_name.get("token_embd.weight")
+    hidden = meta.int_("{arch}.embedding_length") or (embd.shape[0] if embd else None)
+    if not hidden:
+        raise CopeInputError(f"missing metadata '{arch}.embedding_length'", path=where)
+    vocab = embd.shape[1] if embd is not None and len(embd.shape) == 2 else None
+    if vocab is None:
+        tokens = fields.get("tokenizer.ggml.tokens")
+        vocab = meta.int_("{arch}.vocab_size") or (
+            tokens.length if isinstance(tokens, ArrayLength) else len(tokens or ()))
+    tied = "output.weight" not in by_name
+
+    shexp = [t for b in moe_blocks for rest, t in blocks[b] if _SHARED_EXPERT_RE.match(rest)]
+    n_shared = meta.int_("{arch}.expert_shared_count", default=1 if shexp else 0)
+    shared_ffn = 0
+    up_sh = [t for rest, t in blocks[first] if rest == "ffn_up_shexp.weight"]
+    if up_sh and len(up_sh[0].shape) >= 2:
+        shared_ffn = up_sh[0].shape[1]
+    elif n_shared:
+        shared_ffn = n_shared * (meta.int_("{arch}.expert_shared_feed_forward_length") or expert_ffn)
+    dense_blocks = [b for b in range(n_blocks) if b not in expert_tensors]
+    dense_ffn = 0
+    if dense_blocks:
+        up = by_name.get(f"blk.{dense_blocks[0]}.ffn_up.weight")
+        dense_ffn = up.shape[1] if up is not None and len(up.shape) >= 2 else (
+            meta.int_("{arch}.feed_forward_length") or 0)
+
+    exact = _exact_bytes(blocks, expert_tensors, outside, moe_blocks, n_blocks, n_experts, fields, where,
+                         n_files=n_files)
+    name = fields.get("general.name")
+    stem = Path(where).name
+    m = SPLIT_RE.match(stem)
+    stem = m["stem"] if m else stem.removesuffix(".gguf").removesuffix(".GGUF")
+    if not isinstance(name, str) or not name.strip():
+        name = stem
+    files = f" and its {n_files - 1} sibling shards" if n_files > 1 else ""
+    try:
+        return ModelSpec(
+            id=stem,
+            name=name.strip(),
+            arch=arch,
+            n_blocks=n_blocks,
+            moe_blocks=moe_blocks,
+            n_routed_experts=n_experts,
+            top_k=top_k,
+            n_shared_experts=n_shared,
+            hidden_size=hidden,
+            expert_ffn_size=expert_ffn,
+            shared_expert_ffn_size=shared_ffn,
+            dense_ffn_size=dense_ffn,
+            vocab_size=vocab,
+            tied_embeddings=tied,
+            attention=_attention(meta, hidden),
+            source=f"GGUF: {where}{files} (byte sizes exact from the tensor table)",
+            gated_experts=gated,
+            default_quant=exact.quant_name,
+            exact_bytes=exact,
+        )
+    except CopeInputError as exc:
+        raise CopeInputError(str(exc), path=where) from None
+
+
+def _expert_width(weights: Mapping[tuple[int, str], TensorInfo], block: int, meta: _Meta) -> tuple[int, bool]:
+    """(one expert's FFN width, gated?) from the first MoE block's expert weights."""
+    roles = {role: t for (b, role), t in weights.items() if b == block}
+    gated = "gate" in roles or "gate_up" in roles
+    if "up" in roles and len(roles["up"].shape) >= 2:
+        return roles["up"].shape[1], gated
+    if "gate_up" in roles and len(roles["gate_up"].shape) >= 2:
+        return roles["gate_up"].shape[1] // 2, gated
+    if "down" in roles and len(roles["down"].shape) >= 2:
+        return roles["down"].shape[0], gated
+    width = meta.int_("{arch}.expert_feed_forward_length")
+    if not width:
+        raise CopeInputError(f"cannot tell the expert width: no ffn_up_exps/ffn_down_exps weight in blk.{block} "
+                             f"and no {meta.arch}.expert_feed_forward_length", path=meta.where)
+    return width, gated
+
+
+def _attention(meta: _Meta, hidden: int) -> AttentionShape:
+    heads = meta.required("{arch}.attention.head_count", "attention heads")
+    kv_heads = meta.int_("{arch}.attention.head_count_kv", default=heads) or heads
+    kv_lora = meta.int_("{arch}.attention.kv_lora_rank")
+    if kv_lora:
+        rope = meta.required("{arch}.rope.dimension_count", "rope dimensions of MLA")
+        key = meta.int_("{arch}.attention.key_length_mla") or meta.required(
+            "{arch}.attention.key_length", "MLA key length")
+        value = meta.int_("{arch}.attention.value_length_mla") or meta.required(
+            "{arch}.attention.value_length", "MLA value length")
+        return AttentionShape(kind="mla", n_heads=heads, n_kv_heads=heads, head_dim=key,
+                              q_lora_rank=meta.int_("{arch}.attention.q_lora_rank", default=0) or 0,
+                              kv_lora_rank=kv_lora, qk_nope_head_dim=key - rope, qk_rope_head_dim=rope,
+                              v_head_dim=value)
+    head_dim = meta.int_("{arch}.attention.key_length") or hidden // heads
+    window = meta.int_("{arch}.attention.sliding_window", default=0) or 0
+    every = 0
+    if window:
+        pattern = meta.get("{arch}.attention.sliding_window_pattern")
+        if meta.arch == "gpt-oss":
+            every = 2  # llama.cpp: blocks alternate sliding and full attention
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+            every = pattern  # llama.cpp's swa pattern: every n-th block is full attention
+        else:
+            window = 0  # an unknown pattern: plan for full attention everywhere (the safe size)
+    return AttentionShape(kind="gqa", n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
+                          sliding_window_tokens=window, sliding_window_every=every)
+
+
+def _exact_bytes(blocks: Mapping[int, list[tuple[str, TensorInfo]]],
+                 expert_tensors: Mapping[int, list[tuple[str, str, TensorInfo]]],
+                 outside: list[TensorInfo], moe_blocks: tuple[int, ...], n_blocks: int, n_experts: int,
+                 fields: Mapping[str, Any], where: str, *, n_files: int) -> ExactBytes:
+    per_expert = []
+    for b in moe_blocks:
+        total = 0
+        for _role, _kind, t in expert_tensors[b]:
+            if not t.shape or t.shape[-1] != n_experts:
+                raise CopeInputError(f"tensor {t.name!r} has shape {list(t.shape)}; expected "
+                                     f"{n_experts} experts in its last dimension", path=where)
+            total += t.n_bytes
+        # Each expert's rows are whole quantization blocks, so this divides exactly.
+        per_expert.append(-(-total // n_experts))
+    shared = []
+    shared_experts = []
+    for b in range(n_blocks):
+        items = blocks.get(b, [])
+        shared.append(sum(t.n_bytes for rest, t in items if not _EXPERT_RE.match(rest)))
+        shared_experts.append(sum(t.n_bytes for rest, t in items if _SHARED_EXPERT_RE.match(rest)))
+    named = {t.name: t for t in outside}
+    embedding = named["token_embd.weight"].n_bytes if "token_embd.weight" in named else 0
+    head = named["output.weight"].n_bytes if "output.weight" in named else 0
+    other = sum(t.n_bytes for t in outside) - embedding - head
+    return ExactBytes(
+        expert_bytes_per_layer=tuple(per_expert),
+        shared_layer_bytes=tuple(shared),
+        shared_expert_bytes=tuple(shared_experts),
+        embedding_bytes=embedding,
+        head_bytes=head,
+        other_bytes=other,
+        quant_name=_file_type_name(fields),
+        quant_summary=quant_summary(expert_tensors, blocks, outside, moe_blocks),
+        source=where + (f" ({n_files} files)" if n_files > 1 else ""),
+    )
+
+
+def _file_type_name(fields: Mapping[str, Any]) -> str:
+    from gguf.constants import LlamaFileType  # noqa: PLC0415
+
+    ftype = fields.get("general.file_type")
+    if isinstance(ftype, int):
+        try:
+            name = LlamaFileType(ftype).name
+        except ValueError:
+            return f"GGUF file type {ftype}"
+        name = name.removeprefix("MOSTLY_")
+        return {"MXFP4_MOE": "MXFP4", "ALL_F32": "F32"}.get(name, name)
+    return "GGUF (mixed)"
+
+
+def quant_summary(expert_tensors: Mapping[int, list[tuple[str, str, TensorInfo]]],
+                  blocks: Mapping[int, list[tuple[str, TensorInfo]]], outside: list[TensorInfo],
+                  moe_blocks: tuple[int, ...]) -> str:
+    """The tensor types actually used, e.g. "experts: Q4_K (gate, up) / Q6_K (down, 24 of 48 layers)"."""
+    n = len(moe_blocks)
+    # type -> role -> number of MoE layers where that role's weight has that type
+    usage: dict[str, Counter] = defaultdict(Counter)
+    for b in moe_blocks:
+        for role, kind, t in expert_tensors[b]:
+            if kind == "weight":
+                usage[t.type_name][role] += 1
+    order = {"gate": 0, "up": 1, "gate_up": 2, "down": 3}
+    parts = []
+    for type_name, roles in sorted(usage.items(), key=lambda kv: -sum(kv[1].values())):
+        full = [r for r in sorted(roles, key=lambda r: order.get(r, 9)) if roles[r] == n]
+        some = [f"{r}, {roles[r]} of {n} layers" for r in sorted(roles, key=lambda r: order.get(r, 9))
+                if roles[r] != n]
+        parts.append(f"{type_name} ({'; '.join(([', '.join(full)] if full else []) + some)})")
+    rest: Counter = Counter()
+    for items in blocks.values():
+        for rest_name, t in items:
+            if not _EXPERT_RE.match(rest_name):
+                rest[t.type_name] += t.n_bytes
+    for t in outside:
+        rest[t.type_name] += t.n_bytes
+    total = sum(rest.values()) or 1
+    others = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in rest.most_common())
+    return f"experts: {' / '.join(parts)}; non-expert by bytes: {others}"

@@ -1,0 +1,101 @@
+"""What `--model` names, tried in order, with one error listing what was tried.
+
+1. a catalog model (id or name, or the Hub repo id a catalog entry records);
+2. a path to a Hugging Face config.json (or a folder holding one);
+3. a path to a .gguf file (any shard of a split GGUF), or a folder holding one GGUF model;
+4. a Hugging Face repo id `org/name`: its config.json through the Hub client, or, with
+   `gguf_file`, that GGUF file's header read remotely.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from engine.catalog import catalog, get_model
+from engine.errors import CopeInputError
+from engine.hf_config import model_from_hf_config
+from engine.model import ModelSpec
+
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def looks_like_repo_id(text: str) -> bool:
+    return bool(REPO_ID_RE.match(text)) and ".." not in text and not text.endswith((".json", ".gguf"))
+
+
+def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
+    text = arg.strip()
+    if gguf_file is not None:
+        if not looks_like_repo_id(text):
+            raise CopeInputError(f"--gguf-file {gguf_file} needs --model to be a Hugging Face repo id "
+                                 f"(org/name), got {arg!r}; for a local file give its path to --model")
+        from cope_tui.sources.hub_model import model_from_hub_gguf  # noqa: PLC0415
+
+        return model_from_hub_gguf(text, gguf_file)
+
+    try:
+        return get_model(text)
+    except CopeInputError:
+        pass
+    for model in catalog().values():
+        if model.hf_repo and model.hf_repo.lower() == text.lower():
+            return model
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return model_from_hf_config(str(path / "config.json"))
+        ggufs = _gguf_models_in(path)
+        if len(ggufs) == 1:
+            return _from_gguf(ggufs[0])
+        if ggufs:
+            raise CopeInputError(f"folder holds {len(ggufs)} GGUF models ({', '.join(p.name for p in ggufs)}); "
+                                 "give the file", path=arg)
+        raise CopeInputError("folder holds no config.json and no .gguf file", path=arg)
+    if path.is_file():
+        if _is_gguf(path):
+            return _from_gguf(path)
+        if path.suffix.lower() == ".gguf":
+            return _from_gguf(path)  # reports what is wrong with it
+        return model_from_hf_config(str(path))
+    if path.suffix.lower() in (".json", ".gguf"):
+        raise CopeInputError("file not found", path=arg)
+
+    if looks_like_repo_id(text):
+        from cope_tui.sources.hub_model import model_from_hub_config  # noqa: PLC0415
+
+        return model_from_hub_config(text)
+    raise CopeInputError(
+        f"unknown model {arg!r}: not a catalog model ({', '.join(catalog())}), not an existing "
+        "config.json or .gguf path, and not a Hugging Face repo id (org/name)"
+    )
+
+
+def _is_gguf(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def _from_gguf(path: Path) -> ModelSpec:
+    from cope_tui.sources.gguf_model import model_from_gguf  # noqa: PLC0415
+
+    return model_from_gguf(path)
+
+
+def _gguf_models_in(folder: Path) -> list[Path]:
+    """One path per GGUF model in a folder (a split set counts once, by its first shard)."""
+    from cope_tui.sources.gguf_model import SPLIT_RE  # noqa: PLC0415
+
+    models = []
+    for p in sorted(folder.glob("*.gguf")):
+        m = SPLIT_RE.match(p.name)
+        if m and int(m["index"]) != 1:
+            continue
+        if p.name.lower().startswith("mmproj"):
+            continue  # a multimodal projector beside the language model
+        models.append(p)
+    return models

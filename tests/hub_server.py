@@ -1,0 +1,289 @@
+"""A local stand-in for the Hugging Face Hub's file routes, for tests (never the internet).
+
+    with FakeHub({("model", "org/tiny", "config.json"): b"{...}"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)   # or endpoint=hub.endpoint
+        hub.fail("model", "org/tiny", "config.json", status=500)
+        ...
+        assert hub.requests[-1].path == "/org/tiny/resolve/main/config.json"
+
+Serves, on 127.0.0.1 at a free port, for repo types "model", "dataset" and "space":
+- `HEAD`/`GET /{prefix}{repo_id}/resolve/{revision}/{filename}` (prefix "" for models,
+  "datasets/", "spaces/"): the file, with the headers huggingface_hub's downloader needs
+  (`ETag` = sha256 of the content, `X-Repo-Commit`, `Content-Length`, `Accept-Ranges`);
+  `Range: bytes=a-b | a- | -n` gives 206 with `Content-Range`, 416 when unsatisfiable.
+  Any revision is accepted: "main", or the repo's commit (`hub.commit(repo_type, repo_id)`).
+- `GET /api/{models|datasets|spaces}/{repo_id}[/revision/{rev}]`: repo info with `sha` and
+  `siblings`; `GET /api/{...}/{repo_id}/tree/{rev}[/{folder}]`: the file list (recursive).
+- Misses answer like the Hub: an unknown repo 404 with `X-Error-Code: RepoNotFound`, an
+  unknown file 404 with `X-Error-Code: EntryNotFound` (and the commit header).
+
+Failures, per file (`fail`), consumed in order; `times=None` keeps one forever:
+- `status=500` (or 401, 403, 404, 429...): answer that status (HEAD and GET);
+- `truncate_to=N`: a GET announces the full length but sends N bytes, then drops the
+  connection (a truncated download);
+- `ignore_range=True`: GET answers 200 with the whole file even when a Range was asked;
+- `corrupt=True`: GET sends the content with its first byte flipped (ETag unchanged: a
+  checksum mismatch);
+- `methods=("GET",)`: fail only those methods (default: HEAD and GET).
+`refused_endpoint()` is a URL where nothing listens (connection refused).
+`hub.requests` logs every request (method, path, range, status, bytes sent, authorization).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Mapping
+from urllib.parse import unquote, urlsplit
+
+REPO_TYPES = ("model", "dataset", "space")
+_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
+_RESOLVE_RE = re.compile(r"^/(?:(?P<type>datasets|spaces)/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_API_RE = re.compile(
+    r"^/api/(?P<type>models|datasets|spaces)/(?P<repo>[^/]+/[^/]+)"
+    r"(?:/revision/(?P<rev>[^/]+)|/tree/(?P<tree_rev>[^/]+)(?:/(?P<folder>.*))?)?$")
+_TYPE_OF = {None: "model", "datasets": "dataset", "spaces": "space",
+            "models": "model"}
+
+
+@dataclass
+class Failure:
+    status: int | None = None
+    truncate_to: int | None = None
+    ignore_range: bool = False
+    corrupt: bool = False
+    methods: tuple[str, ...] = ("HEAD", "GET")
+    times: int | None = 1  # None: forever
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    range: str | None
+    status: int
+    bytes_sent: int
+    authorization: str | None = None
+
+
+def refused_endpoint() -> str:
+    """An http://127.0.0.1:PORT where nothing listens (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+class FakeHub:
+    def __init__(self, files: Mapping[tuple[str, str, str], bytes] | None = None):
+        self.files: dict[tuple[str, str, str], bytes] = {}
+        self.failures: dict[tuple[str, str, str], list[Failure]] = {}
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        for key, data in (files or {}).items():
+            self.add(*key, data)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- content -------------------------------------------------------------------
+    def add(self, repo_type: str, repo_id: str, filename: str, data: bytes) -> None:
+        if repo_type not in REPO_TYPES:
+            raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
+        self.files[(repo_type, repo_id, filename)] = bytes(data)
+
+    def fail(self, repo_type: str, repo_id: str, filename: str, **failure) -> None:
+        """Queue a failure for one file (see the module doc for the keywords)."""
+        self.failures.setdefault((repo_type, repo_id, filename), []).append(Failure(**failure))
+
+    @staticmethod
+    def commit(repo_type: str, repo_id: str) -> str:
+        return hashlib.sha1(f"{repo_type}/{repo_id}".encode()).hexdigest()
+
+    def url(self, repo_type: str, repo_id: str, filename: str, revision: str = "main") -> str:
+        return f"{self.endpoint}/{_PREFIX[repo_type]}{repo_id}/resolve/{revision}/{filename}"
+
+    def bytes_sent(self, filename: str | None = None) -> int:
+        """Body bytes served by GET (for one file name when given)."""
+        return sum(r.bytes_sent for r in self.requests
+                   if r.method == "GET" and (filename is None or r.path.endswith("/" + filename)))
+
+    # --- life ------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeHub is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeHub":
+        hub = self
+
+        class Handler(_Handler):
+            fake_hub = hub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "FakeHub":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- used by the handler -----------------------------------------------------------
+    def _take_failure(self, key: tuple[str, str, str], method: str) -> Failure | None:
+        with self._lock:
+            queue = self.failures.get(key) or []
+            for i, f in enumerate(queue):
+                if method in f.methods:
+                    if f.times is not None:
+                        f.times -= 1
+                        if f.times <= 0:
+                            queue.pop(i)
+                    return f
+        return None
+
+    def _log(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake_hub: FakeHub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args) -> None:  # noqa: A002 - quiet
+        pass
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    # ---------------------------------------------------------------------------------
+    def _serve(self, method: str) -> None:
+        path = unquote(urlsplit(self.path).path)
+        m = _RESOLVE_RE.match(path)
+        if m:
+            return self._resolve(method, path, _TYPE_OF[m["type"]], m["repo"], m["rev"], m["file"])
+        m = _API_RE.match(path)
+        if m:
+            return self._api(method, path, _TYPE_OF[m["type"]], m["repo"], m["tree_rev"], m["folder"])
+        self._reply(method, path, 404, b"not found", {})
+
+    def _repo_files(self, repo_type: str, repo_id: str) -> dict[str, bytes]:
+        return {f: d for (t, r, f), d in self.fake_hub.files.items() if t == repo_type and r == repo_id}
+
+    def _resolve(self, method, path, repo_type, repo_id, revision, filename) -> None:
+        hub = self.fake_hub
+        files = self._repo_files(repo_type, repo_id)
+        commit = hub.commit(repo_type, repo_id)
+        key = (repo_type, repo_id, filename)
+        failure = hub._take_failure(key, method)
+        if failure is not None and failure.status is not None:
+            return self._reply(method, path, failure.status, b"injected failure",
+                               {"X-Repo-Commit": commit})
+        if not files:
+            return self._reply(method, path, 404, b"Repository not found",
+                               {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+        if revision not in ("main", commit):
+            return self._reply(method, path, 404, b"Revision not found",
+                               {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"})
+        if filename not in files:
+            return self._reply(method, path, 404, b"Entry not found",
+                               {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found",
+                                "X-Repo-Commit": commit})
+        data = files[filename]
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                   "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        status, body = 200, data
+        asked = self.headers.get("Range")
+        if asked and not (failure and failure.ignore_range):
+            span = _parse_range(asked, len(data))
+            if span is None:
+                headers["Content-Range"] = f"bytes */{len(data)}"
+                return self._reply(method, path, 416, b"", headers)
+            start, end = span
+            status, body = 206, data[start:end + 1]
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+        if method == "GET" and failure and failure.corrupt and body:
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
+        send = body
+        if method == "GET" and failure and failure.truncate_to is not None:
+            send = body[:failure.truncate_to]
+        self._reply(method, path, status, body, headers, send=send)
+
+    def _api(self, method, path, repo_type, repo_id, tree_rev, folder) -> None:
+        files = self._repo_files(repo_type, repo_id)
+        if not files:
+            return self._reply(method, path, 404, b'{"error": "Repository not found"}',
+                               {"X-Error-Code": "RepoNotFound", "Content-Type": "application/json"})
+        commit = self.fake_hub.commit(repo_type, repo_id)
+        if tree_rev is not None:
+            prefix = (folder.rstrip("/") + "/") if folder else ""
+            doc = [{"type": "file", "path": f, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
+                   for f, d in sorted(files.items()) if f.startswith(prefix)]
+        else:
+            doc = {"id": repo_id, "sha": commit, "private": False,
+                   "siblings": [{"rfilename": f, "size": len(d)} for f, d in sorted(files.items())]}
+        self._reply(method, path, 200, json.dumps(doc).encode(),
+                    {"Content-Type": "application/json", "X-Repo-Commit": commit})
+
+    def _reply(self, method, path, status, body: bytes, headers: dict[str, str], *, send: bytes | None = None) -> None:
+        send = body if send is None else send
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        truncated = method == "GET" and len(send) < len(body)
+        if truncated:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        sent = 0
+        if method == "GET":
+            try:
+                self.wfile.write(send)
+                self.wfile.flush()
+                sent = len(send)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        if truncated:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.fake_hub._log(Request(method, path, self.headers.get("Range"), status, sent,
+                                   self.headers.get("Authorization")))
+
+
+def _parse_range(value: str, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a single `bytes=` range, or None when unsatisfiable."""
+    m = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", value)
+    if not m or (m[1] == "" and m[2] == ""):
+        return None
+    if m[1] == "":
+        n = int(m[2])
+        if n == 0:
+            return None
+        return max(size - n, 0), size - 1
+    start = int(m[1])
+    end = int(m[2]) if m[2] else size - 1
+    if start >= size or end < start:
+        return None
+    return start, min(end, size - 1)
