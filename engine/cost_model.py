@@ -38,6 +38,10 @@ class StateCosts:
     sync_s: np.ndarray  # GPU<->CPU hand-over of the hidden state and results
     copied: np.ndarray  # int: misses sent over PCIe (ready-first's lane split)
     prefetch_s: np.ndarray  # [P+1] time to copy p prefetched experts
+    # Optional [k+1, P+1]: the measured time of a whole step with h hits and p prefetch
+    # copies in flight (the exposed prefetch time included); NaN where not measured.
+    # Where finite, price() uses it instead of total_s[h] plus its exposure formula.
+    total_by_prefetch_s: np.ndarray | None = None
 
 
 class CostModel(Protocol):

@@ -54,7 +54,12 @@ def price(
     token_overhead_s: float,
     prefetch_mode: str = "timed",
 ) -> tuple[float, Breakdown]:
-    """TPOT = mean over tokens of Σ_layers cost(state) + shared + per-token costs."""
+    """TPOT = mean over tokens of Σ_layers cost(state) + shared + per-token costs.
+
+    The cost of a state (h hits, p prefetch copies) is total_s[h] plus the prefetch
+    time the step could not hide (timed) or nothing (optimistic); where the cost model
+    measured that state whole (costs.total_by_prefetch_s), the measurement instead, in
+    either mode."""
     counts = stats.counts.astype(np.float64)  # [L, k+1, P+1]
     by_hits = counts.sum(axis=(0, 2))  # [k+1]
     per_token = 1.0 / stats.n_tokens
@@ -68,8 +73,19 @@ def price(
         exposed = np.maximum(costs.prefetch_s[None, :n_prefetch] - window[:, None], 0.0)
     by_state = counts.sum(axis=0)  # [k+1, P+1]
     prefetch_copies_s = float(by_state.sum(axis=0) @ costs.prefetch_s[:n_prefetch] * per_token)
-    exposed_s = float((by_state * exposed).sum() * per_token)
-    experts_s = float(by_hits @ costs.total_s * per_token)
+    measured = _measured_with_prefetch(costs, counts.shape[1], n_prefetch)
+    if measured is None:
+        exposed_s = float((by_state * exposed).sum() * per_token)
+        experts_s = float(by_hits @ costs.total_s * per_token)
+    else:
+        # A step measured whole with p prefetch copies in flight replaces the formula:
+        # up to the step without prefetch it counts as experts, the rest as exposed.
+        step = np.broadcast_to(costs.total_s[:, None], measured.shape)
+        known = np.isfinite(measured)
+        critical = np.where(known, np.minimum(measured, step), step)
+        exposed = np.where(known, np.maximum(measured - step, 0.0), exposed)
+        exposed_s = float((by_state * exposed).sum() * per_token)
+        experts_s = float((by_state * critical).sum() * per_token)
     breakdown = Breakdown(
         experts_critical_s=experts_s,
         gpu_experts_s=float(by_hits @ costs.gpu_s * per_token),
@@ -82,3 +98,16 @@ def price(
     )
     tpot = experts_s + exposed_s + shared_per_token_s + token_overhead_s
     return tpot, breakdown
+
+
+def _measured_with_prefetch(costs: StateCosts, n_hits: int, n_prefetch: int) -> np.ndarray | None:
+    """costs.total_by_prefetch_s cut or NaN-padded to [n_hits, n_prefetch]; None when
+    absent or with no measured state (price then uses its formula everywhere)."""
+    table = costs.total_by_prefetch_s
+    if table is None:
+        return None
+    table = np.asarray(table, dtype=np.float64)
+    out = np.full((n_hits, n_prefetch), np.nan)
+    rows, cols = min(n_hits, table.shape[0]), min(n_prefetch, table.shape[1])
+    out[:rows, :cols] = table[:rows, :cols]
+    return out if np.isfinite(out).any() else None

@@ -164,7 +164,9 @@ class CombinedCostModel:
     """Measured whole layer steps where the profile has them, `atomic` elsewhere.
 
     A state's step time comes from the "schedule" measurement with its execution, hits,
-    misses and threads and no prefetch copies; the lane busy times, the ready-first
+    misses and threads and no prefetch copies; a step measured whole (basis "measured")
+    with p > 0 prefetch copies in flight fills `total_by_prefetch_s[h, p]`, which
+    price() uses instead of its exposure formula. The lane busy times, the ready-first
     lane split and the prefetch copy times stay those of `atomic`.
     """
 
@@ -177,6 +179,7 @@ class CombinedCostModel:
         self._measured: set[tuple[str, int, int, int]] = set()  # (execution, hits, top_k, threads)
         self._estimated: set[tuple[str, int, int, int]] = set()
         self._preset: set[tuple[str, int, int, int]] = set()  # GPU lanes (or all) from a preset
+        self._measured_prefetch: set[tuple[str, int, int, int, int]] = set()  # (execution, hits, p, top_k, threads)
 
     def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
         execution = Execution(execution)
@@ -200,7 +203,21 @@ class CombinedCostModel:
                     self._estimated.discard(state)
             elif state not in self._measured and state not in self._preset:
                 self._estimated.add(state)
-        return replace(base, total_s=total)
+        by_prefetch = np.full((top_k + 1, prefetch_budget + 1), np.nan)
+        for h in range(top_k + 1):
+            for p in range(1, prefetch_budget + 1):
+                m = self.profile.find(
+                    "schedule",
+                    {"execution": execution.value, "hits": h, "misses": top_k - h, "prefetches": p, "threads": threads},
+                )
+                # Only a step timed whole on the real devices: a composed one says
+                # nothing about prefetch that price()'s formula does not.
+                if m is not None and m.basis == "measured":
+                    by_prefetch[h, p] = m.median_s
+                    self._measured_prefetch.add((execution.value, h, p, top_k, threads))
+        if not np.isfinite(by_prefetch).any():
+            by_prefetch = None
+        return replace(base, total_s=total, total_by_prefetch_s=by_prefetch)
 
     def shared_per_token_s(self) -> float:
         return self.atomic.shared_per_token_s()
@@ -210,7 +227,10 @@ class CombinedCostModel:
 
     def describe(self) -> dict:
         schedules = self.profile.of("schedule")
-        with_prefetch = sum(1 for m in schedules if m.key_dict["prefetches"] > 0)
+        with_prefetch = sum(1 for m in schedules if m.key_dict["prefetches"] > 0 and m.basis != "measured")
+        by_method: dict[str, int] = {}
+        for m in schedules:
+            by_method[m.method or "unrecorded"] = by_method.get(m.method or "unrecorded", 0) + 1
         return {
             "fidelity": self.fidelity,
             "basis": "measured whole layer steps where probed, atomic composition elsewhere",
@@ -219,8 +239,11 @@ class CombinedCostModel:
             "states_partly_preset": len(self._preset),
             "schedule_measurements": len(schedules),
             "schedule_measurements_by_basis": _by_basis(schedules),
-            # The step cost of a state is indexed by hits only: schedules measured with
-            # prefetch copies in flight are kept in the profile but not used here.
+            # "timed-step": one real layer step timed whole; "composed": lanes composed.
+            "schedule_measurements_by_method": by_method,
+            # States with prefetch copies in flight priced from a whole-step measurement;
+            # composed ones with prefetch are left to price()'s exposure formula.
+            "states_with_prefetch_measured": len(self._measured_prefetch),
             "schedule_measurements_with_prefetch_unused": with_prefetch,
             "fallback": self.atomic.describe(),
         }

@@ -49,6 +49,10 @@ Ident = tuple[str, Key]  # (operator, key): what a measurement is of
 # "preset": from the analytic model of a hardware preset (no such device here);
 # "measured+preset": a layer step whose CPU lane was measured, its GPU lanes preset.
 BASES = ("measured", "estimated-from-atomic", "preset", "measured+preset")
+# How a "schedule" measurement was made (optional; "" for the single operators):
+# "timed-step": one real layer step (probes.layer_step) timed as a whole;
+# "composed": its lanes timed or preset one by one and composed (engine.cost_model.compose_step).
+METHODS = ("", "timed-step", "composed")
 
 _STR_FIELDS = {"execution"}
 # operator -> (required key fields, optional key fields)
@@ -103,6 +107,7 @@ class Measurement:
     spread_s: float  # interquartile range of the repeats
     repeats: int
     basis: str = "measured"  # or "estimated-from-atomic", "preset", "measured+preset"
+    method: str = ""  # schedules: "timed-step" or "composed" (METHODS); written only when set
 
     def __post_init__(self):
         object.__setattr__(self, "key", normalize_key(self.operator, self.key))
@@ -115,6 +120,8 @@ class Measurement:
             raise ValueError(f"repeats is {self.repeats!r}, expected an integer >= 1")
         if self.basis not in BASES:
             raise ValueError(f"basis is {self.basis!r}, expected one of {', '.join(BASES)}")
+        if self.method not in METHODS:
+            raise ValueError(f"method is {self.method!r}, expected one of {', '.join(repr(m) for m in METHODS)}")
 
     @property
     def ident(self) -> Ident:
@@ -125,7 +132,7 @@ class Measurement:
         return dict(self.key)
 
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "operator": self.operator,
             "key": self.key_dict,
             "median_s": self.median_s,
@@ -133,6 +140,9 @@ class Measurement:
             "repeats": self.repeats,
             "basis": self.basis,
         }
+        if self.method:
+            doc["method"] = self.method
+        return doc
 
 
 @dataclass(frozen=True)
@@ -377,7 +387,8 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     for i, item in enumerate(items):
         name = f"measurements[{i}]"
         r.obj(item, name)
-        r.exact_fields(item, {"operator", "key", "median_s", "spread_s", "repeats", "basis"}, name + ".")
+        r.exact_fields(item, {"operator", "key", "median_s", "spread_s", "repeats", "basis"}, name + ".",
+                       optional={"method"})
         r.obj(item["key"], name + ".key")
         measurements.append(r.build(
             Measurement, name,
@@ -387,6 +398,7 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
             spread_s=r.seconds(item["spread_s"], name + ".spread_s"),
             repeats=r.integer(item["repeats"], name + ".repeats"),
             basis=r.text(item["basis"], name + ".basis"),
+            method=r.text(item.get("method", ""), name + ".method"),
         ))
     profile = r.build(Profile, "measurements", provenance=provenance, model_shape=model_shape,
                       hardware=hardware, measurements=tuple(measurements))
@@ -415,11 +427,11 @@ class _Reader:
             self.fail(name, f"is {type(value).__name__}, expected an object")
         return value
 
-    def exact_fields(self, value: dict, expected: set[str], prefix: str) -> None:
+    def exact_fields(self, value: dict, expected: set[str], prefix: str, optional: set[str] = frozenset()) -> None:
         missing = sorted(expected - value.keys())
         if missing:
             self.fail(prefix + missing[0], "is missing")
-        extra = sorted(value.keys() - expected)
+        extra = sorted(value.keys() - expected - optional)
         if extra:
             self.fail(prefix + extra[0], "is not a profile field")
 

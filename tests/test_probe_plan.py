@@ -249,3 +249,47 @@ def test_combined_uses_a_measured_step_where_present_and_atomic_elsewhere():
     assert described["states_measured"] == k + 1  # parallel at 8 threads
     assert described["states_estimated"] == 2 * (k + 1)  # stage at 8, parallel at 16
     assert described["fallback"]["fidelity"] == "atomic"
+
+
+def test_a_step_measured_with_prefetch_in_flight_replaces_the_exposure_formula():
+    from engine.estimate import price
+
+    request, analytic, _ = advise_run()
+    k, n_blocks = request.model.top_k, request.model.n_blocks
+    base = analytic_profile(analytic)
+    atomic = AtomicCostModel(base, n_blocks=n_blocks)
+    h = k - 1
+
+    def sched(p, median, basis="measured"):
+        key = {"execution": P.value, "hits": h, "misses": k - h, "prefetches": p, "threads": THREADS}
+        return Measurement("schedule", key, median, 0.0, 5, basis=basis,
+                           method="timed-step" if basis == "measured" else "composed")
+
+    slow, fast = 5e-3, 1e-9  # p=2: far slower than the step (exposed); p=1: faster (nothing exposed)
+    profile = base.merged([sched(2, slow), sched(1, fast)])
+    combined = CombinedCostModel(profile, atomic)
+    costs = combined.state_costs(P, THREADS, k, 2)
+    plain = atomic.state_costs(P, THREADS, k, 2)
+    assert costs.total_by_prefetch_s.shape == (k + 1, 3) and plain.total_by_prefetch_s is None
+    assert costs.total_by_prefetch_s[h, 2] == slow and np.isnan(costs.total_by_prefetch_s[0]).all()
+
+    counts = np.zeros((2, k + 1, 3), dtype=np.int64)
+    counts[:, h, 2], counts[:, h, 1], counts[:, h, 0], counts[:, 0, 1] = 3, 4, 2, 1
+    st = ReplayStats("c", counts, 5, np.zeros(2, dtype=np.int64), 0, 0)
+    step = plain.total_s
+    window = plain.total_s - plain.copy_s
+    formula = max(plain.prefetch_s[1] - window[0], 0.0)  # h=0, p=1: not measured
+    for mode in ("timed", "optimistic"):
+        tpot, br = price(st, costs, shared_per_token_s=0.0, token_overhead_s=0.0, prefetch_mode=mode)
+        unmeasured = formula if mode == "timed" else 0.0
+        want = 2 * (3 * slow + 4 * fast + 2 * step[h] + step[0] + unmeasured) / 5
+        assert tpot == pytest.approx(want, rel=1e-12)
+        assert br.exposed_prefetch_s == pytest.approx(2 * (3 * (slow - step[h]) + unmeasured) / 5, rel=1e-12)
+        base_tpot, _ = price(st, plain, shared_per_token_s=0.0, token_overhead_s=0.0, prefetch_mode=mode)
+        assert base_tpot != pytest.approx(tpot)
+    assert combined.describe()["states_with_prefetch_measured"] == 2
+
+    # A composed step (measured CPU lane, preset GPU lanes) with prefetch is left to the formula.
+    composed = CombinedCostModel(base.merged([sched(2, slow, basis="measured+preset")]), atomic)
+    assert composed.state_costs(P, THREADS, k, 2).total_by_prefetch_s is None
+    assert composed.describe()["schedule_measurements_with_prefetch_unused"] == 1

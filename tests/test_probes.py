@@ -128,7 +128,8 @@ def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_pat
     assert all(bases[op] == "preset" for op in GPU_OPERATORS)
     assert profile.find("gpu_experts", {"n": 1}).median_s == pytest.approx(analytic.gpu_experts_s(1))
     seq = profile.find("schedule", {"execution": "sequential", "hits": 0, "misses": 2, "prefetches": 0, "threads": 1})
-    assert seq.basis == "measured+preset"
+    assert seq.basis == "measured+preset" and seq.method == "composed"
+    assert all(m.method == "composed" for m in profile.of("schedule"))  # no CUDA: no step timed whole
     assert "Q8_0" in dict(profile.provenance.kernel_stand_ins)
     model = measured_cost_model(req, "combined", profile)
     assert isinstance(model, CombinedCostModel)
@@ -230,3 +231,59 @@ def test_cli_default_is_analytic_without_a_cached_profile(tmp_path, monkeypatch,
     assert cli.main(["advise", "--json", "--tokens", "40", "--cpu", "desktop-ddr5"]) == cli.EXIT_OK
     assert json.loads(capsys.readouterr().out)["cost_model"]["fidelity"] == "analytic"
     assert cli.main(["advise", "--probe-budget", "0", "--cpu", "desktop-ddr5"]) == cli.EXIT_INPUT
+
+
+# --- layer steps and the shared work as probes ------------------------------------------
+
+
+def test_the_probe_of_a_state_is_one_real_layer_step_in_the_functional_mode():
+    req = tiny_request()
+    analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=1024)
+    prober = LocalProber(req.model, req.quant, PresetGpu(analytic), pool_bytes=TINY_POOL, cuda=False)
+    # Stand-in for the CUDA pool: the same kernels on the CPU device.
+    prober.gpu_pool = ops.ExpertPool(prober.shape, "cpu", pool_bytes=TINY_POOL, min_experts=2, seed=1,
+                                     int8=prober.cpu_pool.int8)
+    for n in (1, 2):
+        prober.measure("cpu_experts", {"n": n, "threads": 1}, 0.02)
+    lanes = prober.lanes(1)
+    assert lanes.cpu_per_expert_s > 0 and lanes.cpu_experts_s(2) == prober._points[("cpu_experts", 1)][2]
+    for execution in Execution:
+        for hits, prefetches in ((0, 0), (1, 1), (2, 2)):
+            key = {"execution": execution.value, "hits": hits, "misses": 2 - hits, "prefetches": prefetches, "threads": 1}
+            m = prober._schedule_step(key, 0.02, device="cpu")
+            assert m.basis == "measured" and m.method == "timed-step" and m.median_s > 0 and m.repeats >= 3
+
+
+def test_shared_layer_and_head_run_on_any_device_with_the_models_shape():
+    model = tiny_model(k=2, hidden=64, expert_ffn=32)
+    import dataclasses
+
+    with_dense = dataclasses.replace(model, n_blocks=3, moe_blocks=(1, 2), shared_expert_ffn_size=32)
+    quant = get_quantization("Q4_K_M")
+    op = ops.SharedLayerOp(with_dense, quant, block=1, kv_tokens=100, device="cpu", pool_bytes=1)
+    assert op.moe and op.kv_tokens == 100 and len(op.copies) == 1
+    out = op.run()
+    assert out.shape == (1, 64) and torch.isfinite(out.float()).all()
+    assert not ops.SharedLayerOp(with_dense, quant, block=0, kv_tokens=100, device="cpu", pool_bytes=1).moe
+    t, kernel = ops.shared_layer_time(with_dense, quant, 100, 0.05, "cpu", pool_bytes=1)
+    assert t.median_s > 0 and "KV cache of 100 tokens" in kernel
+    head = ops.TokenHeadOp(with_dense, quant, "cpu")
+    assert 0 <= head.run() < with_dense.vocab_size
+
+
+@pytest.mark.gpu
+def test_a_probe_run_on_cuda_times_whole_steps_and_the_shared_work():  # pragma: no cover - needs CUDA
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    req = tiny_request()
+    analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=1024)
+    prober = LocalProber(req.model, req.quant, PresetGpu(analytic), pool_bytes=TINY_POOL, context_tokens=1024)
+    for operator in ("shared_layer", "token_head", "sync"):
+        assert prober.measure(operator, {}, 0.05).basis == "measured"
+    for n in (1, 2):
+        for operator, key in (("gpu_experts", {"n": n}), ("h2d_copy", {"n": n}), ("cpu_experts", {"n": n, "threads": 1})):
+            prober.measure(operator, key, 0.05)
+    for execution in Execution:
+        key = {"execution": execution.value, "hits": 1, "misses": 1, "prefetches": 1, "threads": 1}
+        m = prober.measure("schedule", key, 0.05)
+        assert m.method == "timed-step" and m.basis == "measured"

@@ -299,3 +299,25 @@ def test_a_writer_sets_aside_a_corrupt_cache_and_starts_clean(tmp_path):
         writer = ProfileWriter(base, root=tmp_path)
     assert any(issubclass(w.category, ProfileCacheWarning) for w in caught)
     assert writer.profile.measurements == ()
+
+
+def test_a_schedule_says_whether_it_was_one_timed_step_or_composed(tmp_path):
+    key = {"execution": "ready-first", "hits": 6, "misses": 2, "prefetches": 1, "threads": 8}
+    timed = Measurement("schedule", key, 3e-4, 1e-5, 9, method="timed-step")
+    composed = Measurement("schedule", {**key, "prefetches": 0}, 2e-4, 1e-5, 9, basis="measured+preset", method="composed")
+    p = profile([*measurements(), timed, composed])
+    path = tmp_path / "p.json"
+    save_profile(p, path)
+    back = load_profile(path)
+    assert back == p
+    assert back.find("schedule", key).method == "timed-step"
+    doc = json.loads(path.read_text())
+    methods = [m.get("method") for m in doc["measurements"]]
+    assert methods.count("timed-step") == 1 and methods.count("composed") == 1
+    assert methods.count(None) == len(measurements())  # written only when set: older files read the same
+    with pytest.raises(ValueError, match="method"):
+        Measurement("schedule", key, 3e-4, 1e-5, 9, method="guessed")
+    doc["measurements"][-1]["method"] = "guessed"
+    write_doc(path, doc)
+    with pytest.raises(CopeInputError, match=r"measurements\[\d+\]"):
+        load_profile(path)
