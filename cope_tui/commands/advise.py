@@ -10,7 +10,11 @@ from cope_tui.exit_codes import EXIT_OK
 
 def register(sub: argparse._SubParsersAction) -> None:
     adv = sub.add_parser("advise", help="rank every candidate policy for a model on a machine")
-    adv.add_argument("--model", help="catalog id (see `cope models`) or a Hugging Face config.json")
+    adv.add_argument("--model", help="catalog id (see `cope models`), a config.json or .gguf path, "
+                                     "or a Hugging Face repo id org/name")
+    adv.add_argument("--gguf-file", metavar="NAME.gguf",
+                     help="with a repo id as --model: size the model from this GGUF file in the repo "
+                          "(its header is read remotely)")
     adv.add_argument("--quant", help="quantization, e.g. Q4_K_M (default: the model's usual one)")
     adv.add_argument("--gpu", help="GPU preset to plan for (see `cope presets`)")
     adv.add_argument("--cpu", help="CPU preset (default: this machine's CPU)")
@@ -32,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--reprobe", action="store_true", help="ignore the cached profile and probe again")
     adv.add_argument("--json", action="store_true", help="one JSON document on stdout")
     adv.add_argument("--all", action="store_true", help="list every candidate in the table")
+    adv.add_argument("--export", action="store_true",
+                     help="also print the llama.cpp command of the best candidate (JSON: an \"export\" object)")
 
     adv.set_defaults(run=run)
 
@@ -43,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = build_request(
         AdviseArgs(
-            model=args.model, quant=args.quant, gpu=args.gpu, cpu=args.cpu,
+            model=args.model, gguf_file=args.gguf_file, quant=args.quant, gpu=args.gpu, cpu=args.cpu,
             vram_budget_gib=args.vram_budget, context=args.context, threads=args.threads,
             trace=args.trace, profile_trace=args.profile_trace, tokens=args.tokens, seed=args.seed,
             evictions=tuple(e.strip() for e in args.eviction.split(",") if e.strip()),
@@ -54,15 +60,26 @@ def run(args: argparse.Namespace) -> int:
         request, fidelity=args.fidelity, probe_budget_s=args.probe_budget, reprobe=args.reprobe
     )
     recommendation = advise(request, cost_model)
+    export = None
+    if args.export:
+        from cope_tui.commands.export import export_for
+
+        export = export_for(recommendation, recommendation.best)
     if args.json:
         import orjson
 
         from engine.report import recommendation_to_dict
 
         doc = recommendation_to_dict(recommendation)
+        if export is not None:
+            doc["export"] = export.to_dict()
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
     else:
         from cope_tui.text_report import render_recommendation
 
         sys.stdout.write(render_recommendation(recommendation, limit=None if args.all else 15))
+        if export is not None:
+            from cope_tui.commands.export import render_export
+
+            sys.stdout.write("\nllama.cpp command for the best candidate:\n" + render_export(export))
     return EXIT_OK

@@ -1,0 +1,251 @@
+"""Read a llama.cpp command line (llama-server, llama-cli, llama-bench) into what COPE prices.
+
+Only the flags that decide where experts live and how decode runs are understood; every
+other flag is listed back, never silently dropped. Both `--flag value` and
+`--flag=value` are accepted, and long flags with '_' for '-' (llama.cpp folds them too).
+Flag spellings: common/arg.cpp and tools/llama-bench/llama-bench.cpp (see engine/export.py).
+
+The expert placement follows llama.cpp: `-ot`, `--cpu-moe` and `--n-cpu-moe` append
+tensor-buffer overrides in the order given, the first pattern that matches a tensor name
+anywhere (std::regex_search; Python's re.search here) decides its buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from engine.errors import CopeInputError
+from engine.export import EXPS_REGEX_TAIL, OFFLOAD_ENV
+from engine.model import ModelSpec
+
+WHERE = "the llama.cpp command"
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    setting: str
+    names: tuple[str, ...]
+    takes_value: bool
+
+
+# Declarative: what we understand. Value-less switches have takes_value False.
+ARG_TABLE: tuple[ArgSpec, ...] = (
+    ArgSpec("model", ("-m", "--model"), True),
+    ArgSpec("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), True),
+    ArgSpec("override_tensor", ("-ot", "--override-tensor"), True),
+    ArgSpec("cpu_moe", ("-cmoe", "--cpu-moe"), False),
+    ArgSpec("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), True),
+    ArgSpec("threads", ("-t", "--threads"), True),
+    ArgSpec("context", ("-c", "--ctx-size"), True),
+    ArgSpec("flash_attn", ("-fa", "--flash-attn"), True),  # older builds: a switch (handled below)
+    ArgSpec("no_op_offload", ("--no-op-offload",), False),
+    ArgSpec("op_offload", ("--op-offload",), False),
+    ArgSpec("bench_no_op_offload", ("-nopo",), True),  # llama-bench: -nopo <0|1>
+    ArgSpec("fit", ("-fit", "--fit"), True),
+    ArgSpec("no_mmap", ("--no-mmap",), False),
+    ArgSpec("bench_mmap", ("-mmp",), True),  # llama-bench: -mmp <0|1>
+)
+_BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
+_FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class LlamaCommand:
+    binary: str  # as typed
+    tool: str  # llama-server | llama-cli | llama-bench | other
+    model_path: str | None
+    gpu_layers: str | None
+    threads: int | None
+    context: int | None
+    flash_attn: str | None
+    overrides: tuple[tuple[str, str, str], ...]  # (pattern, buffer, the flag it came from), in order
+    op_offload_min_batch: int | None  # from GGML_OP_OFFLOAD_MIN_BATCH
+    no_op_offload: bool
+    no_mmap: bool
+    fit: str | None
+    unknown: tuple[str, ...]  # flags (with their value, if any) we do not model
+    notes: tuple[str, ...]
+
+    @property
+    def stages_cpu_experts(self) -> bool:
+        """GGML_OP_OFFLOAD_MIN_BATCH=1 copies routed CPU experts to the GPU at decode."""
+        return self.op_offload_min_batch is not None and self.op_offload_min_batch <= 1 and not self.no_op_offload
+
+
+def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaCommand:
+    """Parse a command as a list of words (what shlex.split gives)."""
+    words = list(tokens)
+    environ = dict(env or {})
+    if words and os.path.basename(words[0]) == "env":
+        words = words[1:]
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        environ[key] = value
+    if not words:
+        raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
+    binary = words.pop(0)
+    base = os.path.basename(binary).lower().removesuffix(".exe")
+    tool = base if base in ("llama-server", "llama-cli", "llama-bench") else "other"
+    notes: list[str] = []
+    if tool == "other":
+        notes.append(f"{binary!r} is not llama-server, llama-cli or llama-bench: read with llama-server's flags")
+
+    values: dict[str, str] = {}
+    overrides: list[tuple[str, str, str]] = []
+    unknown: list[str] = []
+    switches: set[str] = set()
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not _FLAG_SHAPE.match(word):
+            unknown.append(word)
+            continue
+        name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        if name.startswith("--"):
+            name = name.replace("_", "-")
+        spec = _BY_NAME.get(name)
+        if spec is None:
+            # Unknown: keep its value with it when the next word cannot be a flag.
+            if inline is None and i < len(words) and not _FLAG_SHAPE.match(words[i]):
+                unknown.append(f"{word} {words[i]}")
+                i += 1
+            else:
+                unknown.append(word)
+            continue
+        if not spec.takes_value:
+            if inline is not None:
+                raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
+            switches.add(spec.setting)
+            if spec.setting == "cpu_moe":
+                overrides.append((EXPS_REGEX_TAIL, "CPU", name))
+            continue
+        if inline is not None:
+            value = inline
+        elif i < len(words) and (spec.setting != "flash_attn" or not _FLAG_SHAPE.match(words[i])):
+            value = words[i]
+            i += 1
+        elif spec.setting == "flash_attn":
+            value = "on"  # older builds: -fa was a switch
+        else:
+            raise CopeInputError(f"{WHERE}: {name} needs a value")
+        if spec.setting == "override_tensor":
+            overrides.extend(_parse_overrides(value, name, tool, notes))
+        elif spec.setting == "n_cpu_moe":
+            n = _int(value, name)
+            if n < 0:
+                raise CopeInputError(f"{WHERE}: {name} must be >= 0, got {n}")
+            # arg.cpp: one override per block i < N, appended in order.
+            overrides.extend((rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", name) for b in range(n))
+        else:
+            values[spec.setting] = value
+
+    threads = _int(values["threads"], "-t") if "threads" in values else None
+    context = _int(values["context"], "-c") if "context" in values else None
+    if threads is not None and threads <= 0:
+        raise CopeInputError(f"{WHERE}: -t must be positive, got {threads}")
+    if context is not None and context < 0:
+        raise CopeInputError(f"{WHERE}: -c must be >= 0, got {context}")
+    min_batch = None
+    if OFFLOAD_ENV in environ:
+        min_batch = _int(environ[OFFLOAD_ENV], OFFLOAD_ENV)
+    no_op_offload = "no_op_offload" in switches or values.get("bench_no_op_offload", "0") not in ("0", "false", "off")
+    no_mmap = "no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
+    return LlamaCommand(
+        binary=binary, tool=tool, model_path=values.get("model"), gpu_layers=values.get("gpu_layers"),
+        threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
+        op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
+        unknown=tuple(unknown), notes=tuple(notes),
+    )
+
+
+def _int(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise CopeInputError(f"{WHERE}: {flag} needs a whole number, got {text!r}") from None
+
+
+def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list[tuple[str, str, str]]:
+    if tool == "llama-bench":
+        # llama-bench.cpp: ',' separates test configurations, ';' the overrides of one.
+        groups = value.split(",")
+        if len(groups) > 1:
+            notes.append(f"{flag} gives {len(groups)} llama-bench configurations: the first is estimated")
+        items = [x for x in groups[0].split(";") if x]
+    else:
+        items = [x for x in value.split(",") if x]  # arg.cpp parse_tensor_buffer_overrides
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise CopeInputError(f"{WHERE}: {flag} {item!r} is not <pattern>=<buffer>")
+        pattern, buffer = item.rsplit("=", 1)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise CopeInputError(f"{WHERE}: {flag} pattern {pattern!r} is not a regular expression: {exc}") from None
+        out.append((pattern, buffer, flag))
+    return out
+
+
+def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
+    kinds = ("gate", "up", "down") if model.gated_experts else ("up", "down")
+    return [f"blk.{block}.ffn_{kind}_exps.weight" for kind in kinds]
+
+
+def cpu_layers(command: LlamaCommand, model: ModelSpec) -> tuple[np.ndarray, tuple[str, ...]]:
+    """[L] bool: MoE layers whose experts the command keeps on the CPU, and notes."""
+    notes: list[str] = []
+    cpu = np.zeros(model.n_moe_layers, dtype=bool)
+    partial = []
+    for layer, block in enumerate(model.moe_blocks):
+        on_cpu = []
+        for name in expert_tensor_names(model, block):
+            buffer = next((buf for pat, buf, _ in command.overrides if re.search(pat, name)), None)
+            on_cpu.append(buffer is not None and buffer.upper().startswith("CPU"))
+        if all(on_cpu):
+            cpu[layer] = True
+        elif any(on_cpu):
+            cpu[layer] = True
+            partial.append(block)
+    if partial:
+        notes.append(f"blocks {partial}: only some expert tensors on the CPU; priced as the whole layer on the CPU")
+    unused = [f"{flag} {pat}={buf}" for pat, buf, flag in command.overrides
+              if flag in ("-ot", "--override-tensor") and not _matches_any(pat, model)]
+    if unused:
+        notes.append("overrides that match no expert tensor of this model (not modelled): " + "; ".join(unused))
+    return cpu, tuple(notes)
+
+
+def _matches_any(pattern: str, model: ModelSpec) -> bool:
+    return any(re.search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
+
+
+def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
+    """What the estimate assumes about the command's other settings."""
+    notes = list(command.notes)
+    ngl = command.gpu_layers
+    if ngl is None:
+        notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every non-expert "
+                     "weight on the GPU")
+    elif ngl not in ("all", "auto"):
+        n = _int(ngl, "-ngl")
+        if 0 <= n < model.n_blocks + 1:
+            notes.append(f"-ngl {n} keeps whole blocks on the CPU; not modelled: assumed every non-expert "
+                         "weight on the GPU")
+    if command.op_offload_min_batch is not None:
+        if command.stages_cpu_experts:
+            notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch}: routed CPU experts are copied to the GPU "
+                         "each decode step (priced as staging)")
+        elif command.no_op_offload:
+            notes.append(f"{OFFLOAD_ENV} has no effect with --no-op-offload")
+        else:
+            notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch} is above the decode batch of 1: no effect")
+    if command.flash_attn is not None and command.flash_attn not in ("on", "1", "true", "enabled"):
+        notes.append(f"-fa {command.flash_attn}: the estimate does not model flash attention")
+    return tuple(notes)

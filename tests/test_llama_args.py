@@ -1,0 +1,143 @@
+"""Reading the llama.cpp command a person already runs, and `cope estimate`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
+from engine.catalog import get_model
+from engine.errors import CopeInputError
+from engine.llama_args import command_notes, cpu_layers, parse_llama_command
+
+QWEN = get_model("qwen3-30b-a3b")  # 48 MoE blocks 0..47
+DS = get_model("deepseek-coder-v2-lite-instruct")  # block 0 dense, MoE 1..26
+
+
+def blocks_on_cpu(line: str, model=QWEN) -> list[int]:
+    cmd = parse_llama_command(shlex.split(line))
+    cpu, _ = cpu_layers(cmd, model)
+    return [model.moe_blocks[i] for i in np.flatnonzero(cpu)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8",
+        "llama-server -m model.gguf -ngl 99 -ncmoe 24 -t 8",
+        "llama-server --model=model.gguf --n-gpu-layers=99 --n-cpu-moe=24 --threads=8",
+        "llama-server --model model.gguf --gpu-layers 99 --n_cpu_moe 24 --threads 8",
+        "./build/bin/llama-cli -m model.gguf -ngl 99 -ncmoe=24 -t=8",
+        "llama-bench -m model.gguf -ngl 99 -ncmoe 24 -t 8 -p 0 -n 64",
+    ],
+)
+def test_first_n_in_every_spelling(line):
+    assert blocks_on_cpu(line) == list(range(24))
+    cmd = parse_llama_command(shlex.split(line))
+    assert cmd.threads == 8 and cmd.model_path == "model.gguf" and cmd.gpu_layers == "99"
+
+
+def test_n_cpu_moe_counts_dense_blocks():
+    # --n-cpu-moe 4 on DeepSeek-Lite: blocks 0..3, block 0 has no experts: 3 MoE layers.
+    assert blocks_on_cpu("llama-server -m m.gguf --n-cpu-moe 4", DS) == [1, 2, 3]
+
+
+def test_cpu_moe_both_spellings():
+    assert blocks_on_cpu("llama-server -m m.gguf --cpu-moe") == list(range(48))
+    assert blocks_on_cpu("llama-server -m m.gguf -cmoe") == list(range(48))
+
+
+def test_several_override_tensor_forms():
+    line = (r"llama-server -m m.gguf -ngl 99 -ot 'blk\.(40|41)\.ffn_.*_exps=CPU' "
+            r"--override-tensor='blk\.45\.ffn_(up|down|gate)_exps=CPU,blk\.46\.ffn_.*=CPU' "
+            r"-ot blk\.47\.=CUDA0 -ot 'exps=CPU'")
+    # blk.47 goes to CUDA0 first (first match wins), every other expert then to the CPU.
+    assert blocks_on_cpu(line) == list(range(47))
+    assert blocks_on_cpu(r"llama-server -ot 'blk\.1\.ffn_.*=CPU'") == [1]  # not 10..19
+    assert blocks_on_cpu(r"llama-server -ot '\.ffn_(up|down)_exps=CPU'") == list(range(48))  # partial
+    cmd = parse_llama_command(shlex.split(r"llama-server -ot '\.ffn_(up|down)_exps=CPU'"))
+    assert "only some expert tensors" in cpu_layers(cmd, QWEN)[1][0]
+
+
+def test_llama_bench_override_groups():
+    cmd = parse_llama_command(shlex.split(r"llama-bench -m m.gguf -ot 'blk\.3\.=CPU;blk\.4\.=CPU,blk\.5\.=CPU'"))
+    assert [p for p, _, _ in cmd.overrides] == [r"blk\.3\.", r"blk\.4\."]
+    assert "first is estimated" in cmd.notes[0]
+
+
+def test_op_offload_switches_and_env():
+    cmd = parse_llama_command(shlex.split("GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server -m m.gguf --cpu-moe"))
+    assert cmd.stages_cpu_experts
+    cmd = parse_llama_command(shlex.split("env GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server --cpu-moe --no-op-offload"))
+    assert not cmd.stages_cpu_experts and cmd.no_op_offload
+    cmd = parse_llama_command(["llama-server", "--cpu-moe"], env={"GGML_OP_OFFLOAD_MIN_BATCH": "32"})
+    assert not cmd.stages_cpu_experts
+    assert any("no effect" in n for n in command_notes(cmd, QWEN))
+    assert parse_llama_command(shlex.split("llama-bench -nopo 1")).no_op_offload
+
+
+def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
+    line = ("llama-server -m m.gguf -c 16384 -fa on --no-mmap --port 8080 --jinja -np 2 "
+            "--host 0.0.0.0 --ctx-size 32768")
+    cmd = parse_llama_command(shlex.split(line))
+    assert cmd.context == 32768 and cmd.flash_attn == "on" and cmd.no_mmap
+    assert cmd.unknown == ("--port 8080", "--jinja", "-np 2", "--host 0.0.0.0")
+    old = parse_llama_command(shlex.split("llama-server -fa -t 4"))  # -fa as an old switch
+    assert old.flash_attn == "on" and old.threads == 4
+    assert any("-fa off" in n for n in command_notes(parse_llama_command(["llama-server", "-fa", "off"]), QWEN))
+    assert any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
+    assert any("-ngl 10" in n for n in command_notes(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN))
+
+
+@pytest.mark.parametrize(
+    "words, needle",
+    [
+        ([], "empty"),
+        (["llama-server", "-t"], "-t needs a value"),
+        (["llama-server", "-t", "eight"], "whole number"),
+        (["llama-server", "--n-cpu-moe", "-2"], ">= 0"),
+        (["llama-server", "-ot", "blk.3"], "<pattern>=<buffer>"),
+        (["llama-server", "-ot", "blk(=CPU"], "not a regular expression"),
+        (["llama-server", "--cpu-moe=1"], "takes no value"),
+    ],
+)
+def test_bad_commands_are_one_line_errors(words, needle):
+    with pytest.raises(CopeInputError, match=needle.replace("(", r"\(")) as info:
+        parse_llama_command(words)
+    assert "\n" not in str(info.value)
+
+
+FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
+
+
+def test_cope_estimate_shows_the_command_beside_the_best(capsys):
+    code = main(["estimate", "--model", "qwen3-30b-a3b", *FAST, "--",
+                 "llama-server", "-m", "model.gguf", "-ngl", "99", "--n-cpu-moe", "24", "-t", "8", "--port", "8080"])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "Your command:  24 of 48 MoE layers' experts on the CPU (blocks 0-23)" in out
+    assert "COPE's best:" in out and "x yours)" in out
+    assert "Flags not modelled (listed, not used): --port 8080" in out
+
+
+def test_cope_estimate_json_matches_the_partition_it_describes(capsys):
+    # The same layer set as advise's partition-first must get advise's figure.
+    assert main(["advise", "--json", "--model", "deepseek-coder-v2-lite-instruct", "--vram-budget", "8",
+                 "--threads", "8", *FAST]) == EXIT_OK
+    adv = json.loads(capsys.readouterr().out)
+    first = next(c for c in adv["candidates"] if c["id"] == "partition-first")
+    n_blocks = int(first["detail"].split()[1])
+    assert main(["estimate", "--json", "--model", "deepseek-coder-v2-lite-instruct", "--vram-budget", "8", *FAST,
+                 "--", "llama-server", "-m", "m.gguf", "-t", "8", f"--n-cpu-moe={n_blocks}"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["yours"]["tpot_s"] == pytest.approx(first["tpot_s"], rel=1e-12)
+    assert doc["command"]["cpu_moe_blocks"][0] == 1
+    assert doc["best"]["id"] == adv["recommendation"]
+
+
+def test_cope_estimate_needs_a_model(capsys):
+    assert main(["estimate", *FAST, "--", "llama-server", "-m", "/nowhere/x.gguf"]) == EXIT_INPUT
+    assert "--model" in capsys.readouterr().err

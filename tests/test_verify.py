@@ -1,0 +1,166 @@
+"""`cope verify` against a fake llama-bench written by the test (no llama.cpp needed)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
+from cope_tui.commands.verify import parse_bench_json
+
+# What llama-bench -o json prints for `-p 0 -n 64 -r 3` (fields of json_printer, trimmed values).
+RECORDED = [
+    {
+        "build_commit": "0104b151", "build_number": 7000, "cpu_info": "AMD Ryzen 9 7950X",
+        "gpu_info": "NVIDIA GeForce RTX 4060 Ti", "backends": "CUDA", "model_filename": "model.gguf",
+        "model_type": "qwen3moe 30B.A3B Q4_K - Medium", "model_size": 18556682240, "model_n_params": 30532122624,
+        "n_batch": 2048, "n_ubatch": 512, "n_threads": 16, "cpu_mask": "0x0", "cpu_strict": False, "poll": 50,
+        "type_k": "f16", "type_v": "f16", "n_gpu_layers": 99, "n_cpu_moe": 11, "split_mode": "layer",
+        "main_gpu": 0, "no_kv_offload": False, "flash_attn": 1, "devices": "auto", "tensor_split": "0.00",
+        "tensor_buft_overrides": "none", "load_mode": "none", "embeddings": False, "no_op_offload": 0,
+        "no_host": False, "fit_target": 0, "fit_min_ctx": 0, "n_prompt": 0, "n_gen": 64, "n_depth": 0,
+        "test_time": "2026-05-01T10:00:00Z", "avg_ns": 1552300000, "stddev_ns": 19000000,
+        "avg_ts": 41.23, "stddev_ts": 0.51,
+        "samples_ns": [1530000000, 1560000000, 1567000000], "samples_ts": [41.83, 41.03, 40.84],
+    }
+]
+
+FAKE = """#!{python}
+import json, os, sys, time
+mode = open(os.path.join(os.path.dirname(__file__), "mode")).read().strip()
+with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "env": os.environ.get("GGML_OP_OFFLOAD_MIN_BATCH")}}) + "\\n")
+if mode == "ok":
+    sys.stdout.write(open(os.path.join(os.path.dirname(__file__), "recorded.json")).read())
+elif mode == "fail":
+    sys.stderr.write("main: error: failed to load model\\n")
+    sys.exit(1)
+elif mode == "malformed":
+    sys.stdout.write("| model | size | params |\\n| --- | --- | --- |\\n")
+elif mode == "slow":
+    time.sleep(30)
+"""
+
+
+@pytest.fixture
+def bench(tmp_path):
+    d = tmp_path / "fake bin"
+    d.mkdir()
+    path = d / "llama-bench"
+    path.write_text(FAKE.format(python=sys.executable))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    (d / "recorded.json").write_text(json.dumps(RECORDED, indent=2))
+    model = tmp_path / "my model.gguf"
+    model.write_bytes(b"GGUF")
+
+    def run(mode: str, *extra: str) -> tuple[int, Path]:
+        (d / "mode").write_text(mode)
+        code = main(["verify", "--llama-bench", str(path), "--model-path", str(model), "--tokens", "100",
+                     "--cpu", "desktop-ddr5", *extra])
+        return code, d / "calls.jsonl"
+
+    return run
+
+
+def calls(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_measured_beside_predicted_for_the_export_and_the_baseline(bench, capsys):
+    code, log = bench("ok", "--candidate", "partition-last", "--json")
+    assert code == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    roles = [(r["role"], r["candidate"]) for r in doc["runs"]]
+    assert roles == [("exported", "partition-last"), ("baseline", "partition-first")]
+    for r in doc["runs"]:
+        assert r["measured_tokens_per_s"] == 41.23 and r["measured_stddev_tokens_per_s"] == 0.51
+        assert r["error"] == pytest.approx((r["predicted_tokens_per_s"] - 41.23) / 41.23)
+        assert r["problem"] is None
+    argvs = [c["argv"] for c in calls(log)]
+    assert len(argvs) == 2
+    for argv in argvs:
+        assert argv[-8:] == ["-p", "0", "-n", "64", "-r", "3", "-o", "json"]
+        assert argv[0] == "-m" and argv[1].endswith("my model.gguf")
+    assert "-ot" in argvs[0] and "-ncmoe" in argvs[1]
+
+
+def test_table_output_and_stage_env_reaches_the_binary(bench, capsys):
+    code, log = bench("ok", "--candidate", "all-cpu")
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "predicted tok/s" in out and "41.2 ± 0.5" in out and "%" in out
+    assert calls(log)[0]["env"] is None
+
+
+def test_not_expressible_candidate_measures_its_nearest(bench, capsys):
+    code, _ = bench("ok", "--candidate", "layer.stage.uniform.lru.prefetch", "--json")
+    assert code == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["label"] == "not-expressible" and "nearest that runs here" in doc["reason"]
+    assert doc["runs"][0]["candidate"] != "layer.stage.uniform.lru.prefetch"
+
+
+def test_failing_run_is_reported_with_its_message(bench, capsys):
+    code, _ = bench("fail", "--candidate", "partition-last")
+    out, err = capsys.readouterr()
+    assert code == EXIT_INPUT
+    assert "problem: llama-bench exited with 1: main: error: failed to load model" in out
+    assert err.startswith("cope: error: exported run: llama-bench exited with 1")
+
+
+def test_malformed_output_is_reported(bench, capsys):
+    code, _ = bench("malformed", "--candidate", "partition-first")
+    out, err = capsys.readouterr()
+    assert code == EXIT_INPUT
+    assert "malformed llama-bench output (not JSON" in out
+    assert len(calls(_)) == 1  # partition-first is the baseline: one run only
+
+
+def test_time_limit_stops_a_slow_run(bench, capsys):
+    code, _ = bench("slow", "--candidate", "partition-last", "--time-limit", "0.5")
+    out, _err = capsys.readouterr()
+    assert code == EXIT_INPUT
+    assert "ran past the time limit" in out and "the time limit was used up" in out
+
+
+def test_without_a_binary_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["verify", "--candidate", "partition-first"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "no llama-bench found on PATH" in out and "--target llama-bench" in out
+
+
+def test_bad_inputs(tmp_path, capsys):
+    assert main(["verify", "--candidate", "all-cpu", "--llama-bench", str(tmp_path / "nope")]) == EXIT_INPUT
+    assert "not an executable file" in capsys.readouterr().err
+    exe = tmp_path / "llama-bench"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert main(["verify", "--candidate", "all-cpu", "--llama-bench", str(exe)]) == EXIT_INPUT
+    assert "--model-path" in capsys.readouterr().err
+    assert main(["verify", "--candidate", "all-cpu", "--time-limit", "0"]) == EXIT_INPUT
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "not JSON"),
+        ("{}", "non-empty JSON array"),
+        ("[]", "non-empty JSON array"),
+        ('[{"n_prompt": 512, "n_gen": 0, "avg_ts": 900.0, "stddev_ts": 3.0}]', "no decode test"),
+        ('[{"n_prompt": 0, "n_gen": 64, "avg_ts": "fast"}]', "avg_ts is 'fast'"),
+    ],
+)
+def test_parse_bench_json_errors(text, problem):
+    result = parse_bench_json(text)
+    assert result.avg_ts is None and problem in result.problem
+
+
+def test_parse_bench_json_picks_the_decode_test():
+    pp = dict(RECORDED[0], n_prompt=512, n_gen=0, avg_ts=1500.0)
+    result = parse_bench_json(json.dumps([pp, RECORDED[0]]))
+    assert (result.avg_ts, result.stddev_ts, result.problem) == (41.23, 0.51, None)
