@@ -156,9 +156,41 @@ def _traces(args: AdviseArgs, model, assumed: list[str]) -> tuple[RoutingTrace, 
     if args.tokens < 2:
         raise CopeInputError(f"--tokens must be at least 2, got {args.tokens}")
     notes: list[str] = []
-    if args.trace is None or args.trace == "synthetic":
-        if args.trace is None:
-            assumed.append("trace: synthetic (no --trace given)")
+    full = None
+    if args.trace is None:
+        # No --trace: the newest cached trace of this model (recorded or pulled), else synthetic,
+        # pointing at a published one when the trace index knows one.
+        from cope_tui.sources.hub_trace import cached_traces, entries_for_model, pull_command  # noqa: PLC0415
+        from engine.trace_io import check_trace_fits_model, load_trace  # noqa: PLC0415
+
+        skipped: list[str] = []
+        candidates = cached_traces(model.id)
+        for path in candidates:
+            try:
+                found = load_trace(path)
+                check_trace_fits_model(found, model, path=str(path))
+            except CopeInputError as exc:
+                skipped.append(str(exc))
+                continue
+            if found.n_tokens < 2:
+                skipped.append(f"{path}: fewer than 2 tokens")
+                continue
+            full = found
+            assumed.append(f"trace: {path}, the newest cached {found.meta.origin} trace of {model.id} "
+                           f"(from {found.meta.source}; no --trace given; --trace synthetic for made-up routing)")
+            break
+        notes.extend(f"skipped cached trace {s}" for s in skipped)
+        if full is None:
+            exact, shaped = entries_for_model(model.id)
+            assumed.append(f"trace: synthetic (no --trace given and no usable cached trace of {model.id})")
+            for entry in exact:
+                notes.append(f"run `{pull_command(entry, model.id)}` to use a published trace of {model.id} "
+                             f"instead of synthetic routing")
+            for entry in shaped:
+                notes.append(f"run `{pull_command(entry, model.id)}` to use a published trace of the same shape "
+                             f"(from {entry.model_in_card or 'a model the index does not confirm'}) instead of "
+                             "synthetic routing; its format is unverified")
+    if full is None and (args.trace is None or args.trace == "synthetic"):
         settings = SyntheticSettings(
             tokens=2 * args.tokens, seed=args.seed, zipf_exponent=SYNTHETIC_ZIPF, sequences=2
         )
@@ -167,7 +199,7 @@ def _traces(args: AdviseArgs, model, assumed: list[str]) -> tuple[RoutingTrace, 
             "SYNTHETIC routing: figures show how the policies compare on made-up routing "
             f"({settings.describe()}), not how this model routes"
         )
-    else:
+    elif full is None:
         full = load_any_trace(args.trace, model=model)
     if args.profile_trace:
         profile = load_any_trace(args.profile_trace, model=model)

@@ -13,3 +13,36 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"real routing data not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_cope_cache(tmp_path_factory):
+    """COPE_CACHE_DIR points at a fresh, empty folder for the whole session, so `cope advise`
+    without --trace falls back to synthetic routing and no test sees the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COPE_CACHE_DIR", str(tmp_path_factory.mktemp("cope-cache")))
+        yield
+
+
+@pytest.fixture
+def hf_env(tmp_path, monkeypatch):
+    """A private Hub cache, no token, online; returns a function pointing the client at an endpoint.
+
+    Skips huggingface_hub's retry waits (1 + 2 + 4 + 8 + 8 s)."""
+    import time
+    import types
+
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http, "time", types.SimpleNamespace(**{**vars(time), "sleep": lambda s: None}))
+
+    def point_at(endpoint: str) -> None:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+
+    return point_at

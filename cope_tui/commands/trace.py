@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from cope_tui.commands import trace_record
+from cope_tui.commands import trace_pull, trace_record
 from engine.errors import CopeInputError
 
-SUBCOMMANDS = (trace_record,)
+SUBCOMMANDS = (trace_record, trace_pull)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
