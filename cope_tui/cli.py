@@ -17,13 +17,13 @@ import argparse
 import sys
 import traceback
 
-from cope_tui.commands import advise, catalog, detect, estimate, export, trace, verify
+from cope_tui.commands import advise, catalog, detect, estimate, export, trace, validate, verify
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
 from engine.errors import CopeInputError
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED"]
 
-COMMANDS = (advise, detect, catalog, export, estimate, verify, trace)
+COMMANDS = (advise, detect, catalog, export, estimate, verify, trace, validate)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if not argv and sys.stdin.isatty() and sys.stdout.isatty():
+        return _launch_app()
     try:
         args = build_parser().parse_args(argv or ["advise"])
         return args.run(args)
@@ -56,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("cope: internal error (a bug): please report the message above", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _launch_app() -> int:
+    """`cope` with no arguments in a terminal: the Textual app (the only path that
+    imports textual; without a terminal, no arguments still means `cope advise`)."""
+    try:
+        from cope_tui.app import run_app
+
+        return run_app()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""`cope validate` with a fake prober and a fake executor: the JSON shape, refusals, the
+accuracy summary per fidelity and the CPU target."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cope_tui import cli, fidelity
+from cope_tui.commands import validate
+from engine.policy import Kind
+from engine.profile import Measurement
+from probes.runner import GPU_OPERATORS
+
+
+class FakeProber:
+    cuda = False
+    gpu_name = "fake"
+    kernel_stand_ins = {"Q4_K_M": "fake kernel"}
+
+    def measure(self, operator, key, share_s):
+        basis = "preset" if operator in GPU_OPERATORS else "measured"
+        return Measurement(operator, key, 1e-4 * (1 + key.get("n", 1)), 1e-6, 3, basis=basis)
+
+
+class FakeRun:
+    def __init__(self, counts, n_tokens):
+        self.counts, self.n_tokens = counts, n_tokens
+        self.tpot_median_s = self.experts_median_s = 0.05
+        self.gpu_side = "not executed"
+
+    def summary(self):
+        return {"fake": True}
+
+
+class FakeExecutor:
+    """Runs all-on-CPU (as replay counts it), refuses the rest as a CPU-only machine does."""
+
+    def __init__(self, *args):
+        self.budget = None
+        self.calls = []
+
+    def run(self, candidate, trace, setup, *, threads, cpu_layers=None):
+        from probes.executor import GpuRequired
+
+        self.calls.append((candidate.id, threads, self.budget))
+        if candidate.kind is not Kind.ALL_CPU:
+            raise GpuRequired(f"{candidate.id}: needs a CUDA GPU to execute for real")
+        n_tokens, n_layers, k = trace.expert_ids.shape
+        counts = np.zeros((n_layers, k + 1, 1), dtype=np.int64)
+        counts[:, 0, 0] = n_tokens
+        return FakeRun(counts, n_tokens)
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fidelity, "PROBER_FACTORY", FakeProber)
+    made = []
+
+    def factory(*args):
+        made.append(FakeExecutor(*args))
+        return made[-1]
+
+    monkeypatch.setattr(validate, "EXECUTOR_FACTORY", factory)
+    return made
+
+
+def test_validate_json_reports_every_configuration_and_fidelity(fakes, capsys):
+    args = ["validate", "--json", "--threads", "1,2", "--vram-budgets", "16,24", "--tokens", "6",
+            "--cpu", "desktop-ddr5", "--probe-budget", "5"]
+    assert cli.main(args) == cli.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fidelities"] == ["analytic", "atomic", "combined"]
+    assert len(doc["configurations"]) == 4
+    assert {(c["threads"], c["vram_budget_gib"]) for c in doc["configurations"]} == {(1, 16), (1, 24), (2, 16), (2, 24)}
+    for cfg in doc["configurations"]:
+        rows = {r["candidate"]: r for r in cfg["candidates"]}
+        assert rows["all-cpu"]["measured_tpot_s"] > 0 and rows["all-cpu"]["counts_match_replay"] is True
+        refused = [r for r in cfg["candidates"] if r["candidate"] != "all-cpu"]
+        assert refused and all(r["measured_tpot_s"] is None and "CUDA" in r["refused"] for r in refused)
+        assert set(rows["all-cpu"]["estimated_tpot_s"]) == {"analytic", "atomic", "combined"}
+        assert set(cfg["accuracy"]) == {"analytic", "atomic", "combined"}
+        assert cfg["accuracy"]["combined"]["n_measured"] == 1
+    for f in doc["fidelities"]:
+        s = doc["summary"][f]
+        assert s["configurations"] == 4 and s["selection_accuracy"] is None and s["mape"] is not None
+    target = doc["cpu_target"]
+    assert len(target["rows"]) == 4 * 3 and set(target["by_fidelity"]) == {"analytic", "atomic", "combined"}
+    assert doc["probing"]["total_s"] >= 0 and {p["fidelity"] for p in doc["probing"]["runs"]} == {"atomic", "combined"}
+    # one executor per model; the weights budget set per configuration
+    assert len(fakes) == 1 and {b for _, _, b in fakes[0].calls if b is not None}
+
+
+def test_validate_text_and_bad_flags(fakes, capsys):
+    assert cli.main(["validate", "--threads", "1", "--vram-budgets", "16", "--tokens", "4", "--cpu", "desktop-ddr5",
+                     "--fidelity", "analytic"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "refused" in out and "selection accuracy" in out and "CPU target" in out
+    assert cli.main(["validate", "--fidelity", "exact"]) == cli.EXIT_INPUT
+    assert cli.main(["validate", "--threads", "0"]) == cli.EXIT_INPUT
