@@ -1,0 +1,452 @@
+"""CopeApp: a thin App that owns the state, starts the workers and tells the panes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Header, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from cope_tui.app import work as jobs
+from cope_tui.app.help import HelpScreen
+from cope_tui.app.messages import (
+    AdviceReady,
+    GpuDetected,
+    ProbesFinished,
+    Progress,
+    SweepReady,
+    TraceRecorded,
+    WorkFailed,
+)
+from cope_tui.app.panes import Apply
+from cope_tui.app.panes.export import ExportPane
+from cope_tui.app.panes.hardware import HardwarePane
+from cope_tui.app.panes.model import ModelPane
+from cope_tui.app.panes.probes import ProbesPane
+from cope_tui.app.panes.results import ResultsPane
+from cope_tui.app.panes.trace import TracePane
+from cope_tui.app.state import Choices, Services
+from engine.errors import CopeInputError
+
+TABS = ("hardware", "model", "trace", "probes", "results", "export")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, CopeInputError):
+        return str(exc)
+    return f"internal error ({type(exc).__name__}: {exc})"
+
+
+class CopeApp(App[None]):
+    TITLE = "COPE"
+    SUB_TITLE = "MoE experts between GPU and CPU"
+    CSS = """
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        *[Binding(str(i + 1), f"show_tab('{t}')", t.capitalize(), show=False) for i, t in enumerate(TABS)],
+        Binding("question_mark,f1", "help", "Help", key_display="?"),
+        Binding("p", "start_probes", "Probe"),
+        Binding("escape", "cancel", "Cancel"),
+        Binding("c", "copy", "Copy"),
+        Binding("s", "save", "Save"),
+        Binding("r", "recompute", "Recompute", show=False),
+        Binding("m", "measure", "Measure", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, services: Services | None = None, choices: Choices | None = None, *,
+                 cwd: str | os.PathLike | None = None) -> None:
+        super().__init__()
+        self.services = services or Services()
+        self.choices = choices or Choices()
+        self.cwd = Path(cwd) if cwd is not None else None
+        self.cpu_spec = None
+        self.detected_gpu = None
+        self.advice: jobs.Advice | None = None
+        self.sweep_points: list[jobs.SweepPoint] = []
+        self.sweep_message = "computing the VRAM sweep..."
+        self.selected_id: str | None = None
+        self.labels: dict[str, str] = {}
+        self.notices: list[tuple[str, str]] = []  # (severity, text), newest last
+        self._probe_worker: Worker | None = None
+        self._probe_cancel = threading.Event()
+        self._probe_t0 = 0.0
+        self._record_worker: Worker | None = None
+        self._record_cancel = threading.Event()
+
+    # --- layout -------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(initial="results"):
+            with TabPane("1 Hardware", id="hardware"):
+                yield HardwarePane()
+            with TabPane("2 Model", id="model"):
+                yield ModelPane()
+            with TabPane("3 Trace", id="trace"):
+                yield TracePane()
+            with TabPane("4 Probes", id="probes"):
+                yield ProbesPane()
+            with TabPane("5 Results", id="results"):
+                yield ResultsPane()
+            with TabPane("6 Export", id="export"):
+                yield ExportPane()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.compute(self.choices)
+        if self.services.detect_gpu is not None:
+            self.detect_gpu()
+
+    def panes(self):  # type: ignore[no-untyped-def]
+        return [self.query_one(cls) for cls in (HardwarePane, ModelPane, TracePane, ProbesPane, ResultsPane,
+                                                ExportPane)]
+
+    def say(self, text: str, severity: str = "information") -> None:
+        self.notices.append((severity, text))
+        self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
+
+    # --- state --------------------------------------------------------------------
+
+    def selected_estimate(self):  # type: ignore[no-untyped-def]
+        if self.advice is None:
+            return None
+        for e in self.advice.rec.estimates:
+            if e.candidate.id == self.selected_id:
+                return e
+        return self.advice.rec.best
+
+    def select_candidate(self, candidate_id: str) -> None:
+        self.selected_id = candidate_id
+        self.query_one(ResultsPane).show_selected(self)
+        self.query_one(ExportPane).update_from(self)
+
+    def current_export(self, *, side_dir: str | None = None):  # type: ignore[no-untyped-def]
+        estimate = self.selected_estimate()
+        if estimate is None:
+            return None
+        from cope_tui.commands.export import export_for
+
+        pane = self.query_one(ExportPane)
+        model_path = pane.model_path
+        if model_path is None and self.choices.model and self.choices.model.lower().endswith(".gguf"):
+            model_path = self.choices.model
+        try:
+            return export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=pane.binary,
+                              model_path=model_path, side_dir=side_dir)
+        except CopeInputError as exc:
+            self.say(f"Export: {exc}", "error")
+            return None
+
+    # --- messages -----------------------------------------------------------------
+
+    def on_apply(self, message: Apply) -> None:
+        self.compute(self.choices.with_(**message.changes))
+
+    def on_progress(self, message: Progress) -> None:
+        if message.task == "probes":
+            elapsed = time.monotonic() - self._probe_t0
+            left = elapsed / message.done * (message.total - message.done) if message.done else None
+            self.query_one(ProbesPane).show_progress(message.done, message.total, message.label, left)
+        elif message.task == "record":
+            self.query_one(TracePane).show_progress(message.done, message.total, message.label)
+        elif message.task == "advice" and self.advice is None:
+            self.query_one("#results-summary").update(
+                f"computing the default recommendation: {message.done}/{message.total} candidates")
+
+    def on_advice_ready(self, message: AdviceReady) -> None:
+        first = self.advice is None
+        self.advice, self.choices = message.advice, message.choices
+        ids = [e.candidate.id for e in self.advice.rec.estimates]
+        if self.selected_id not in ids:
+            self.selected_id = ids[0]
+        self.sweep_points = []
+        self.sweep_message = "computing the VRAM sweep..."
+        for pane in self.panes():
+            pane.update_from(self)
+        if first and self.query_one(TabbedContent).active == "results":
+            self.query_one("#results-table", DataTable).focus()
+        self.sweep(self.advice)
+
+    def on_sweep_ready(self, message: SweepReady) -> None:
+        self.sweep_points = message.points
+        self.query_one(ResultsPane).show_sweep(self)
+
+    def on_work_failed(self, message: WorkFailed) -> None:
+        if message.task == "sweep":
+            self.sweep_message = f"no VRAM sweep: {message.text}"
+            self.query_one(ResultsPane).show_sweep(self)
+            return
+        what = {"advice": "Could not compute the ranking", "detect": "GPU detection failed",
+                "measure": "Measuring failed"}.get(message.task, message.task)
+        keep = "; the previous results stay" if self.advice is not None else ""
+        self.say(f"{what}: {message.text}{keep}", "error")
+
+    def on_gpu_detected(self, message: GpuDetected) -> None:
+        self.detected_gpu = message.gpu
+        if message.cpu is not None:
+            self.cpu_spec = message.cpu
+            self.say("Measured this machine: the CPU figures are now measured; recomputing")
+            self.compute(self.choices)
+        self.query_one(HardwarePane).update_from(self)
+
+    def on_probes_finished(self, message: ProbesFinished) -> None:
+        o = message.outcome
+        kept = f"{o.measured} measurements taken" + (f", {o.skipped} already cached" if o.skipped else "")
+        where = f" in the profile cache ({o.source})" if o.source else ""
+        if o.stopped == "cancelled":
+            text = f"Probes cancelled: {kept}, kept{where}; {o.left} not run. The next run resumes."
+            severity = "warning"
+        elif o.stopped == "failed" or o.error and o.cost_model is None and o.measured == 0:
+            text = f"Probes failed: {o.error or 'unknown error'}; {kept}, kept{where}."
+            severity = "error"
+        else:
+            text = f"Probes done: {kept}" + (f", {o.left} left ({o.stopped})" if o.left else "") + f"{where}."
+            severity = "information"
+        if o.cost_model is not None:
+            text += f" Ranking repriced with the {o.fidelity} profile."
+        elif o.stopped != "failed":
+            text += " Too little measured to price with; the ranking stays as it was."
+        self.query_one(ProbesPane).show_summary(text)
+        self.say(text, severity)
+        if o.cost_model is not None and self.advice is not None:
+            self.compute(self.choices, request=self.advice.request, cost_model=o.cost_model)
+
+    def on_trace_recorded(self, message: TraceRecorded) -> None:
+        self.query_one(TracePane).show_status(message.text)
+        if message.path:
+            self.say(message.text)
+            self.compute(self.choices.with_(trace=message.path, profile_trace=None))
+        else:
+            self.say(message.text, "warning")
+
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "export":
+            self.query_one(ExportPane).update_from(self)
+
+    # --- workers ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
+    def compute(self, choices: Choices, request=None, cost_model=None) -> None:  # type: ignore[no-untyped-def]
+        worker = get_current_worker()
+
+        def progress(done: int, total: int, label: str) -> None:
+            if worker.is_cancelled:
+                raise jobs.Cancelled
+            if done % 8 == 0:
+                self.post_message(Progress("advice", done, total, label))
+
+        try:
+            if self.cpu_spec is None:
+                self.cpu_spec = self.services.detect_cpu()
+            if request is None:
+                request = jobs.build(choices, self.services, self.cpu_spec)
+            advice = jobs.compute_advice(request, cost_model, progress=progress)
+        except jobs.Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001 - shown in a notification, never a traceback
+            if not worker.is_cancelled:
+                self.post_message(WorkFailed("advice", _why(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(AdviceReady(advice, choices))
+
+    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
+    def sweep(self, advice: jobs.Advice) -> None:
+        worker = get_current_worker()
+
+        def progress(done: int, total: int, label: str) -> None:
+            if worker.is_cancelled:
+                raise jobs.Cancelled
+
+        try:
+            points = jobs.sweep(advice, self.services.sweep_points, progress=progress)
+        except jobs.Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not worker.is_cancelled:
+                self.post_message(WorkFailed("sweep", _why(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(SweepReady(points))
+
+    @work(thread=True, exclusive=True, group="detect", exit_on_error=False)
+    def detect_gpu(self) -> None:
+        try:
+            gpu = self.services.detect_gpu()
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("detect", _why(exc)))
+            return
+        self.post_message(GpuDetected(gpu))
+
+    @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
+    def measure(self, expert_bytes: int) -> None:
+        try:
+            platform = self.services.measure_platform(lambda line: None, expert_bytes)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("measure", _why(exc)))
+            return
+        self.post_message(GpuDetected(platform.gpu, platform.cpu))
+
+    @work(thread=True, exclusive=True, group="probes", exit_on_error=False)
+    def probe(self, request, fidelity: str, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
+        def progress(done: int, total: int, label: str) -> None:
+            self.post_message(Progress("probes", done, total, label))
+
+        try:
+            outcome = self.services.run_probes(request, fidelity=fidelity, budget_s=budget_s,
+                                               progress=progress, cancel=cancel)
+        except Exception as exc:  # noqa: BLE001 - what was measured is already in the cache
+            outcome = jobs.ProbeOutcome(None, fidelity, stopped="failed", error=_why(exc))
+        self.post_message(ProbesFinished(outcome))
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def record(self, model: str, domain: str, tokens: int, cancel: threading.Event) -> None:
+        def progress(done: int, total: int, label: str) -> None:
+            self.post_message(Progress("record", done, total, label))
+
+        try:
+            path = self.services.record(model=model, domain=domain, tokens=tokens, progress=progress, cancel=cancel)
+        except ImportError as exc:
+            self.post_message(TraceRecorded(None, f"Recording needs transformers and torch "
+                                                  f"(pip install 'cope-tui[record]'): {exc}"))
+            return
+        except Exception as exc:  # noqa: BLE001
+            if cancel.is_set():
+                self.post_message(TraceRecorded(None, "Recording cancelled; nothing was saved."))
+            else:
+                self.post_message(TraceRecorded(None, f"Recording failed: {_why(exc)}"))
+            return
+        self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
+
+    # --- actions ------------------------------------------------------------------
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_recompute(self) -> None:
+        self.compute(self.choices)
+
+    def action_measure(self) -> None:
+        expert_bytes = 16 * 1024**2
+        if self.advice is not None:
+            req = self.advice.request
+            expert_bytes = req.model.expert_bytes(req.quant)
+        self.say("Measuring this machine's bandwidths (loads torch; a few seconds)")
+        self.measure(int(expert_bytes))
+
+    @staticmethod
+    def _is_active(worker: Worker | None) -> bool:
+        return worker is not None and worker.state in (WorkerState.PENDING, WorkerState.RUNNING)
+
+    def action_start_probes(self) -> None:
+        if self.advice is None:
+            self.say("Wait for the first ranking before probing", "warning")
+            return
+        if self._is_active(self._probe_worker):
+            self.say("Probes are already running (Escape cancels)", "warning")
+            return
+        pane = self.query_one(ProbesPane)
+        self.action_show_tab("probes")
+        self._probe_cancel = threading.Event()
+        self._probe_t0 = time.monotonic()
+        pane.show_progress(0, 1, "planning", None)
+        self._probe_worker = self.probe(self.advice.request, pane.fidelity, pane.budget_s, self._probe_cancel)
+
+    def start_record(self, model: str, domain: str, tokens: int) -> None:
+        if not model:
+            self.say("Record: type a Hub repo id or a local model folder", "warning")
+            return
+        if self._is_active(self._record_worker):
+            self.say("A recording is already running (Escape cancels)", "warning")
+            return
+        self._record_cancel = threading.Event()
+        self.query_one(TracePane).show_progress(0, max(tokens, 1), "loading the model")
+        self._record_worker = self.record(model, domain, tokens, self._record_cancel)
+
+    def action_cancel(self) -> None:
+        cancelled = False
+        if self._is_active(self._probe_worker):
+            self._probe_cancel.set()
+            self._probe_worker.cancel()  # type: ignore[union-attr]
+            self.query_one(ProbesPane).show_summary("Cancelling after the current probe...")
+            cancelled = True
+        if self._is_active(self._record_worker):
+            self._record_cancel.set()
+            self._record_worker.cancel()  # type: ignore[union-attr]
+            self.query_one(TracePane).show_status("Cancelling the recording...")
+            cancelled = True
+        if not cancelled and self.query_one(TabbedContent).active != "results":
+            self.action_show_tab("results")
+
+    def action_pull_trace(self) -> None:
+        """Download the published trace the trace index names for this model (or one of
+        the same shape) into the trace cache, then use it."""
+        if self.advice is None:
+            return
+        from cope_tui.sources.hub_trace import entries_for_model
+
+        model = self.advice.request.model
+        exact, shaped = entries_for_model(model.id)
+        entries = exact or shaped
+        if not entries:
+            self.say(f"The trace index names no published trace of {model.id} (or of its shape): "
+                     "record one or import a file", "warning")
+            return
+        if self._is_active(self._record_worker):
+            self.say("A trace is already being fetched or recorded", "warning")
+            return
+        entry = entries[0]
+        same = "" if exact else f" (same shape; from {entry.model_in_card or 'a model the index does not confirm'})"
+        self.say(f"Pulling {entry.repo_id}{same}; its format is checked on download")
+        self.query_one(TracePane).show_status(f"pulling {entry.repo_id}...")
+        self._record_worker = self.pull(entry.repo_id, model.id)
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def pull(self, spec: str, model_id: str) -> None:
+        def log(line: str) -> None:
+            self.post_message(Progress("record", 0, 1, line))
+
+        try:
+            path = self.services.pull(spec, model_id, log)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(TraceRecorded(None, f"Pull failed: {_why(exc)}"))
+            return
+        self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))
+
+    def action_copy(self) -> None:
+        export = self.current_export()
+        if export is None:
+            return
+        self.copy_to_clipboard(export.display())
+        self.say(f"Copied the llama.cpp command of {export.exported_id}")
+
+    def action_save(self) -> None:
+        from engine.export import write_export
+
+        pane = self.query_one(ExportPane)
+        path = Path(pane.save_path).expanduser()
+        if not path.is_absolute():
+            path = (self.cwd or Path.cwd()) / path
+        export = self.current_export(side_dir=str(path.parent))
+        if export is None:
+            return
+        try:
+            written = write_export(export, path)
+        except OSError as exc:
+            self.say(f"Could not save {path}: {exc.strerror or exc}", "error")
+            return
+        self.say("Saved " + ", ".join(str(p) for p in written))

@@ -1,0 +1,53 @@
+"""Messages the workers post to the app (thread-safe through post_message)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class Progress(Message):
+    """One step of long work: `task` is advice, sweep, probes, record or measure."""
+
+    def __init__(self, task: str, done: int, total: int, label: str) -> None:
+        super().__init__()
+        self.task, self.done, self.total, self.label = task, done, total, label
+
+
+class AdviceReady(Message):
+    def __init__(self, advice: Any, choices: Any) -> None:
+        super().__init__()
+        self.advice, self.choices = advice, choices
+
+
+class WorkFailed(Message):
+    """Long work stopped with an error: shown in a notification, never a traceback."""
+
+    def __init__(self, task: str, text: str) -> None:
+        super().__init__()
+        self.task, self.text = task, text
+
+
+class SweepReady(Message):
+    def __init__(self, points: list) -> None:
+        super().__init__()
+        self.points = points
+
+
+class ProbesFinished(Message):
+    def __init__(self, outcome: Any) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+class GpuDetected(Message):
+    def __init__(self, gpu: Any, cpu: Any = None) -> None:
+        super().__init__()
+        self.gpu, self.cpu = gpu, cpu
+
+
+class TraceRecorded(Message):
+    def __init__(self, path: str | None, text: str) -> None:
+        super().__init__()
+        self.path, self.text = path, text

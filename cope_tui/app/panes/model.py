@@ -1,0 +1,127 @@
+"""Model: the catalog (searchable), a local GGUF file or a Hub repo id; quantization,
+context and threads."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from cope_tui.app.panes import Apply
+
+
+class ModelPane(VerticalScroll):
+    DEFAULT_CSS = """
+    ModelPane { padding: 0 1; }
+    ModelPane .row { height: auto; margin-top: 1; }
+    ModelPane .row Label { width: 12; }
+    ModelPane .row Input { width: 1fr; }
+    ModelPane #catalog { height: 7; border: none; }
+    ModelPane #quant { width: 22; }
+    ModelPane #context, ModelPane #threads { width: 10; }
+    ModelPane #model-now { color: $text-muted; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="model-now")
+        with Horizontal(classes="row"):
+            yield Label("Catalog")
+            yield Input(placeholder="search the catalog (name, id, arch)", id="search", compact=True)
+        yield OptionList(id="catalog", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("GGUF file")
+            yield Input(placeholder="/path/to/model.gguf (Enter to open)", id="gguf", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Hub repo")
+            yield Input(placeholder="org/name (Enter to read its config.json)", id="repo", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Quant")
+            yield Select([], id="quant", allow_blank=True, prompt="model default", compact=True)
+            yield Label(" Context")
+            yield Input(id="context", placeholder="8192", compact=True, type="integer")
+            yield Label(" Threads")
+            yield Input(id="threads", placeholder="cores", compact=True, type="integer")
+        with Horizontal(classes="row"):
+            yield Button("Apply", id="apply", variant="primary", compact=True)
+
+    def on_mount(self) -> None:
+        from engine.quant import quantizations
+
+        self.query_one("#quant", Select).set_options([(q, q) for q in quantizations()])
+        self._fill("")
+
+    def _fill(self, query: str) -> None:
+        from engine.catalog import catalog
+
+        q = query.strip().lower()
+        options = self.query_one("#catalog", OptionList)
+        options.clear_options()
+        for model in catalog().values():
+            hay = f"{model.id} {model.name} {model.arch} {model.hf_repo or ''}".lower()
+            if all(word in hay for word in q.split()):
+                label = Text(model.name + "  ")
+                label.append(f"{model.id} · {model.arch} · {model.n_routed_experts}x top-{model.top_k}", style="dim")
+                options.add_option(Option(label, id=model.id))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "search":
+            self._fill(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if event.input.id == "search":
+            options = self.query_one("#catalog", OptionList)
+            if options.option_count:
+                self._pick(options.get_option_at_index(options.highlighted or 0).id)
+        elif event.input.id == "gguf" and event.value.strip():
+            self.post_message(Apply(model=event.value.strip(), quant=None, gguf_file=None))
+        elif event.input.id == "repo" and event.value.strip():
+            self.post_message(Apply(model=event.value.strip(), gguf_file=None))
+        else:
+            self._apply()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self._pick(event.option.id)
+
+    def _pick(self, model_id: str | None) -> None:
+        if model_id:
+            self.post_message(Apply(model=model_id, gguf_file=None))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            event.stop()
+            self._apply()
+
+    def _apply(self) -> None:
+        changes: dict = {}
+        quant = self.query_one("#quant", Select)
+        if not quant.disabled:
+            changes["quant"] = None if quant.is_blank() else str(quant.value)
+        for name in ("context", "threads"):
+            text = self.query_one(f"#{name}", Input).value.strip()
+            changes[name] = int(text) if text else None
+        self.post_message(Apply(**changes))
+
+    def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+        advice = app.advice
+        if advice is None:
+            return
+        req = advice.request
+        model = req.model
+        fixed = model.exact_bytes is not None
+        self.query_one("#model-now", Static).update(
+            f"In use: [b]{model.name}[/b] ({model.arch}, {model.n_moe_layers} MoE layers x "
+            f"{model.n_routed_experts} experts, top-{model.top_k}), {req.quant.name}"
+            + (" fixed by the GGUF file" if fixed else "")
+            + f", context {req.context_tokens}, {req.threads} threads"
+        )
+        quant = self.query_one("#quant", Select)
+        quant.disabled = fixed
+        with quant.prevent(Select.Changed):
+            if fixed:
+                quant.clear()
+            elif app.choices.quant:
+                quant.value = app.choices.quant

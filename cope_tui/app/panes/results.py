@@ -1,0 +1,166 @@
+"""Results: every candidate ranked, tokens/s against VRAM budget for the best few, and
+the cost breakdown of the selected candidate."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from cope_tui.app.widgets.chart import ThroughputChart
+from engine.memory import GIB
+
+RUNS_SHORT = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "not expr."}
+RUNS_TINY = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "n/e"}
+COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs")
+WIDE_AT = 110  # narrower terminals get the compact table
+_ABBREV = (("ready-first", "ready1st"), ("sequential", "seq"), ("parallel", "par"), ("nonuniform", "nonu"),
+           ("uniform", "uni"), ("prefetch", "pf"))
+
+
+def compact_id(candidate_id: str) -> str:
+    for long, short in _ABBREV:
+        candidate_id = candidate_id.replace(long, short)
+    return candidate_id
+RUNS_STYLE = {"runs-on-stock": "green", "needs-fork": "yellow", "not-expressible": "red"}
+COLUMNS = ("#", "residency", "execution", "policy", "TPOT ms", "tok/s", "x base", "VRAM GiB", "hits", "llama.cpp")
+
+
+def policy_cells(estimate) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+    c = estimate.candidate
+    if c.residency is None:
+        return c.kind.value, "-", estimate.detail.split(" (")[0].replace(" on the CPU", "")
+    knobs = [c.allocation.value]
+    if c.eviction is not None:
+        knobs.append(c.eviction.value)
+    if c.prefetch:
+        knobs.append("prefetch")
+    return c.residency.value, c.execution.value, " ".join(knobs)
+
+
+def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-untyped-def]
+    b = estimate.breakdown
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{estimate.candidate.id}", style="bold")
+    text.append(f"  {label}\n", style=RUNS_STYLE.get(label, ""))
+    text.append(f"{estimate.tpot_s * 1e3:.2f} ms/token, {estimate.tokens_per_s:.1f} tok/s\n")
+    text.append(f"{baseline.tpot_s / estimate.tpot_s:.2f}x the base, hits {estimate.stats.hit_rate:.1%}\n")
+    parts = (
+        ("GPU experts", b.gpu_experts_s), ("CPU experts", b.cpu_experts_s), ("copies", b.copies_s),
+        ("sync", b.sync_s), ("late prefetch", b.exposed_prefetch_s), ("shared layers", b.shared_s),
+        ("head+sampling", b.token_overhead_s),
+    )
+    top = max(v for _, v in parts) or 1.0
+    for name, value in parts:
+        bar = "█" * max(int(round(value / top * 8)), 1 if value > 0 else 0)
+        text.append(f"{name:<14}{value * 1e3:>6.2f} ms ")
+        text.append(bar + "\n", style="cyan")
+    text.append(f"{'experts path':<14}{b.experts_critical_s * 1e3:>6.2f} ms (lanes overlap)\n", style="dim")
+    text.append(f"{estimate.candidate.describe()}; {estimate.detail}", style="dim")
+    return text
+
+
+class ResultsPane(Vertical):
+    DEFAULT_CSS = """
+    ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
+    ResultsPane #results-table { height: 1fr; min-height: 5; }
+    ResultsPane #results-bottom { height: 45%; min-height: 11; }
+    ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
+        border-title-align: left; }
+    ResultsPane #breakdown-box { width: 1fr; border: round $secondary; padding: 0 1; height: 100%; }
+    ResultsPane #breakdown { height: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("computing the default recommendation...", id="results-summary")
+        yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="results-bottom"):
+            chart = ThroughputChart(id="chart")
+            chart.border_title = "tok/s vs VRAM budget"
+            yield chart
+            with VerticalScroll(id="breakdown-box") as box:
+                box.border_title = "cost per token"
+                box.can_focus = False
+                yield Static("", id="breakdown")
+
+    compact: bool | None = None
+
+    def on_resize(self) -> None:
+        if self.compact is not None and self.compact != (self.app.size.width < WIDE_AT):
+            self.update_from(self.app)
+
+    def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+        advice = app.advice
+        if advice is None:
+            return
+        from engine.export import runs_where
+
+        rec = advice.rec
+        req = rec.request
+        baseline = rec.baseline()
+        summary = Text()
+        if req.trace.meta.synthetic:
+            summary.append(" SYNTHETIC trace ", style="bold reverse red")
+            summary.append(" ")
+        summary.append(f"{req.model.name} {req.quant.name} on {req.platform.gpu.name} "
+                       f"({req.vram_budget_bytes / GIB:.1f} GiB budget) + {req.platform.cpu.name}, "
+                       f"{req.threads} threads; {rec.cost_model.get('fidelity')} cost model; "
+                       f"vs base = against {baseline.candidate.id}")
+        self.query_one("#results-summary", Static).update(summary)
+        table = self.query_one(DataTable)
+        self.compact = self.app.size.width < WIDE_AT
+        table.clear(columns=True)
+        table.add_columns(*(COMPACT_COLUMNS if self.compact else COLUMNS))
+        app.labels = {}
+        for rank, e in enumerate(rec.estimates, start=1):
+            label = app.labels[e.candidate.id] = runs_where(e.candidate, req.model, rec.memory)
+            figures = (f"{e.tpot_s * 1e3:.2f}", f"{e.tokens_per_s:.1f}", f"{baseline.tpot_s / e.tpot_s:.2f}",
+                       f"{e.vram_used_bytes / GIB:.2f}", f"{e.stats.hit_rate:.1%}")
+            if self.compact:
+                name = compact_id(e.candidate.id) + (" (base)" if e is baseline else "")
+                table.add_row(str(rank), name, *figures, Text(RUNS_TINY[label], style=RUNS_STYLE[label]),
+                              key=e.candidate.id)
+                continue
+            residency, execution, policy = policy_cells(e)
+            if e is baseline:
+                policy += " (base)"
+            table.add_row(str(rank), residency, execution, policy, *figures,
+                          Text(RUNS_SHORT[label], style=RUNS_STYLE[label]), key=e.candidate.id)
+        ids = [e.candidate.id for e in rec.estimates]
+        row = ids.index(app.selected_id) if app.selected_id in ids else 0
+        table.move_cursor(row=row)
+        self.show_selected(app)
+        self.show_sweep(app)
+
+    def show_selected(self, app) -> None:  # type: ignore[no-untyped-def]
+        e = app.selected_estimate()
+        if e is None:
+            return
+        label = app.labels.get(e.candidate.id, "")
+        self.query_one("#breakdown", Static).update(breakdown_text(e, app.advice.rec.baseline(), label))
+
+    def show_sweep(self, app) -> None:  # type: ignore[no-untyped-def]
+        chart = self.query_one(ThroughputChart)
+        if not app.sweep_points or app.advice is None:
+            chart.set_series([], app.sweep_message)
+            return
+        estimates = app.advice.rec.estimates
+        baseline = app.advice.rec.baseline()
+        shown = [(str(rank), e.candidate.id) for rank, e in enumerate(estimates[: app.services.chart_series], 1)]
+        if baseline not in estimates[: app.services.chart_series]:
+            shown.append(("B", baseline.candidate.id))
+        series = []
+        for mark, cid in shown:
+            pts = [(p.budget_bytes / GIB, p.tokens_per_s[cid]) for p in app.sweep_points if cid in p.tokens_per_s]
+            if pts:
+                series.append((mark, pts))
+        legend = f"marks: ranks 1-{min(len(estimates), app.services.chart_series)} at this budget"
+        if shown and shown[-1][0] == "B":
+            legend += f"; B = {baseline.candidate.id}"
+        chart.set_series(series, legend=legend)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        if event.row_key is not None and event.row_key.value:
+            self.app.select_candidate(event.row_key.value)

@@ -1,0 +1,95 @@
+"""Trace: the routing trace in use and its origin; pull, record or import one."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
+
+from cope_tui.app.panes import Apply
+
+DOMAINS = ("chat", "code", "math")
+
+
+def trace_summary(req) -> Text:  # type: ignore[no-untyped-def]
+    t, profile = req.trace, req.profile
+    text = Text()
+    if t.meta.synthetic:
+        text.append(" SYNTHETIC ", style="bold reverse red")
+        text.append(" made-up routing: the ranking shows how policies compare, not how this model routes\n")
+    else:
+        text.append(f" {t.meta.origin.upper()} ", style="bold reverse green")
+        text.append("\n")
+    text.append(f"source: {t.meta.source}\n")
+    text.append(f"model: {t.meta.model}" + (f", domain {t.meta.domain}" if t.meta.domain else "") + "\n")
+    text.append(f"{t.n_tokens} tokens x {t.n_layers} MoE layers replayed, {t.n_sequences} sequences; "
+                f"popularity from {profile.n_tokens} profile tokens\n")
+    text.append("next-layer predictions: " + ("yes (prefetch on)" if t.predicted_ids is not None
+                                              else "none (mutable caches run without prefetch)"))
+    return text
+
+
+class TracePane(VerticalScroll):
+    DEFAULT_CSS = """
+    TracePane { padding: 0 1; }
+    TracePane .row { height: auto; margin-top: 1; }
+    TracePane .row Label { width: 9; }
+    TracePane .row Input { width: 1fr; }
+    TracePane #record-domain { width: 12; }
+    TracePane #record-tokens { width: 8; }
+    TracePane #trace-info { height: auto; border: round $primary; padding: 0 1; }
+    TracePane #record-progress { margin-top: 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="trace-info")
+        with Horizontal(classes="row"):
+            yield Button("Pull", id="pull", compact=True)
+            yield Label(" ")
+            yield Button("Use synthetic", id="synthetic", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Import")
+            yield Input(placeholder=".cope.npz, llama-moe-trace .csv, .jsonl or folder (Enter)", id="import",
+                        compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Record")
+            yield Input(placeholder="Hub repo id or local folder", id="record-model", compact=True)
+            yield Select([(d, d) for d in DOMAINS], value="chat", allow_blank=False, id="record-domain",
+                         compact=True)
+            yield Input(value="64", id="record-tokens", type="integer", compact=True)
+            yield Button("Record", id="record", compact=True)
+        yield ProgressBar(total=100, id="record-progress", show_eta=False)
+        yield Static("", id="record-status")
+
+    def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+        if app.advice is None:
+            return
+        self.query_one("#trace-info", Static).update(trace_summary(app.advice.request))
+        model_input = self.query_one("#record-model", Input)
+        if not model_input.value and app.advice.request.model.hf_repo:
+            model_input.value = app.advice.request.model.hf_repo
+
+    def show_progress(self, done: int, total: int, label: str) -> None:
+        self.query_one("#record-progress", ProgressBar).update(total=max(total, 1), progress=done)
+        self.query_one("#record-status", Static).update(f"recording: {label} (Escape cancels)")
+
+    def show_status(self, text: str) -> None:
+        self.query_one("#record-status", Static).update(text)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "import" and event.value.strip():
+            event.stop()
+            self.post_message(Apply(trace=event.value.strip(), profile_trace=None))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "synthetic":
+            self.post_message(Apply(trace="synthetic", profile_trace=None))
+        elif event.button.id == "pull":
+            self.app.action_pull_trace()
+        elif event.button.id == "record":
+            model = self.query_one("#record-model", Input).value.strip()
+            domain = str(self.query_one("#record-domain", Select).value)
+            tokens_text = self.query_one("#record-tokens", Input).value.strip() or "64"
+            self.app.start_record(model, domain, int(tokens_text))

@@ -1,0 +1,397 @@
+"""The Textual app, driven with the Pilot: every journey of issue 6.
+
+Nothing here probes the machine or touches the network: the CPU is a preset stub, GPU
+detection is a stub, probes are a fake runner posting scripted progress, and the
+profile and trace caches live in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import DataTable, Input, Static, TabbedContent  # noqa: E402
+from textual.worker import WorkerCancelled  # noqa: E402
+
+from cope_tui.app.app import CopeApp  # noqa: E402
+from cope_tui.app.help import HelpScreen  # noqa: E402
+from cope_tui.app.state import Choices, Services  # noqa: E402
+from cope_tui.app.work import ProbeOutcome  # noqa: E402
+from engine.platform import get_cpu_preset, unknown_gpu  # noqa: E402
+
+PROBES = ("cpu_experts n=1 threads=8", "cpu_experts n=2 threads=8", "h2d_copy n=1", "sync")
+
+
+class FakeRunner:
+    """Posts scripted progress. With `hold`, waits after the second probe until released
+    or cancelled; with `forever`, runs until cancelled."""
+
+    def __init__(self, *, hold: bool = False, forever: bool = False, fail: bool = False):
+        self.hold, self.forever, self.fail = hold, forever, fail
+        self.release = threading.Event()
+        self.reached = threading.Event()
+        self.calls = 0
+
+    def __call__(self, request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        total = len(PROBES)
+        done = 0
+        for label in PROBES:
+            if cancel.is_set():
+                return ProbeOutcome(None, fidelity, measured=done, left=total - done, stopped="cancelled",
+                                    source="/cache/profiles/fake.json")
+            progress(done, total, label)
+            if done == 1:
+                self.reached.set()
+                if self.forever:
+                    cancel.wait(30)
+                    continue
+                if self.hold:
+                    self.release.wait(30)
+            if self.fail and done == 2:
+                raise RuntimeError("the fake prober broke")
+            done += 1
+        progress(done, total, "done")
+        from engine.cost_model import AnalyticCostModel
+
+        model = AnalyticCostModel(request.model, request.quant, request.platform,
+                                  context_tokens=request.context_tokens)
+        return ProbeOutcome(model, fidelity, measured=done, source="/cache/profiles/fake.json")
+
+
+def make_services(runner=None, **kw) -> Services:  # type: ignore[no-untyped-def]
+    return Services(
+        detect_cpu=lambda: get_cpu_preset("desktop-ddr5"),
+        detect_gpu=lambda: unknown_gpu("test stub: no GPU looked for"),
+        run_probes=runner or FakeRunner(),
+        measure_platform=lambda *a: pytest.fail("a test measured the machine"),
+        record=lambda **a: pytest.fail("a test recorded a trace"),
+        pull=lambda *a: pytest.fail("a test pulled a trace"),
+        tokens=150,
+        sweep_points=3,
+        **kw,
+    )
+
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Wait until no worker runs (a cancelled one counts as done)."""
+    for _ in range(50):
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass
+        await pilot.pause()
+        if not any(w.is_running for w in pilot.app.workers):
+            await pilot.pause()
+            return
+    raise AssertionError("workers did not finish")
+
+
+async def wait_for(pilot, predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(400):
+        if predicate():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def text_of(app, selector: str) -> str:  # type: ignore[no-untyped-def]
+    widget = app.query_one(selector, Static)
+    return str(widget.render())
+
+
+def table_column(app, column: int) -> list[str]:  # type: ignore[no-untyped-def]
+    table = app.query_one("#results-table", DataTable)
+    return [str(table.get_row_at(i)[column]) for i in range(table.row_count)]
+
+
+async def test_default_opens_on_ranked_results_without_any_action():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rec = app.advice.rec
+        assert app.query_one(TabbedContent).active == "results"
+        table = app.query_one("#results-table", DataTable)
+        assert table.row_count == len(rec.estimates) > 10
+        assert table_column(app, 0)[:3] == ["1", "2", "3"]
+        summary = text_of(app, "#results-summary")
+        assert "SYNTHETIC" in summary and "Qwen3-30B-A3B" in summary
+        assert "(base)" in " ".join(table_column(app, 3))
+        assert set(table_column(app, 9)) <= {"stock", "fork", "not expr."}
+        assert rec.best.candidate.id in text_of(app, "#breakdown")
+        assert len(app.sweep_points) == 3 and app.query_one("ThroughputChart").series
+        assert app.detected_gpu.name == "unknown GPU"
+        assert not app.notices
+
+
+async def test_compact_table_at_80_columns():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        table = app.query_one("#results-table", DataTable)
+        assert [str(c.label) for c in table.columns.values()][:3] == ["#", "policy", "ms/tok"]
+        assert table_column(app, 7)[0] in {"stock", "fork", "n/e"}
+
+
+async def test_pick_a_model_from_the_searchable_catalog():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        assert app.query_one(TabbedContent).active == "model"
+        app.query_one("#search", Input).focus()
+        await pilot.press(*"olmoe")
+        assert app.query_one("#catalog").option_count == 1
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.advice.request.model.id == "olmoe-1b-7b"
+        assert "OLMoE" in text_of(app, "#model-now")
+        assert "OLMoE" in text_of(app, "#results-summary")
+
+
+async def test_context_and_threads_apply():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        app.query_one("#context", Input).value = "4096"
+        app.query_one("#threads", Input).value = "6"
+        await pilot.click("#apply")
+        await settle(pilot)
+        assert app.advice.request.context_tokens == 4096 and app.advice.request.threads == 6
+        assert "6 threads" in text_of(app, "#results-summary")
+
+
+async def test_plan_for_another_gpu_preset():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("1")
+        app.query_one("#gpu-preset").value = "rtx-4090"
+        await settle(pilot)
+        assert app.advice.request.platform.gpu.preset_id == "rtx-4090"
+        assert "RTX 4090" in text_of(app, "#gpu-title")
+        gpu_rows = app.query_one("#gpu-facts", DataTable)
+        assert "preset" in {str(gpu_rows.get_row_at(i)[2]) for i in range(gpu_rows.row_count)}
+
+
+async def test_probes_show_progress_then_reprice():
+    runner = FakeRunner(hold=True)
+    app = CopeApp(services=make_services(runner))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        assert app.query_one(TabbedContent).active == "probes"
+        await wait_for(pilot, runner.reached.is_set, "the second probe")
+        await wait_for(pilot, lambda: "probe 2/4" in text_of(app, "#probe-current"), "progress")
+        assert "cpu_experts n=2" in text_of(app, "#probe-current")
+        assert app.query_one("#probe-bar").progress == 1
+        await pilot.press("4")  # the app stays responsive while probing
+        runner.release.set()
+        await settle(pilot)
+        summary = text_of(app, "#probe-summary")
+        assert "Probes done: 4 measurements" in summary and "repriced" in summary
+        assert app.notices[-1][0] == "information"
+
+
+async def test_escape_cancels_probes_and_keeps_what_was_measured():
+    runner = FakeRunner(forever=True)
+    app = CopeApp(services=make_services(runner))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("p")
+        await wait_for(pilot, runner.reached.is_set, "the second probe")
+        await pilot.press("escape")
+        await settle(pilot)
+        severity, text = app.notices[-1]
+        assert severity == "warning"
+        assert "Probes cancelled: 1 measurements taken, kept" in text and "resumes" in text
+        assert "cancelled" in text_of(app, "#probe-summary")
+        assert app.advice is before  # nothing repriced from a partial run
+        await pilot.press("5")
+        assert app.query_one(TabbedContent).active == "results"
+
+
+async def test_a_failed_probe_run_is_a_notification_not_a_traceback():
+    app = CopeApp(services=make_services(FakeRunner(fail=True)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        severity, text = app.notices[-1]
+        assert severity == "error" and "Probes failed" in text and "the fake prober broke" in text
+
+
+async def test_select_a_result_and_export_it_to_a_file(tmp_path):
+    app = CopeApp(services=make_services(), cwd=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rec = app.advice.rec
+        app.query_one("#results-table", DataTable).focus()
+        await pilot.press("down", "down")
+        chosen = rec.estimates[2]
+        assert app.selected_id == chosen.candidate.id
+        assert chosen.candidate.id in text_of(app, "#breakdown")
+        await pilot.press("6")
+        app.query_one("#save-path", Input).value = "out/run.sh"
+        await pilot.click("#save")
+        await pilot.pause()
+        written = (tmp_path / "out" / "run.sh").read_text()
+        export = app.current_export()
+        assert written == export.display() + "\n"
+        assert written.startswith(("llama-server", "GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server"))
+        assert "--fit off" in written
+        head = text_of(app, "#export-head")
+        assert chosen.candidate.id in head and app.labels[chosen.candidate.id] in head
+        if export.nearest_id is not None:
+            assert f"nearest that runs here: {export.nearest_id}" in head
+        assert app.notices[-1] == ("information", f"Saved {tmp_path / 'out' / 'run.sh'}")
+
+
+async def test_not_expressible_export_names_the_nearest_with_its_speed():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        ids = [e.candidate.id for e in app.advice.rec.estimates]
+        target = next(i for i in ids if app.labels[i] == "not-expressible")
+        app.select_candidate(target)
+        await pilot.press("6")
+        await pilot.pause()
+        head = text_of(app, "#export-head")
+        assert "not-expressible" in head and "nearest that runs here" in head and "tok/s" in head
+        export = app.current_export()
+        assert export.exported_id != target and export.exported_id in head
+        assert text_of(app, "#command") == export.display()
+
+
+async def test_copy_puts_the_command_on_the_clipboard():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        assert app.clipboard == app.current_export().display()
+        assert app.clipboard.startswith(("llama-server", "GGML_OP_OFFLOAD_MIN_BATCH"))
+
+
+async def test_help_screen_opens_and_closes():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        markdown = app.screen.query_one("Markdown")
+        assert "Escape" in markdown.source and "SYNTHETIC" in markdown.source
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_bad_model_keeps_results_and_says_why(tmp_path):
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("2")
+        app.query_one("#gguf", Input).focus()
+        await pilot.press(*str(tmp_path / "missing.gguf"), "enter")
+        await settle(pilot)
+        severity, text = app.notices[-1]
+        assert severity == "error" and "missing.gguf" in text and "previous results stay" in text
+        assert app.advice is before and app.choices.model is None
+
+
+async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
+    from engine.catalog import get_model
+    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.trace_io import save_trace
+
+    trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=200, seed=3, sequences=1))
+    path = tmp_path / "mine.cope.npz"
+    save_trace(trace, path)
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        assert "SYNTHETIC" in text_of(app, "#trace-info")
+        await pilot.click("#pull")  # the index names no trace of this model: said, nothing fetched
+        assert app.notices[-1][0] == "warning" and "names no published trace" in app.notices[-1][1]
+        app.query_one("#import", Input).focus()
+        await pilot.press(*str(path), "enter")
+        await settle(pilot)
+        assert app.choices.trace == str(path)
+        req = app.advice.request
+        assert req.trace.n_tokens + req.profile.n_tokens == 200  # the file's tokens, split in half
+        await pilot.click("#synthetic")
+        await settle(pilot)
+        assert app.choices.trace == "synthetic" and app.advice.request.trace.n_tokens == 150
+
+
+async def test_pull_fetches_the_indexed_trace_in_a_worker(tmp_path):
+    from engine.catalog import get_model
+    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.trace_io import save_trace
+
+    model = get_model("olmoe-1b-7b")  # the index has a same-shape trace for it
+    path = tmp_path / "pulled.cope.npz"
+    save_trace(synthetic_trace(model, SyntheticSettings(tokens=200, seed=4, sequences=1)), path)
+    asked = []
+
+    def pull(spec, model_id, log):  # type: ignore[no-untyped-def]
+        asked.append((spec, model_id))
+        log("downloading (fake)")
+        return str(path)
+
+    from dataclasses import replace
+
+    app = CopeApp(services=replace(make_services(), pull=pull), choices=Choices(model="olmoe-1b-7b"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await pilot.click("#pull")
+        await settle(pilot)
+        assert asked and asked[0][1] == "olmoe-1b-7b"
+        assert app.choices.trace == str(path)
+        assert "Pulled" in text_of(app, "#record-status")
+
+
+def test_no_arguments_without_a_terminal_still_means_advise(capsys):
+    from cope_tui.cli import main
+
+    assert main(["advise", "--tokens", "50", "--cpu", "desktop-ddr5"]) == 0
+    capsys.readouterr()
+    assert main([]) == 0  # pytest's stdio is not a terminal: headless advise, no app
+    assert "COPE advise" in capsys.readouterr().out
+
+
+def test_the_app_module_loads_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "t = time.perf_counter()\n"
+        "from cope_tui.app.app import CopeApp\n"
+        "CopeApp()\n"
+        "assert 'torch' not in sys.modules, 'torch imported at startup'\n"
+        "print(time.perf_counter() - t)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) < 1.0
