@@ -21,6 +21,13 @@ Every prompt token is marked as an output (batch.logits[i] = 1): otherwise llama
 drops the non-output rows before the last layer, whose top-k tensor would then hold
 fewer rows than the other layers' and the prompt step could not be assembled.
 
+Checked end to end (tests/test_record_llamacpp.py) on a tiny qwen3moe GGUF against a
+numpy forward pass and against the transformers recorder: ids equal, router weights
+equal to ~1e-3 (llama.cpp's default F16 KV cache, kept here as in real use; exact to
+float32 when attention is zeroed). A GGUF whose tokenizer model is "none" would make
+llama_tokenize abort the process, so text prompts are fed to such a model as UTF-8
+bytes modulo its vocabulary (and the trace says so).
+
 Layout: the tensor reading (`matrix_from_view`), the row assembly
 (`MoeRoutingCollector`) and the never-raising callback (`make_eval_callback`) are
 pure Python and numpy, tested with fake tensors. `record_with_llamacpp` is the thin
@@ -395,6 +402,36 @@ def _gguf_facts(path: str) -> dict:
     }
 
 
+def bytes_as_token_ids(text: str, n_vocab: int) -> list[int]:
+    """A vocabulary-less model's stand-in tokenizer: the text's UTF-8 bytes modulo n_vocab.
+
+    Only for GGUF files whose tokenizer model is "none" (test models): llama_tokenize
+    aborts the process on them, and they have no tokens to map text to anyway.
+    """
+    if n_vocab < 1:
+        raise CopeInputError("the model has an empty vocabulary")
+    return [b % n_vocab for b in text.encode("utf-8")]
+
+
+def _quiet(llama_cpp) -> None:
+    """Keep llama.cpp's load chatter off stderr (errors still show)."""
+    try:
+        from llama_cpp import _logger  # type: ignore[import-not-found]
+
+        _logger.set_verbose(False)
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+
+
+def gpu_offload_supported(llama_cpp=None) -> bool:
+    llama_cpp = llama_cpp or import_llama_cpp()
+    fn = getattr(llama_cpp, "llama_supports_gpu_offload", None)
+    try:
+        return bool(fn()) if fn is not None else False
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def record_with_llamacpp(
     gguf_path: str,
     prompts: Sequence[str | Sequence[int]],
@@ -410,12 +447,19 @@ def record_with_llamacpp(
 ) -> RoutingTrace:
     """Greedy-decode `tokens_per_prompt` tokens after each prompt with llama.cpp and
     return the routing of the generated tokens (and of the prompt tokens too, as
-    teacher forcing, when include_prompt). Stops early, keeping what was recorded, when
-    `cancel` is set. Needs the optional extra: pip install 'cope-tui[llamacpp]'.
+    teacher forcing, when include_prompt). Prompts are text, or lists of token ids.
+
+    Row t of a sequence is the routing of the forward pass that takes generated token t
+    as input (at position len(prompt) + t), as with the transformers recorder; the prompt
+    pass only yields the first token unless include_prompt. Stops early, keeping what
+    was recorded, when `cancel` is set or an end-of-generation token comes. Needs the
+    optional extra: pip install 'cope-tui[llamacpp]'.
     """
     llama_cpp = import_llama_cpp()
     if tokens_per_prompt < 1:
         raise CopeInputError(f"tokens per prompt must be at least 1, got {tokens_per_prompt}")
+    if not prompts:
+        raise CopeInputError("no prompt to record from")
     facts = _gguf_facts(gguf_path)
     get_name, nbytes, tensor_get = _ggml_lib(llama_cpp)
     collector = MoeRoutingCollector()
@@ -428,72 +472,104 @@ def record_with_llamacpp(
         head = _TensorHead.from_address(t)
         size = int(nbytes(t))
         buf = (ctypes.c_uint8 * size)()
-        tensor_get(t, buf, 0, size)  # works for host and device buffers alike
+        if size:
+            tensor_get(t, buf, 0, size)  # works for host and device buffers alike
         return TensorView(name_of(t), int(head.type), tuple(head.ne), tuple(head.nb), bytes(buf))
 
     body = make_eval_callback(collector, name_of, read_view)
-    c_callback = llama_cpp.ggml_backend_sched_eval_callback(body)  # keep a reference while the context lives
+    # Keep this reference alive until the context is freed: llama.cpp holds only the C pointer.
+    c_callback = llama_cpp.ggml_backend_sched_eval_callback(body)
 
+    _quiet(llama_cpp)
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
     load = getattr(llama_cpp, "llama_model_load_from_file", None) or llama_cpp.llama_load_model_from_file
     model = load(gguf_path.encode("utf-8"), mparams)
     if not model:
-        raise CopeInputError("llama.cpp could not load the model", path=gguf_path)
-    vocab = llama_cpp.llama_model_get_vocab(model) if hasattr(llama_cpp, "llama_model_get_vocab") else model
-    n_vocab = (
-        llama_cpp.llama_vocab_n_tokens(vocab) if hasattr(llama_cpp, "llama_vocab_n_tokens") else llama_cpp.llama_n_vocab(model)
-    )
-
-    def tokenize(p) -> list[int]:
-        if not isinstance(p, str):
-            return [int(t) for t in p]
-        text = p.encode("utf-8")
-        buf = (llama_cpp.llama_token * (len(text) + 16))()
-        n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, len(buf), True, True)
-        if n < 0:
-            raise CopeInputError(f"llama.cpp could not tokenize prompt {p[:40]!r}", path=gguf_path)
-        return list(buf[:n])
-
-    encoded = [tokenize(p) for p in prompts]
-    longest = max(len(e) for e in encoded) + tokens_per_prompt + 8
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = longest
-    cparams.n_batch = longest
-    cparams.cb_eval = c_callback
-    cparams.cb_eval_user_data = None
-    if n_threads:
-        cparams.n_threads = cparams.n_threads_batch = n_threads
-    init = getattr(llama_cpp, "llama_init_from_model", None) or llama_cpp.llama_new_context_with_model
-    ctx = init(model, cparams)
-    if not ctx:
-        raise CopeInputError("llama.cpp could not create a context", path=gguf_path)
-    is_eog = (
-        (lambda tok: llama_cpp.llama_vocab_is_eog(vocab, tok))
-        if hasattr(llama_cpp, "llama_vocab_is_eog")
-        else (lambda tok: llama_cpp.llama_token_is_eog(model, tok))
-    )
-    batch = llama_cpp.llama_batch_init(longest, 0, 1)
-    total, done = len(encoded) * tokens_per_prompt, 0
-
-    def decode(tokens: list[int], pos0: int) -> None:
-        batch.n_tokens = len(tokens)
-        for i, tok in enumerate(tokens):
-            batch.token[i] = tok
-            batch.pos[i] = pos0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = 1  # every token an output: the last layer keeps all rows
-        rc = llama_cpp.llama_decode(ctx, batch)
-        if rc != 0:
-            raise CopeInputError(f"llama_decode returned {rc}", path=gguf_path)
-
-    def argmax(i: int) -> int:
-        ptr = llama_cpp.llama_get_logits_ith(ctx, i)
-        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
-
+        raise CopeInputError("llama.cpp could not load the model (run with a llama.cpp build that knows "
+                             f"architecture {facts['arch']!r})", path=gguf_path)
+    free_model = getattr(llama_cpp, "llama_model_free", None) or llama_cpp.llama_free_model
+    ctx = batch = None
+    notes: list[str] = []
     try:
+        vocab = llama_cpp.llama_model_get_vocab(model) if hasattr(llama_cpp, "llama_model_get_vocab") else model
+        n_vocab = int(
+            llama_cpp.llama_vocab_n_tokens(vocab) if hasattr(llama_cpp, "llama_vocab_n_tokens")
+            else llama_cpp.llama_n_vocab(model)
+        )
+        no_vocab = (
+            hasattr(llama_cpp, "llama_vocab_type")
+            and int(llama_cpp.llama_vocab_type(vocab)) == int(getattr(llama_cpp, "LLAMA_VOCAB_TYPE_NONE", 0))
+        )
+
+        def tokenize(p) -> list[int]:
+            if not isinstance(p, str):
+                ids = [int(t) for t in p]
+            elif no_vocab:
+                ids = bytes_as_token_ids(p, n_vocab)
+            else:
+                text = p.encode("utf-8")
+                size = len(text) + 16
+                for _ in range(2):
+                    buf = (llama_cpp.llama_token * size)()
+                    n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, size, True, True)
+                    if n >= 0:
+                        break
+                    size = -n  # the buffer was too small: n is minus the count needed
+                if n < 0:
+                    raise CopeInputError(f"llama.cpp could not tokenize prompt {p[:40]!r}", path=gguf_path)
+                ids = list(buf[:n])
+            if not ids:
+                raise CopeInputError(f"prompt {str(p)[:40]!r} has no tokens", path=gguf_path)
+            bad = [t for t in ids if not 0 <= t < n_vocab]
+            if bad:
+                raise CopeInputError(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", path=gguf_path)
+            return ids
+
+        encoded = [tokenize(p) for p in prompts]
+        if no_vocab and any(isinstance(p, str) for p in prompts):
+            notes.append("the GGUF has no tokenizer (model \"none\"): text prompts were fed as UTF-8 bytes "
+                         f"modulo its {n_vocab} tokens")
+        longest = max(len(e) for e in encoded) + tokens_per_prompt + 8
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = longest
+        cparams.n_batch = longest
+        cparams.n_ubatch = longest  # one micro-batch per decode: every layer sees every row at once
+        cparams.cb_eval = c_callback
+        cparams.cb_eval_user_data = None
+        if n_threads:
+            cparams.n_threads = cparams.n_threads_batch = n_threads
+        init = getattr(llama_cpp, "llama_init_from_model", None) or llama_cpp.llama_new_context_with_model
+        ctx = init(model, cparams)
+        if not ctx:
+            raise CopeInputError("llama.cpp could not create a context", path=gguf_path)
+        is_eog = (
+            (lambda tok: bool(llama_cpp.llama_vocab_is_eog(vocab, tok)))
+            if hasattr(llama_cpp, "llama_vocab_is_eog")
+            else (lambda tok: bool(llama_cpp.llama_token_is_eog(model, tok)))
+        )
+        batch = llama_cpp.llama_batch_init(longest, 0, 1)
+        total, done = len(encoded) * tokens_per_prompt, 0
+
+        def decode(tokens: list[int], pos0: int) -> None:
+            batch.n_tokens = len(tokens)
+            for i, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1  # every token an output: the last layer keeps all rows
+            rc = llama_cpp.llama_decode(ctx, batch)
+            if rc != 0:
+                raise CopeInputError(f"llama_decode returned {rc}", path=gguf_path)
+
+        def argmax(i: int) -> int:
+            ptr = llama_cpp.llama_get_logits_ith(ctx, i)
+            if not ptr:
+                raise CopeInputError(f"llama.cpp returned no logits for row {i}", path=gguf_path)
+            return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
+
         for pi, tokens in enumerate(encoded):
             if cancel is not None and cancel.is_set():
                 break
@@ -518,10 +594,14 @@ def record_with_llamacpp(
                     progress(done, total, label)
             collector.end_sequence()
     finally:
-        llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_free(ctx)
-        free_model = getattr(llama_cpp, "llama_model_free", None) or llama_cpp.llama_free_model
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+        if ctx:
+            llama_cpp.llama_free(ctx)
         free_model(model)
+        del c_callback
+    if cancel is not None and cancel.is_set():
+        notes.append("recording cancelled: the trace holds what was recorded before")
     version = getattr(llama_cpp, "__version__", "?")
     recorded_with = (
         f"llama-cpp-python {version}, {n_gpu_layers} layers on GPU, greedy decoding, {tokens_per_prompt} tokens "
@@ -533,6 +613,7 @@ def record_with_llamacpp(
         n_experts=facts["n_experts"],
         domain=domain,
         recorded_with=recorded_with,
+        notes=notes,
     )
 
 
@@ -543,6 +624,8 @@ __all__ = [
     "LlamaCppMissing",
     "MoeRoutingCollector",
     "TensorView",
+    "bytes_as_token_ids",
+    "gpu_offload_supported",
     "import_llama_cpp",
     "make_eval_callback",
     "matrix_from_view",

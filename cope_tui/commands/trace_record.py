@@ -147,20 +147,26 @@ def run(args: argparse.Namespace) -> int:
     cancel = threading.Event()  # the CLI stops on Ctrl-C; the TUI sets this from its worker
     progress = _stderr_progress()
     if args.gguf:
-        from probes.record_llamacpp import import_llama_cpp, record_with_llamacpp
+        from probes.record_llamacpp import gpu_offload_supported, import_llama_cpp, record_with_llamacpp
 
-        import_llama_cpp()  # says how to install the extra when it is missing
+        llama_cpp = import_llama_cpp()  # says how to install the extra when it is missing
         if not Path(args.gguf).is_file():
             raise CopeInputError("no such GGUF file", path=args.gguf)
         if args.sample:
             raise CopeInputError("--sample is not supported with --gguf (llama.cpp recording decodes greedily)")
+        gpu = gpu_offload_supported(llama_cpp)
+        if args.device == "cuda" and not gpu:
+            raise CopeInputError("--device cuda: this llama-cpp-python build has no GPU support (reinstall it with "
+                                 "CMAKE_ARGS=\"-DGGML_CUDA=on\" pip install --force-reinstall --no-cache-dir "
+                                 "llama-cpp-python)")
+        n_gpu_layers = 999 if gpu and args.device != "cpu" else 0
         label = re.sub(r"-\d{5}-of-\d{5}$", "", Path(args.gguf).name.split(".gguf")[0])
         print(f"cope: recording {args.gguf} through llama.cpp", file=sys.stderr, flush=True)
         trace = record_with_llamacpp(
             args.gguf,
             prompts,
             args.tokens,
-            n_gpu_layers=999 if args.device == "cuda" else 0,
+            n_gpu_layers=n_gpu_layers,
             progress=progress,
             cancel=cancel,
             model_name=label,
