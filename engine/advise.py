@@ -7,7 +7,7 @@ them and render the Recommendation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from engine.policy import (
     standalone_candidates,
 )
 from engine.quant import Quantization
-from engine.replay import ReplaySetup, ReplayStats, allocate_slots, replay
+from engine.replay import ReplaySetup, ReplayStats, replay, replay_many
 from engine.trace import RoutingTrace
 
 BASELINE_ID = Kind.PARTITION_FIRST.value  # llama.cpp's usual --n-cpu-moe setup
@@ -86,11 +86,118 @@ def advise(
     *,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> Recommendation:
+    return _advise_at(request, cost_model, [request.vram_budget_bytes], progress)[0]
+
+
+def sweep_budgets(
+    request: AdviseRequest,
+    cost_model: CostModel,
+    budgets_bytes: Sequence[int],
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[Recommendation]:
+    """`advise` at each VRAM budget (the request's own is ignored), in the given order.
+
+    What does not depend on the budget is done once: popularity, state costs, and
+    every replay whose cache comes out the same at several budgets (fixed and
+    all-on-GPU residencies past the point where everything fits, uniform slots that
+    round alike). A budget too small to hold the non-expert weights raises, as in
+    `advise`.
+    """
+    return _advise_at(request, cost_model, budgets_bytes, progress)
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every budget of one request shares."""
+
+    popularity: np.ndarray
+    prefetch_budget: int
+    costs: dict[Execution, StateCosts]
+    shared_s: float
+    overhead_s: float
+    notes: tuple[str, ...]
+
+
+def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendation]:
     model, trace = request.model, request.trace
     check_compatible(model, trace, "the trace")
     check_compatible(model, request.profile, "the profile trace")
+    k = model.top_k
+    prefetch_budget = k if request.prefetch_budget is None else request.prefetch_budget
+    notes = list(request.notes)
+    if trace.predicted_ids is None:
+        notes.append("the trace has no next-layer predictions: mutable caches run without prefetch")
+    shared = _Shared(
+        popularity=request.profile.popularity(),
+        prefetch_budget=prefetch_budget,
+        costs={ex: cost_model.state_costs(ex, request.threads, k, prefetch_budget) for ex in Execution},
+        shared_s=cost_model.shared_per_token_s(),
+        overhead_s=cost_model.token_overhead_s(),
+        notes=tuple(notes),
+    )
+    requests = [
+        request if int(b) == request.vram_budget_bytes else replace(request, vram_budget_bytes=int(b))
+        for b in budgets_bytes
+    ]
+    plans = [_plan_budget(r, shared) for r in requests]
+
+    # Progress: the replays (reported every few tokens), then one step a candidate.
+    n_candidates = sum(len(plan.candidates) for plan in plans)
+    replayed = 0
+
+    def replaying(done: int, total: int, label: str) -> None:
+        nonlocal replayed
+        replayed = total
+        progress(done, total + n_candidates, label)
+
+    # Every matrix candidate of every budget in one call: replays that coincide are
+    # made once, and the LRU caches are replayed side by side.
+    jobs = [(candidate, setup) for plan in plans for candidate, setup in plan.matrix]
+    matrix_stats = iter(replay_many(
+        trace.expert_ids, trace.predicted_ids, jobs, progress=replaying if progress is not None else None
+    ))
+
+    done = replayed
+    recommendations = []
+    for r, plan in zip(requests, plans):
+        matrix = {candidate for candidate, _ in plan.matrix}
+        estimates = []
+        for candidate in plan.candidates:
+            if progress is not None:
+                progress(done, replayed + n_candidates, candidate.id)
+            done += 1
+            if candidate in matrix:
+                stats = next(matrix_stats)
+                slots_used = int(stats.slots_per_layer.sum())
+                vram = plan.memory.vram_used_bytes(slots_used, staging=candidate.copies_misses)
+                detail = f"{slots_used} expert slots"
+            else:
+                stats, vram, detail = _replay_partition_candidate(candidate, trace, plan.memory, shared)
+            tpot, breakdown = price(
+                stats, shared.costs[candidate.execution], shared_per_token_s=shared.shared_s,
+                token_overhead_s=shared.overhead_s, prefetch_mode=request.prefetch_mode,
+            )
+            estimates.append(Estimate(candidate, tpot, breakdown, stats, vram, cost_model.fidelity, detail))
+        estimates.sort(key=lambda e: (e.tpot_s, e.candidate.id))
+        recommendations.append(Recommendation(r, plan.memory, tuple(estimates), cost_model.describe(), plan.notes))
+    if progress is not None:
+        progress(done, done, "done")
+    return recommendations
+
+
+@dataclass(frozen=True)
+class _BudgetPlan:
+    memory: MemoryPlan
+    candidates: list[Candidate]  # in the order they are reported
+    matrix: list[tuple[Candidate, ReplaySetup]]  # the matrix candidates and their replay setups
+    notes: tuple[str, ...]
+
+
+def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
     memory = plan_memory(
-        model, request.quant, vram_budget_bytes=request.vram_budget_bytes, context_tokens=request.context_tokens
+        request.model, request.quant, vram_budget_bytes=request.vram_budget_bytes,
+        context_tokens=request.context_tokens,
     )
     if not memory.fits_at_all:
         raise CopeInputError(
@@ -98,88 +205,33 @@ def advise(
             f"weights, KV cache and runtime buffers ({memory.fixed_bytes / GIB:.1f} GiB); "
             "raise --vram-budget or lower --context"
         )
-    k = model.top_k
-    budget = k if request.prefetch_budget is None else request.prefetch_budget
-    has_predictions = trace.predicted_ids is not None
-    notes = list(request.notes)
-    if not has_predictions:
-        notes.append("the trace has no next-layer predictions: mutable caches run without prefetch")
-
+    notes = list(shared.notes)
+    has_predictions = request.trace.predicted_ids is not None
     candidates = policy_matrix(prefetch_available=has_predictions, evictions=request.evictions)
     candidates += standalone_candidates(all_gpu_fits=memory.all_gpu_fits)
     if memory.all_gpu_fits:
         candidates = [c for c in candidates if c.kind not in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST)]
         notes.append("every expert fits in the budget: layer partition is all-on-GPU")
-
-    costs = {ex: cost_model.state_costs(ex, request.threads, k, budget) for ex in Execution}
-    shared_s = cost_model.shared_per_token_s()
-    overhead_s = cost_model.token_overhead_s()
-    popularity = request.profile.popularity()
-    replays: dict[tuple, ReplayStats] = {}
-
-    estimates = []
-    for i, candidate in enumerate(candidates):
-        if progress is not None:
-            progress(i, len(candidates), candidate.id)
-        stats, vram, detail = _replay_candidate(
-            candidate, trace, memory, popularity, budget, costs, replays
-        )
-        exec_costs = costs[candidate.execution]
-        tpot, breakdown = price(
-            stats, exec_costs, shared_per_token_s=shared_s, token_overhead_s=overhead_s,
-            prefetch_mode=request.prefetch_mode,
-        )
-        estimates.append(Estimate(candidate, tpot, breakdown, stats, vram, cost_model.fidelity, detail))
-    if progress is not None:
-        progress(len(candidates), len(candidates), "done")
-    estimates.sort(key=lambda e: (e.tpot_s, e.candidate.id))
-    return Recommendation(request, memory, tuple(estimates), cost_model.describe(), tuple(notes))
+    matrix = []
+    for candidate in candidates:
+        if candidate.kind is Kind.MATRIX:
+            # A copying execution keeps room for one layer's copied misses.
+            total_slots = memory.slots(staging=candidate.copies_misses)
+            split = shared.costs[Execution.READY_FIRST].copied if candidate.execution is Execution.READY_FIRST else None
+            matrix.append((candidate, ReplaySetup(shared.popularity, total_slots, shared.prefetch_budget, split)))
+    return _BudgetPlan(memory, candidates, matrix, tuple(notes))
 
 
-def _replay_candidate(
-    candidate: Candidate,
-    trace: RoutingTrace,
-    memory: MemoryPlan,
-    popularity: np.ndarray,
-    prefetch_budget: int,
-    costs: dict[Execution, StateCosts],
-    replays: dict[tuple, ReplayStats],
+def _replay_partition_candidate(
+    candidate: Candidate, trace: RoutingTrace, memory: MemoryPlan, shared: _Shared
 ) -> tuple[ReplayStats, int, str]:
-    """Replay one candidate, reusing an earlier replay with the same cache dynamics."""
+    """Layer partition, all-on-GPU or all-on-CPU: whole layers on one side."""
     n_layers = trace.n_layers
-    if candidate.kind is not Kind.MATRIX:
-        cpu_layers, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), trace.meta.moe_blocks)
-        stats = replay(trace.expert_ids, None, candidate, _setup(popularity, 0, 0), cpu_layers=cpu_layers)
-        gpu_experts = int((~cpu_layers).sum()) * memory.n_routed_experts_per_layer
-        return stats, memory.vram_used_bytes(gpu_experts, staging=False), detail
-
-    staging = candidate.copies_misses
-    total_slots = memory.slots(staging=staging)
-    admit = costs[Execution.READY_FIRST].copied if candidate.execution is Execution.READY_FIRST else None
-    setup = _setup(popularity, total_slots, prefetch_budget, admit)
-    # Sequential and parallel caches change the same way (prefetch only), and a
-    # ready-first split that copies every miss behaves like stage: replay each
-    # distinct dynamic once.
-    admits = "none"
-    if candidate.is_mutable and candidate.copies_misses:
-        k = trace.top_k
-        table = (k - np.arange(k + 1)) if candidate.execution is Execution.STAGE else np.minimum(admit, k - np.arange(k + 1))
-        admits = tuple(int(a) for a in table)
-    key = (
-        candidate.residency, candidate.allocation, candidate.eviction, candidate.prefetch,
-        admits if candidate.is_mutable else None, total_slots,
-    )
-    if key not in replays:
-        predicted = trace.predicted_ids if candidate.prefetch else None
-        replays[key] = replay(trace.expert_ids, predicted, candidate, setup)
-    stats = replace(replays[key], candidate_id=candidate.id)
-    slots_used = int(allocate_slots(popularity, total_slots, candidate.allocation).sum())
-    detail = f"{slots_used} expert slots"
-    return stats, memory.vram_used_bytes(slots_used, staging=staging), detail
-
-
-def _setup(popularity, total_slots, prefetch_budget, admit=None) -> ReplaySetup:
-    return ReplaySetup(popularity, total_slots, prefetch_budget, admit)
+    cpu_layers, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), trace.meta.moe_blocks)
+    setup = ReplaySetup(shared.popularity, 0, 0)
+    stats = replay(trace.expert_ids, None, candidate, setup, cpu_layers=cpu_layers)
+    gpu_experts = int((~cpu_layers).sum()) * memory.n_routed_experts_per_layer
+    return stats, memory.vram_used_bytes(gpu_experts, staging=False), detail
 
 
 def partition_layers(

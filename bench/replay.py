@@ -1,0 +1,81 @@
+"""How fast replay is: one `advise()` call and a sweep of VRAM budgets.
+
+    python bench/replay.py
+
+Workload: the default `cope advise` setting (Qwen3-30B-A3B, 48 MoE layers, 128
+experts, top-8; the rtx-4060-ti-16gb and desktop-ddr5 presets; the analytic cost
+model) on a synthetic trace of 2,000 tokens split into a 1,000-token profile and
+the 1,000 tokens replayed. Prints seconds, candidates, the (token, layer) steps
+covered per second (every candidate's histogram covers tokens x layers steps,
+whether it was replayed, shared or read off a fixed residency), and each time as a
+fraction of its target. Measures only; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
+
+from cope_tui.inputs import AdviseArgs, build_request  # noqa: E402
+from engine.advise import advise, sweep_budgets  # noqa: E402
+from engine.catalog import get_model  # noqa: E402
+from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.memory import GIB  # noqa: E402
+from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+
+MODEL = "qwen3-30b-a3b"
+GPU = "rtx-4060-ti-16gb"
+CPU = "desktop-ddr5"
+SWEEP_GIB = tuple(range(6, 22))  # 16 budgets
+ADVISE_TARGET_S = 1.0
+SWEEP_TARGET_S = 10.0
+
+
+def workload():
+    settings = SyntheticSettings(tokens=2000, sequences=2, zipf_exponent=0.7, seed=0)
+    profile, replayed = synthetic_trace(get_model(MODEL), settings).split(0.5)
+    request = build_request(AdviseArgs(model=MODEL, gpu=GPU, cpu=CPU))
+    request = replace(request, trace=replayed, profile=profile)
+    cost_model = AnalyticCostModel(
+        request.model, request.quant, request.platform, context_tokens=request.context_tokens
+    )
+    return request, cost_model
+
+
+def report(label: str, seconds: float, candidates: int, steps: int, target_s: float) -> None:
+    print(
+        f"{label:<28} {seconds:8.3f} s  {candidates:5d} candidates  "
+        f"{steps / seconds:14,.0f} steps/s  {seconds / target_s:6.2f} x target ({target_s:g} s)"
+    )
+
+
+def main() -> None:
+    request, cost_model = workload()
+    trace = request.trace
+    steps_per_candidate = trace.n_tokens * trace.n_layers
+    print(
+        f"{MODEL}: {trace.n_tokens} tokens replayed, {trace.n_layers} layers, "
+        f"{trace.meta.n_experts} experts, top-{trace.top_k}; {GPU}, {CPU}"
+    )
+
+    start = time.perf_counter()
+    recommendation = advise(request, cost_model)
+    seconds = time.perf_counter() - start
+    n = len(recommendation.estimates)
+    report(f"advise ({request.vram_budget_bytes / GIB:g} GiB)", seconds, n, n * steps_per_candidate, ADVISE_TARGET_S)
+
+    budgets = [gib * GIB for gib in SWEEP_GIB]
+    start = time.perf_counter()
+    recommendations = sweep_budgets(request, cost_model, budgets)
+    seconds = time.perf_counter() - start
+    n = sum(len(r.estimates) for r in recommendations)
+    label = f"sweep ({len(budgets)} budgets, {SWEEP_GIB[0]}..{SWEEP_GIB[-1]} GiB)"
+    report(label, seconds, n, n * steps_per_candidate, SWEEP_TARGET_S)
+
+
+if __name__ == "__main__":
+    main()
