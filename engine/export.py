@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -44,6 +43,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from engine.errors import CopeInputError
+from engine.files import atomic_write_text
 from engine.memory import MemoryPlan
 from engine.model import ModelSpec
 from engine.policy import Allocation, Candidate, Execution, Kind, Residency, parse_candidate_id
@@ -445,27 +445,12 @@ def _ms(tpot: float | None) -> str:
 def write_export(export: Export, out: str | os.PathLike) -> list[Path]:
     """Write the command to `out` and the side files beside it, each atomically."""
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in export.side_files:
-        written.append(_atomic_write(out.parent / name, text))
-    written.append(_atomic_write(out, export.display() + "\n"))
+        written.append(atomic_write_text(out.parent / name, text))
+    written.append(atomic_write_text(out, export.display() + "\n"))
     return written
-
-
-def _atomic_write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
 
 
 def expert_regexes(export: Export) -> list[str]:

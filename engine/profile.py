@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from engine.errors import CopeInputError
+from engine.files import atomic_write_text
 from engine.policy import Execution
 
 PROFILE_SCHEMA = "cope-profile"
@@ -292,27 +292,6 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> None:
     atomic_write_text(path, text)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        _remove_quietly(tmp)
-        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-
-
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read a profile written by `save_profile`; any problem is a CopeInputError naming
     the file and the field."""
@@ -482,10 +461,3 @@ def _seconds(value, name: str) -> float:
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _remove_quietly(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass

@@ -387,7 +387,7 @@ class _Trace:
     def add_keys(self, n_experts: int) -> None:
         """Add what a pool indexes by: keys number an expert across layers, layer * E +
         expert; pred_keys[t, l] are the keys layer l predicts (rows 0..L-2)."""
-        n_layers, k, width = self.n_layers, self.k, self.width
+        n_layers, width = self.n_layers, self.width
         layer_base = (np.arange(n_layers, dtype=np.intp) * n_experts)[None, :, None]
         self.route_keys = self.ids + layer_base  # [T, L, k]
         if width:

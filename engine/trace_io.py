@@ -30,7 +30,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.errors import CopeInputError
+from engine.files import atomic_write, read_text
 from engine.trace import RoutingTrace, TraceMeta
 
 TRACE_FORMAT = "cope-trace"
@@ -75,60 +75,6 @@ def _build_trace(path: str, **kwargs) -> RoutingTrace:
         return RoutingTrace(**kwargs)
     except CopeInputError as exc:
         raise CopeInputError(_bare_message(exc), path=path) from None
-
-
-def _atomic_write(path: str | os.PathLike, write: Callable[[io.IOBase], None], *, binary: bool) -> None:
-    """Write through `write(handle)` into a temp file beside `path`, then os.replace."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
-    try:
-        handle = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        with handle:
-            write(handle)
-        os.chmod(tmp, _new_file_mode(target))
-        os.replace(tmp, target)
-    except OSError as exc:
-        _remove_quietly(tmp)
-        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-
-
-def _new_file_mode(target: Path) -> int:
-    """The mode a plain open() would give: the old file's, else 0o666 less the umask
-    (mkstemp creates 0o600 files)."""
-    try:
-        return target.stat().st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
-def _remove_quietly(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise CopeInputError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise CopeInputError("is a folder, expected a file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    except OSError as exc:
-        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
 
 
 def _describe_blocks(blocks: Sequence[int]) -> str:
@@ -276,7 +222,7 @@ def save_trace(trace: RoutingTrace, path: str | os.PathLike) -> None:
         arrays["weights"] = np.ascontiguousarray(trace.weights, dtype=np.float32)
     if trace.predicted_ids is not None:
         arrays["predicted_ids"] = np.ascontiguousarray(trace.predicted_ids, dtype=np.int16)
-    _atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)
+    atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)
 
 
 def _as_int16(path: str, name: str, arr: np.ndarray, ndim: int, low: int) -> np.ndarray:
@@ -447,7 +393,7 @@ def read_llama_moe_trace_csv(
     are dropped with a TraceWarning.
     """
     where = str(path)
-    text = _read_text(where)
+    text = read_text(where)
     if not text.strip():
         raise CopeInputError("empty file: no decode rows (pos >= 0)", path=where)
     n_fields = top_k + 2
@@ -531,7 +477,7 @@ def write_llama_moe_trace_csv(trace: RoutingTrace, path: str | os.PathLike) -> N
             handle.write("\n".join(",".join(map(str, row)) for row in part.tolist()))
             handle.write("\n")
 
-    _atomic_write(path, write, binary=False)
+    atomic_write(path, write, binary=False)
 
 
 # --- generic JSONL --------------------------------------------------------------
@@ -562,7 +508,7 @@ def read_jsonl_trace(
     dropped with a TraceWarning.
     """
     where = str(path)
-    text = _read_text(where)
+    text = read_text(where)
     seq_codes: dict[object, int] = {}
     seqs: list[int] = []
     tokens: list[int] = []
@@ -681,7 +627,7 @@ def write_jsonl_trace(trace: RoutingTrace, path: str | os.PathLike) -> None:
                 handle.write(json.dumps(rec, separators=(",", ":")))
                 handle.write("\n")
 
-    _atomic_write(path, write, binary=False)
+    atomic_write(path, write, binary=False)
 
 
 # --- moe-beyond DeepSeek-V2-Lite-Chat CSV folder -----------------------------------

@@ -254,12 +254,14 @@ class _Handler(BaseHTTPRequestHandler):
         if truncated:
             self.send_header("Connection", "close")
         self.end_headers()
-        sent = 0
+        # Log before the body goes out: a client that has read its reply must find its
+        # request in the log (logging afterwards raced with the test's assertions).
+        self.fake_hub._log(Request(method, path, self.headers.get("Range"), status,
+                                   len(send) if method == "GET" else 0, self.headers.get("Authorization")))
         if method == "GET":
             try:
                 self.wfile.write(send)
                 self.wfile.flush()
-                sent = len(send)
             except (BrokenPipeError, ConnectionResetError):
                 pass
         if truncated:
@@ -268,8 +270,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.fake_hub._log(Request(method, path, self.headers.get("Range"), status, sent,
-                                   self.headers.get("Authorization")))
 
 
 def _parse_range(value: str, size: int) -> tuple[int, int] | None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-import types
 
 import pytest
 
@@ -37,25 +35,6 @@ CONFIG = {
 }
 REPO = "org/tiny-moe"
 GGUF_REPO = "org/tiny-moe-GGUF"
-
-
-@pytest.fixture
-def hf_env(tmp_path, monkeypatch):
-    """A private Hub cache, no token, online; returns a function pointing the client at an endpoint."""
-    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-    # huggingface_hub retries failed requests with a backoff of 1 + 2 + 4 + 8 + 8 s: skip the waits.
-    from huggingface_hub.utils import _http
-
-    monkeypatch.setattr(_http, "time", types.SimpleNamespace(**{**vars(time), "sleep": lambda s: None}))
-
-    def point_at(endpoint: str) -> None:
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-
-    return point_at
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cope_tui.commands.export import add_plan_flags, build_from_args, export_for
+from cope_tui.commands.export import export_for
+from cope_tui.commands.plan_args import add_plan_flags, build_from_args
 from cope_tui.exit_codes import EXIT_OK
 
 

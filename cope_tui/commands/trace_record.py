@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cope_tui.exit_codes import EXIT_OK
 from engine.errors import CopeInputError
+from engine.files import read_text
 
 DOMAINS = ("chat", "code", "math")
 CACHE_ENV = "COPE_CACHE_DIR"
@@ -65,16 +66,7 @@ def parse_prompts(text: str) -> list[str]:
 
 
 def load_prompts(path: str) -> list[str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise CopeInputError("no such prompt file", path=path) from None
-    except IsADirectoryError:
-        raise CopeInputError("is a folder, expected a prompt file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    except OSError as exc:
-        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    text = read_text(path, what="prompt file")
     prompts = parse_prompts(text)
     if not prompts:
         raise CopeInputError("holds no prompt (empty, or only comments)", path=path)

@@ -17,7 +17,8 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from cope_tui.commands.export import add_plan_flags, build_from_args, export_for, find_estimate
+from cope_tui.commands.export import export_for, find_estimate
+from cope_tui.commands.plan_args import add_plan_flags, build_from_args
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 
 BENCH_GEN_TOKENS = 64
