@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from engine.advise import Recommendation
+from engine.export import runs_where
 from engine.memory import GIB
+
+RUNS_SHORT = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "no"}
 
 
 def render_recommendation(rec: Recommendation, *, limit: int | None = None) -> str:
@@ -21,14 +24,15 @@ def render_recommendation(rec: Recommendation, *, limit: int | None = None) -> s
         "VRAM arithmetic:",
         *rec.memory.lines(),
         "",
-        f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}",
+        f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  llama.cpp",
     ]
     shown = rec.estimates if limit is None else rec.estimates[:limit]
     for rank, e in enumerate(shown, start=1):
         mark = " <- baseline" if e is baseline else ""
         lines.append(
             f"{rank:>4}  {e.candidate.id:<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
-            f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}{mark}"
+            f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}"
+            f"  {RUNS_SHORT[runs_where(e.candidate, req.model, rec.memory)]}{mark}"
         )
     if limit is not None and len(rec.estimates) > limit:
         lines.append(f"      ... {len(rec.estimates) - limit} more (--all to list every candidate)")

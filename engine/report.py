@@ -13,7 +13,8 @@ Shape (all times in seconds, sizes in bytes):
   "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
                   prefetch, description, detail, tpot_s, tokens_per_s,
                   speedup_vs_baseline, vram_used_bytes, hit_rate, breakdown_s,
-                  states}, ...]        # fastest first
+                  states, llama_cpp}, ...]  # fastest first; llama_cpp: runs-on-stock |
+                                            # needs-fork | not-expressible
 }
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
+from engine.export import runs_where
 
 SCHEMA_VERSION = 1
 
@@ -67,7 +69,11 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
         "baseline": baseline.candidate.id,
         "recommendation": rec.best.candidate.id,
         "candidates": [
-            estimate_to_dict(e, rank, baseline.tpot_s) for rank, e in enumerate(rec.estimates, start=1)
+            {
+                **estimate_to_dict(e, rank, baseline.tpot_s),
+                "llama_cpp": runs_where(e.candidate, model, rec.memory),
+            }
+            for rank, e in enumerate(rec.estimates, start=1)
         ],
     }
 

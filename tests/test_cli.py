@@ -42,6 +42,11 @@ def test_json_document_has_inputs_with_provenance_memory_and_ranked_candidates(c
     assert first["tokens_per_s"] == pytest.approx(1 / first["tpot_s"])
     baseline = next(c for c in doc["candidates"] if c["id"] == doc["baseline"])
     assert baseline["speedup_vs_baseline"] == pytest.approx(1.0)
+    labels = {c["id"]: c["llama_cpp"] for c in doc["candidates"]}
+    assert set(labels.values()) <= {"runs-on-stock", "needs-fork", "not-expressible"}
+    assert labels["partition-first"] == labels["all-cpu"] == "runs-on-stock"
+    # Stock llama.cpp places whole tensors: per-expert residency is not expressible there.
+    assert labels["layer.stage.uniform.lru.prefetch"] == "not-expressible"
     for c in doc["candidates"]:
         assert sum(c["states"]["steps_by_hits"]) == c["states"]["steps"]
         assert 0 < c["vram_used_bytes"] <= doc["inputs"]["vram_budget_bytes"]
