@@ -395,3 +395,98 @@ def test_the_app_module_loads_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout) < 1.0
+
+
+PASTED = "llama-server -m /models/Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 --n-cpu-moe 30 -t 8 -c 8192 -fa on --foo"
+
+
+async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")  # the Export pane, with the paste field focused
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "export"
+        field = app.query_one("#paste-command", Input)
+        assert app.focused is field
+        await pilot.press(*PASTED, "enter")
+        await settle(pilot)
+        shown = text_of(app, "#estimate-result")
+        assert "maps to partition-first: 30 of 48 MoE layers' experts on the CPU (blocks 0-29)" in shown
+        assert "Priced at 8 threads, context 8192" in shown  # the command's -t and -c are honoured
+        speed = next(line for line in shown.splitlines() if "faster than your command" in line)
+        assert speed.startswith("COPE's best is ") and speed.split()[3].endswith("x")
+        assert float(speed.split()[3][:-1]) > 1.0
+        best_line = next(line for line in shown.splitlines() if line.startswith("COPE's best: "))
+        assert best_line.split()[2].rstrip(":")  # a candidate id
+        assert "tok/s" in shown and "ms/token" in shown
+        unknown = next(line for line in shown.splitlines() if line.startswith("Not understood"))
+        assert "--foo" in unknown
+        assert "-m /models/Qwen3-30B-A3B-Q4_K_M.gguf: priced as the app's model" in shown
+        assert not [n for n in app.notices if n[0] == "error"]
+
+
+async def test_the_pasted_estimate_agrees_with_cope_estimate():
+    import shlex
+
+    import numpy as np
+
+    from cope_tui.app.work import estimate_command, parse_pasted
+    from engine.advise import advise
+    from engine.layer_set import price_layer_set
+
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        advice = app.advice
+    command = parse_pasted(PASTED)
+    assert command.unknown == ("--foo",) and shlex.split(PASTED)[0] == command.binary
+    result = estimate_command(advice, command)
+    from dataclasses import replace
+
+    from cope_tui.app.work import cached_cost_model
+
+    request = replace(advice.request, threads=8, context_tokens=8192)
+    cost_model, _ = cached_cost_model(request)
+    cpu = np.arange(48) < 30
+    assert result.yours.tpot_s == pytest.approx(price_layer_set(request, cost_model, cpu).tpot_s)
+    assert result.best.tpot_s == pytest.approx(advise(request, cost_model).best.tpot_s)
+
+
+async def test_an_unreadable_pasted_command_is_one_line_not_a_traceback():
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("6")
+        app.query_one("#paste-command", Input).focus()
+        await pilot.press(*"llama-server -m 'my model.gguf --n-cpu-moe 4", "enter")
+        await settle(pilot)
+        shown = text_of(app, "#estimate-result")
+        assert shown == "Could not read the command: no closing quotation (check its quotes and backslashes)"
+        assert "\n" not in shown.strip() and "Traceback" not in shown
+        app.query_one("#paste-command", Input).value = "llama-server --n-cpu-moe lots"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert text_of(app, "#estimate-result") == (
+            "Could not read the command: the llama.cpp command: --n-cpu-moe needs a whole number, got 'lots'")
+
+
+async def test_a_multiline_paste_is_joined_into_one_command():
+    from textual import events
+
+    app = CopeApp(services=make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        field = app.query_one("#paste-command", Input)
+        field.post_message(events.Paste("GGML_OP_OFFLOAD_MIN_BATCH=1 ./build/bin/llama-cli \\\n"
+                                        "  -m 'my model.gguf' \\\n  -ot 'blk\\.(4|5)\\.ffn_.*_exps=CPU' -t 6\n"))
+        await pilot.pause()
+        assert field.value == ("GGML_OP_OFFLOAD_MIN_BATCH=1 ./build/bin/llama-cli -m 'my model.gguf' "
+                               "-ot 'blk\\.(4|5)\\.ffn_.*_exps=CPU' -t 6")
+        await pilot.press("enter")
+        await settle(pilot)
+        shown = text_of(app, "#estimate-result")
+        assert "maps to layer set (stage): 2 of 48 MoE layers' experts on the CPU (blocks 4-5)" in shown
+        assert "6 threads" in shown and "Not understood" not in shown

@@ -17,6 +17,7 @@ from cope_tui.app import work as jobs
 from cope_tui.app.help import HelpScreen
 from cope_tui.app.messages import (
     AdviceReady,
+    CommandEstimated,
     GpuDetected,
     ProbesFinished,
     Progress,
@@ -59,6 +60,7 @@ class CopeApp(App[None]):
         Binding("s", "save", "Save"),
         Binding("r", "recompute", "Recompute", show=False),
         Binding("m", "measure", "Measure", show=False),
+        Binding("e", "paste_command", "Estimate yours", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -81,6 +83,7 @@ class CopeApp(App[None]):
         self._probe_t0 = 0.0
         self._record_worker: Worker | None = None
         self._record_cancel = threading.Event()
+        self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
 
     # --- layout -------------------------------------------------------------------
 
@@ -175,6 +178,9 @@ class CopeApp(App[None]):
         if first and self.query_one(TabbedContent).active == "results":
             self.query_one("#results-table", DataTable).focus()
         self.sweep(self.advice)
+        if self.pasted_command is not None:  # reprice the pasted command with the new ranking
+            self.query_one(ExportPane).show_estimate_status("repricing your command...")
+            self.estimate(self.advice, self.pasted_command)
 
     def on_sweep_ready(self, message: SweepReady) -> None:
         self.sweep_points = message.points
@@ -185,10 +191,34 @@ class CopeApp(App[None]):
             self.sweep_message = f"no VRAM sweep: {message.text}"
             self.query_one(ResultsPane).show_sweep(self)
             return
+        if message.task == "estimate":
+            self.query_one(ExportPane).show_estimate_status(f"Could not estimate your command: {message.text}",
+                                                            error=True)
+            return
         what = {"advice": "Could not compute the ranking", "detect": "GPU detection failed",
                 "measure": "Measuring failed"}.get(message.task, message.task)
         keep = "; the previous results stay" if self.advice is not None else ""
         self.say(f"{what}: {message.text}{keep}", "error")
+
+    def on_command_estimated(self, message: CommandEstimated) -> None:
+        self.query_one(ExportPane).show_estimate(message.result)
+
+    def estimate_pasted(self, text: str) -> None:
+        """Parse a pasted llama.cpp command now (a one-line error if it cannot be read),
+        then price it beside COPE's best in a worker."""
+        pane = self.query_one(ExportPane)
+        try:
+            command = jobs.parse_pasted(text)
+        except Exception as exc:  # noqa: BLE001 - one line in the pane, never a traceback
+            self.pasted_command = None
+            pane.show_estimate_status(f"Could not read the command: {_why(exc)}", error=True)
+            return
+        self.pasted_command = command
+        if self.advice is None:
+            pane.show_estimate_status("waiting for the first ranking; your command is priced after it")
+            return
+        pane.show_estimate_status("estimating your command...")
+        self.estimate(self.advice, command)
 
     def on_gpu_detected(self, message: GpuDetected) -> None:
         self.detected_gpu = message.gpu
@@ -259,6 +289,25 @@ class CopeApp(App[None]):
             return
         if not worker.is_cancelled:
             self.post_message(AdviceReady(advice, choices))
+
+    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
+    def estimate(self, advice: jobs.Advice, command) -> None:  # type: ignore[no-untyped-def]
+        worker = get_current_worker()
+
+        def progress(done: int, total: int, label: str) -> None:
+            if worker.is_cancelled:
+                raise jobs.Cancelled
+
+        try:
+            result = jobs.estimate_command(advice, command, progress=progress)
+        except jobs.Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not worker.is_cancelled:
+                self.post_message(WorkFailed("estimate", _why(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(CommandEstimated(result))
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def sweep(self, advice: jobs.Advice) -> None:
@@ -336,6 +385,10 @@ class CopeApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_paste_command(self) -> None:
+        self.action_show_tab("export")
+        self.call_after_refresh(self.query_one("#paste-command").focus)
 
     def action_recompute(self) -> None:
         self.compute(self.choices)

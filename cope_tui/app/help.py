@@ -24,6 +24,7 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `r` | recompute the ranking |
 | `c` | copy the llama.cpp command of the selected candidate |
 | `s` | save it to a file (side files beside it) |
+| `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `?` / `F1` | this help |
 | `q` | quit |
 
@@ -37,7 +38,9 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   the VRAM budget for the best few, so you see where more VRAM stops paying.
 - **Export**: `stock` runs on stock llama.cpp, `fork` needs the community fork's
   `--moe-cache-*` flags, `not expr.` cannot be said to llama.cpp: the command then runs
-  the nearest candidate that can, with its estimated speed.
+  the nearest candidate that can, with its estimated speed. Paste the command you run
+  today (`e`) to see what it maps to, its estimate, COPE's speedup over it and the
+  flags COPE does not model (the app's twin of `cope estimate`).
 
 The headless twin is `cope advise --json`; both read and write the same profile and
 trace caches.

@@ -51,3 +51,11 @@ class TraceRecorded(Message):
     def __init__(self, path: str | None, text: str) -> None:
         super().__init__()
         self.path, self.text = path, text
+
+
+class CommandEstimated(Message):
+    """A pasted llama.cpp command, priced (work.CommandEstimate)."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result

@@ -177,3 +177,116 @@ def record_trace(*, model: str, domain: str, tokens: int, progress: Progress, ca
     out.parent.mkdir(parents=True, exist_ok=True)
     save_trace(trace, out)
     return str(out)
+
+
+@dataclass(frozen=True)
+class CommandEstimate:
+    """A pasted llama.cpp command priced beside COPE's best (what `cope estimate` shows)."""
+
+    command: Any  # engine.llama_args.LlamaCommand
+    request: Any  # the AdviseRequest it was priced with (the command's threads and context)
+    fidelity: str
+    maps_to: str  # the candidate kind the command's layer set is (partition-first, ..., or "layer set")
+    yours: Any  # Estimate of the command's layer set
+    best: Any  # COPE's best Estimate at the same settings
+    rank: int  # where the command would rank among the candidates, 1 = fastest
+    of: int  # candidates ranked
+    runs: Any | None  # when the best cannot run on stock llama.cpp: the nearest that can
+    notes: tuple[str, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.yours.tpot_s / self.best.tpot_s
+
+
+def parse_pasted(text: str) -> Any:
+    """A pasted command line -> LlamaCommand; split like a shell would (shlex), never run.
+
+    Raises CopeInputError with one line for anything unreadable."""
+    import shlex
+
+    from engine.errors import CopeInputError
+    from engine.llama_args import parse_llama_command
+
+    text = text.strip()
+    if text.startswith("$ "):
+        text = text[2:]  # a copied shell prompt
+    if not text:
+        raise CopeInputError("paste a llama.cpp command, e.g. llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8")
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        reason = str(exc).lower()  # shlex: "No closing quotation", "No escaped character"
+        raise CopeInputError(f"{reason} (check its quotes and backslashes)") from None
+    return parse_llama_command(words)
+
+
+def estimate_command(advice: Advice, command, *, progress: Progress | None = None) -> CommandEstimate:  # type: ignore[no-untyped-def]
+    """Price the layer set `command` describes with the app's model, platform, trace and cost
+    model; the command's -t and -c are honoured as `cope estimate` does (the ranking is then
+    recomputed at those settings)."""
+    from dataclasses import replace
+
+    from engine.advise import advise
+    from engine.layer_set import price_layer_set
+    from engine.llama_args import command_notes, cpu_layers
+    from engine.policy import Execution
+
+    request, cost_model, rec = advice.request, advice.cost_model, advice.rec
+    threads = command.threads or request.threads
+    context = command.context or request.context_tokens
+    if (threads, context) != (request.threads, request.context_tokens):
+        request = replace(request, threads=threads, context_tokens=context)
+        cost_model, _ = cached_cost_model(request)
+        rec = advise(request, cost_model, progress=progress)
+        recomputed = (f"COPE's best recomputed at the command's {threads} threads and context {context} "
+                      f"(the app's ranking is at {advice.request.threads} threads, context "
+                      f"{advice.request.context_tokens})")
+    else:
+        recomputed = None
+    model = request.model
+    cpu, placement_notes = cpu_layers(command, model)
+    execution = Execution.STAGE if command.stages_cpu_experts and cpu.any() else Execution.SEQUENTIAL
+    yours = price_layer_set(request, cost_model, cpu, execution=execution)
+    best = rec.best
+    notes = list(command_notes(command, model)) + list(placement_notes)
+    if recomputed:
+        notes.append(recomputed)
+    if command.model_path:
+        notes.append(f"-m {command.model_path}: priced as the app's model, {model.name} {request.quant.name} "
+                     "(open that file in the Model pane to price it instead)")
+    if yours.vram_used_bytes > request.vram_budget_bytes:
+        notes.append(f"your placement needs {yours.vram_used_bytes / GIB:.1f} GiB of VRAM, over the budget of "
+                     f"{request.vram_budget_bytes / GIB:.1f} GiB: llama.cpp would run out of memory")
+    runs = None
+    try:
+        from cope_tui.commands.export import export_for
+
+        export = export_for(rec, best, binary=command.tool if command.tool != "other" else "llama-server")
+        if export.nearest_id is not None:
+            runs = next((e for e in rec.estimates if e.candidate.id == export.exported_id), None)
+    except Exception:  # noqa: BLE001 - the nearest runnable candidate is extra, not the estimate
+        runs = None
+    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates)
+    maps_to = layer_set_kind(cpu)
+    if execution is Execution.STAGE:
+        maps_to += " (stage)"
+    return CommandEstimate(command, request, yours.fidelity, maps_to, yours, best, rank, len(rec.estimates), runs,
+                           tuple(notes))
+
+
+def layer_set_kind(cpu) -> str:  # type: ignore[no-untyped-def]
+    """The candidate kind a CPU layer set ([L] bool) is, as the ranking names them."""
+    import numpy as np
+
+    cpu = np.asarray(cpu, dtype=bool)
+    n = int(cpu.sum())
+    if n == 0:
+        return "all-gpu"
+    if n == cpu.size:
+        return "all-cpu"
+    if cpu[:n].all():
+        return "partition-first"
+    if cpu[-n:].all():
+        return "partition-last"
+    return "layer set"

@@ -3,11 +3,69 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from cope_tui.app.panes.results import RUNS_STYLE
+from engine.memory import GIB
+
+PASTE_HINT = "llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8"
+
+
+class CommandInput(Input):
+    """One line; a pasted multi-line command (backslash continuations) is joined, not cut."""
+
+    def _on_paste(self, event: events.Paste) -> None:
+        event.prevent_default()
+        event.stop()
+        parts = []
+        for raw in event.text.splitlines():
+            part = raw.strip()
+            if part.endswith("\\"):  # a shell line continuation
+                part = part[:-1].rstrip()
+            if part:
+                parts.append(part)
+        line = " ".join(parts)
+        if not line:
+            return
+        if self.selection.is_empty:
+            self.insert_text_at_cursor(line)
+        else:
+            self.replace(line, *self.selection)
+
+
+def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
+    """What a pasted command maps to, its estimate, and COPE's best beside it."""
+    yours, best, req = result.yours, result.best, result.request
+    text = Text()
+    text.append("Your command maps to ", style="bold")
+    text.append(f"{result.maps_to}: {yours.detail}\n")
+    text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, "
+                f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB ({result.rank - 1} of {result.of} candidates are faster)\n")
+    text.append("COPE's best: ", style="bold")
+    text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
+    text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
+                f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
+    if result.speedup >= 1.0:
+        text.append(f"COPE's best is {result.speedup:.2f}x faster than your command\n", style="bold green")
+    else:
+        text.append(f"Your command is {1 / result.speedup:.2f}x faster than COPE's best\n", style="bold yellow")
+    if result.runs is not None:
+        r = result.runs
+        text.append(f"Runs on llama.cpp: {r.candidate.id}, {r.tpot_s * 1e3:.2f} ms/token, {r.tokens_per_s:.1f} "
+                    f"tok/s ({yours.tpot_s / r.tpot_s:.2f}x your command)\n")
+    text.append(f"Priced at {req.threads} threads, context {req.context_tokens}, {result.fidelity} cost model\n",
+                style="dim")
+    unknown = result.command.unknown
+    if unknown:
+        text.append("Not understood (listed, not used): ", style="bold yellow")
+        text.append("  ".join(unknown) + "\n")
+    for note in result.notes:
+        text.append(f"- {note}\n", style="dim")
+    text.rstrip()
+    return text
 
 
 class ExportPane(VerticalScroll):
@@ -19,6 +77,9 @@ class ExportPane(VerticalScroll):
     ExportPane #model-path, ExportPane #save-path { width: 1fr; }
     ExportPane #command { border: round $accent; padding: 0 1; height: auto; }
     ExportPane #export-head { height: auto; }
+    ExportPane #paste-label { margin-top: 1; }
+    ExportPane #paste-command { width: 1fr; }
+    ExportPane #estimate-result { height: auto; }
     """
 
     def compose(self) -> ComposeResult:
@@ -37,6 +98,10 @@ class ExportPane(VerticalScroll):
             yield Button("Save (s)", id="save", compact=True)
             yield Label(" to ")
             yield Input(placeholder="cope-command.sh", id="save-path", compact=True)
+        yield Label("The command you run today (paste it, Enter estimates it beside COPE's best):",
+                    id="paste-label")
+        yield CommandInput(placeholder=PASTE_HINT, id="paste-command", compact=True)
+        yield Static("", id="estimate-result")
 
     @property
     def runtime(self) -> str:
@@ -82,6 +147,8 @@ class ExportPane(VerticalScroll):
         event.stop()
         if event.input.id == "save-path":
             self.app.action_save()
+        elif event.input.id == "paste-command":
+            self.app.estimate_pasted(event.value)
         else:
             self.update_from(self.app)
 
@@ -91,3 +158,14 @@ class ExportPane(VerticalScroll):
             self.app.action_copy()
         elif event.button.id == "save":
             self.app.action_save()
+
+    def show_estimate(self, result) -> None:  # type: ignore[no-untyped-def]
+        self._show_result(estimate_text(result))
+
+    def show_estimate_status(self, text: str, *, error: bool = False) -> None:
+        self._show_result(Text(text, style="bold red" if error else "dim"))
+
+    def _show_result(self, text: Text) -> None:
+        shown = self.query_one("#estimate-result", Static)
+        shown.update(text)
+        self.call_after_refresh(shown.scroll_visible, animate=False)  # below the fold on small terminals
