@@ -7,6 +7,7 @@ the app; imports neither textual nor torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.advise import AdviseRequest
@@ -75,25 +76,36 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
 
     platform = _platform(args, assumed, detect_cpu)
 
+    gpu_vram = platform.gpu.vram_bytes
     if args.vram_budget_gib is not None:
-        if args.vram_budget_gib <= 0:
-            raise CopeInputError(f"--vram-budget must be positive, got {args.vram_budget_gib}")
+        if not (math.isfinite(args.vram_budget_gib) and args.vram_budget_gib > 0):
+            raise CopeInputError(f"--vram-budget must be a positive number of GiB, got {args.vram_budget_gib}")
         budget = int(args.vram_budget_gib * GIB)
+        if gpu_vram.known and budget > int(gpu_vram.value):
+            raise CopeInputError(
+                f"--vram-budget {args.vram_budget_gib:g} GiB is more than the "
+                f"{platform.gpu.name}'s {int(gpu_vram.value) / GIB:.0f} GiB; "
+                "name a bigger GPU with --gpu to plan for one"
+            )
     else:
-        budget = int(platform.gpu.vram_bytes.value)
+        budget = int(gpu_vram.value)
         assumed.append(f"VRAM budget: all of the GPU's {budget / GIB:.0f} GiB")
 
-    context = args.context or DEFAULT_CONTEXT
+    context = DEFAULT_CONTEXT if args.context is None else args.context
     if args.context is None:
         assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it)")
     if context <= 0:
         raise CopeInputError(f"--context must be positive, got {context}")
 
-    threads = args.threads or _default_threads(platform)
+    threads = _default_threads(platform) if args.threads is None else args.threads
     if args.threads is None:
         assumed.append(f"CPU threads: {threads} (the CPU's physical cores)")
     if threads <= 0:
         raise CopeInputError(f"--threads must be positive, got {threads}")
+    if args.seed < 0:
+        raise CopeInputError(f"--seed must be 0 or more, got {args.seed}")
+    if not args.evictions:
+        raise CopeInputError("--eviction needs at least one rule: lru, score or lru,score")
 
     trace, profile, trace_notes = _traces(args, model, assumed)
     try:

@@ -78,6 +78,17 @@ def check_compatible(model: ModelSpec, trace: RoutingTrace, what: str) -> None:
             f"{what} has {trace.n_layers} MoE layers, {model.name} has {model.n_moe_layers}",
             path=trace.meta.source,
         )
+    if tuple(trace.meta.moe_blocks) != tuple(model.moe_blocks):
+        raise CopeInputError(
+            f"{what} numbers its MoE blocks {_span(trace.meta.moe_blocks)}, "
+            f"{model.name} {_span(model.moe_blocks)}",
+            path=trace.meta.source,
+        )
+
+
+def _span(blocks) -> str:
+    blocks = tuple(blocks)
+    return f"{blocks[0]}..{blocks[-1]}" if blocks == tuple(range(blocks[0], blocks[-1] + 1)) else str(list(blocks))
 
 
 def advise(
@@ -117,6 +128,7 @@ class _Shared:
     shared_s: float
     overhead_s: float
     notes: tuple[str, ...]
+    moe_blocks: tuple[int, ...]  # the model's: what llama.cpp's flags count
 
 
 def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendation]:
@@ -135,6 +147,7 @@ def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendat
         shared_s=cost_model.shared_per_token_s(),
         overhead_s=cost_model.token_overhead_s(),
         notes=tuple(notes),
+        moe_blocks=tuple(model.moe_blocks),
     )
     requests = [
         request if int(b) == request.vram_budget_bytes else replace(request, vram_budget_bytes=int(b))
@@ -212,6 +225,14 @@ def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
     if memory.all_gpu_fits:
         candidates = [c for c in candidates if c.kind not in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST)]
         notes.append("every expert fits in the budget: layer partition is all-on-GPU")
+    if memory.vram_budget_bytes < memory.fixed_bytes + memory.staging_bytes:
+        # Copying strategies need GPU room for one layer's copied misses; without it
+        # they would run over the budget.
+        candidates = [c for c in candidates if not c.copies_misses]
+        notes.append(
+            f"no room for the {memory.staging_bytes / 2**20:.0f} MiB staging buffer: stage and "
+            "ready-first candidates left out"
+        )
     matrix = []
     for candidate in candidates:
         if candidate.kind is Kind.MATRIX:
@@ -227,7 +248,7 @@ def _replay_partition_candidate(
 ) -> tuple[ReplayStats, int, str]:
     """Layer partition, all-on-GPU or all-on-CPU: whole layers on one side."""
     n_layers = trace.n_layers
-    cpu_layers, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), trace.meta.moe_blocks)
+    cpu_layers, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), shared.moe_blocks)
     setup = ReplaySetup(shared.popularity, 0, 0)
     stats = replay(trace.expert_ids, None, candidate, setup, cpu_layers=cpu_layers)
     gpu_experts = int((~cpu_layers).sum()) * memory.n_routed_experts_per_layer

@@ -445,7 +445,10 @@ def _ms(tpot: float | None) -> str:
 def write_export(export: Export, out: str | os.PathLike) -> list[Path]:
     """Write the command to `out` and the side files beside it, each atomically."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(out.parent)) from None
     written = []
     for name, text in export.side_files:
         written.append(atomic_write_text(out.parent / name, text))

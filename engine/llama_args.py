@@ -184,7 +184,7 @@ def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list
     for item in items:
         if "=" not in item:
             raise CopeInputError(f"{WHERE}: {flag} {item!r} is not <pattern>=<buffer>")
-        pattern, buffer = item.rsplit("=", 1)
+        pattern, buffer = item.split("=", 1)  # llama.cpp: override.find('='), the first one
         try:
             re.compile(pattern)
         except re.error as exc:

@@ -158,3 +158,41 @@ def test_trace_for_another_model_is_refused(tmp_path):
     with pytest.raises(CopeInputError) as err:
         build_request(AdviseArgs(trace=str(path), cpu="desktop-ddr5"))
     assert str(path) in str(err.value)
+
+
+def test_copying_candidates_left_out_when_the_staging_buffer_does_not_fit():
+    # Mixtral experts are ~0.16 GiB at Q4_K_M: find a budget whose room after the fixed
+    # costs is smaller than two experts' staging buffer.
+    from engine.memory import plan_memory as plan
+
+    model = get_model("mixtral-8x7b-instruct")
+    quant = get_quantization("Q4_K_M")
+    probe = plan(model, quant, vram_budget_bytes=4 * GIB, context_tokens=8192)
+    without_margin = probe.fixed_bytes - probe.safety_margin_bytes  # the margin scales with the budget
+    budget_gib = (without_margin + probe.staging_bytes / 2) / (1 - SAFETY_MARGIN_FRACTION) / GIB
+    rec, _ = run(model="mixtral-8x7b-instruct", gpu="rtx-5090", vram_budget_gib=budget_gib)
+    assert rec.memory.vram_budget_bytes < rec.memory.fixed_bytes + rec.memory.staging_bytes
+    assert not any(e.candidate.copies_misses for e in rec.estimates)
+    assert all(e.vram_used_bytes <= rec.memory.vram_budget_bytes for e in rec.estimates)
+    assert any("staging buffer" in n for n in rec.notes)
+
+
+def test_vram_used_never_exceeds_the_budget_over_a_range_of_budgets():
+    for gib in (4, 6, 9, 12, 15.5):
+        rec, _ = run(vram_budget_gib=gib)
+        assert all(e.vram_used_bytes <= rec.memory.vram_budget_bytes for e in rec.estimates), gib
+        assert rec.baseline().candidate.id == "partition-first"
+
+
+def test_trace_with_other_block_numbers_is_refused():
+    from dataclasses import replace as dc_replace
+
+    from engine.synthetic import SyntheticSettings, synthetic_trace
+
+    model = get_model("deepseek-v2-lite-chat")  # MoE blocks 1..26
+    trace = synthetic_trace(model, SyntheticSettings(tokens=20))
+    shifted = dc_replace(trace, meta=dc_replace(trace.meta, moe_blocks=tuple(range(26))))
+    request = build_request(AdviseArgs(model="deepseek-v2-lite-chat", tokens=20, cpu="desktop-ddr5"))
+    with pytest.raises(CopeInputError, match=r"numbers its MoE blocks 0\.\.25.*1\.\.26"):
+        advise(dc_replace(request, trace=shifted), AnalyticCostModel(
+            request.model, request.quant, request.platform, context_tokens=request.context_tokens))

@@ -40,6 +40,8 @@ def test_json_document_has_inputs_with_provenance_memory_and_ranked_candidates(c
     first = doc["candidates"][0]
     assert doc["recommendation"] == first["id"]
     assert first["tokens_per_s"] == pytest.approx(1 / first["tpot_s"])
+    # 30B at Q4_K_M does not fit the default 16 GiB: llama.cpp's usual answer is the baseline.
+    assert doc["baseline"] == "partition-first"
     baseline = next(c for c in doc["candidates"] if c["id"] == doc["baseline"])
     assert baseline["speedup_vs_baseline"] == pytest.approx(1.0)
     labels = {c["id"]: c["llama_cpp"] for c in doc["candidates"]}
@@ -80,6 +82,13 @@ def test_imported_trace_is_used_and_labelled(capsys, tmp_path):
         (["--quant", "Q9_9"], "Q9_9"),
         (["--vram-budget", "0.5"], "cannot hold"),
         (["--context", "-3"], "--context"),
+        (["--context", "0"], "--context"),
+        (["--threads", "0"], "--threads"),
+        (["--vram-budget", "nan"], "--vram-budget"),
+        (["--vram-budget", "inf"], "--vram-budget"),
+        (["--vram-budget", "40"], "more than"),  # the default GPU has 16 GiB
+        (["--seed", "-1"], "--seed"),
+        (["--eviction", ","], "--eviction"),
         (["--bogus-flag"], "--bogus-flag"),
     ],
 )
@@ -142,3 +151,23 @@ def test_models_and_presets_list_the_catalog(capsys):
     assert main(["presets"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "rtx-4090" in out and "desktop-ddr5" in out
+
+
+def test_export_into_a_path_under_a_file_is_a_one_line_error(capsys, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me\n")
+    code = main(["export", "--candidate", "partition-first", *FAST, "--out", str(blocker / "cmd.sh")])
+    err = capsys.readouterr().err
+    assert code == EXIT_INPUT
+    assert err.count("\n") == 1 and str(blocker) in err
+    assert blocker.read_text() == "keep me\n"
+
+
+def test_override_pattern_splits_at_the_first_equals_sign_like_llama_cpp():
+    from engine.llama_args import parse_llama_command
+
+    command = parse_llama_command(["llama-server", "-m", "m.gguf", "-ot", "blk\\.(1)\\.ffn_(up|down)_exps=CPU"])
+    assert command.overrides[0][:2] == ("blk\\.(1)\\.ffn_(up|down)_exps", "CPU")
+    # "a=b=CPU": llama.cpp takes the pattern up to the first "=", so the buffer is "b=CPU".
+    odd = parse_llama_command(["llama-server", "-m", "m.gguf", "-ot", "a=b=CPU"])
+    assert odd.overrides[0][:2] == ("a", "b=CPU")

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"your placement needs {yours.vram_used_bytes / GIB:.1f} GiB of VRAM, over the budget of "
                      f"{request.vram_budget_bytes / GIB:.1f} GiB: llama.cpp would run out of memory")
     speedup = yours.tpot_s / best.tpot_s
+    all_notes = notes + list(rec.notes)  # the command's, then every assumption and caveat
     if args.json:
         import orjson
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                      "vram_used_bytes": best.vram_used_bytes},
             "speedup_of_best": speedup,
             "export": export.to_dict(),
-            "notes": notes + list(rec.notes),
+            "notes": all_notes,
         }
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK
@@ -103,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     if command.unknown:
         lines += ["", "Flags not modelled (listed, not used): " + "  ".join(command.unknown)]
-    if notes:
-        lines += ["", "Notes:", *[f"  - {n}" for n in notes]]
+    if all_notes:
+        lines += ["", "Notes:", *[f"  - {n}" for n in all_notes]]
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
 
