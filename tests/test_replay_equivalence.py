@@ -368,7 +368,7 @@ def test_score_heap_settles_rounding_ties_as_the_scan_does():
     # differently from the scores themselves. Key 0 holds 0.81 since token 2, key 1
     # holds 1.0 since token 0: at token 2 both score 0.81 exactly, yet key 0 ranks
     # a hair higher. The scan evicts the lower key, 0; so must the heap.
-    from engine.replay import _DecayedScores, _ScoreCache
+    from engine.replay_score import _DecayedScores, _ScoreCache
 
     scores = _DecayedScores(np.zeros((1, 2)), k=1, n_tokens=10)
     scores.value, scores.time = [0.9**2, 1.0], [2, 0]
