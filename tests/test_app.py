@@ -490,3 +490,211 @@ async def test_a_multiline_paste_is_joined_into_one_command():
         shown = text_of(app, "#estimate-result")
         assert "maps to layer set (stage): 2 of 48 MoE layers' experts on the CPU (blocks 4-5)" in shown
         assert "6 threads" in shown and "Not understood" not in shown
+
+
+def recorded_trace_file(path, *, tokens: int, note: str = ""):  # type: ignore[no-untyped-def]
+    """A small synthetic trace saved as if `cope trace record` had made it (origin "recorded")."""
+    from dataclasses import replace
+
+    from engine.catalog import get_model
+    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.trace_io import save_trace
+
+    trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=tokens, seed=7, sequences=1))
+    meta = replace(trace.meta, origin="recorded", source="fake/recorder", model="Qwen3-30B-A3B", domain="code",
+                   recorded_with="a test fake", notes=(note,) if note else ())
+    save_trace(replace(trace, meta=meta), path)
+    return str(path)
+
+
+class FakeRecorder:
+    """Stands in for services.record: posts scripted per-token progress and writes a small
+    trace. With `hold`, waits after `hold` tokens until cancelled, then keeps what it has
+    (as probes.record_hf does); with `nothing`, is cancelled before the first token."""
+
+    def __init__(self, folder, *, hold: int | None = None, nothing: bool = False):
+        self.folder, self.hold, self.nothing = folder, hold, nothing
+        self.reached = threading.Event()
+        self.calls: list[dict] = []
+        self.thread = None
+
+    def __call__(self, *, model, domain, tokens, progress, cancel):  # type: ignore[no-untyped-def]
+        self.calls.append(dict(model=model, domain=domain, tokens=tokens))
+        self.thread = threading.current_thread()
+        total = 2 * tokens  # two prompts
+        done = 0
+        progress(done, total, "prompt 1/2")
+        if self.nothing:
+            self.reached.set()
+            cancel.wait(30)
+            from probes.record_hf import RecordingCancelled
+
+            raise RecordingCancelled("cancelled before the first token was recorded")
+        while done < total:
+            if cancel.is_set():
+                break
+            done += 1
+            progress(done, total, f"prompt {1 + (done - 1) // tokens}/2")
+            if done == self.hold:
+                self.reached.set()
+                cancel.wait(30)
+        note = f"cancelled: {done} of {total} tokens recorded" if done < total else ""
+        return recorded_trace_file(self.folder / f"rec-{done}.cope.npz", tokens=done, note=note)
+
+
+async def test_record_a_trace_in_a_worker_then_rank_with_it(tmp_path):
+    from dataclasses import replace
+
+    from textual.widgets import ProgressBar
+
+    recorder = FakeRecorder(tmp_path, hold=None)
+    hold = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def record(**kw):  # type: ignore[no-untyped-def]
+        progress = kw.pop("progress")
+
+        def slow(done, total, label):  # type: ignore[no-untyped-def]
+            seen.append((done, total))
+            progress(done, total, label)
+            if done == 20:  # pause mid-way so the test can look at the progress
+                recorder.reached.set()
+                hold.wait(30)
+
+        return recorder(progress=slow, **kw)
+
+    app = CopeApp(services=replace(make_services(), record=record))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("3")
+        assert "SYNTHETIC" in text_of(app, "#trace-info")
+        assert app.query_one("#record-model", Input).value  # the catalog's Hub repo, prefilled
+        app.query_one("#record-model", Input).value = "fake/Qwen3-30B-A3B"
+        app.query_one("#record-tokens", Input).value = "32"
+        await pilot.click("#record")
+        await wait_for(pilot, recorder.reached.is_set, "the recorder to reach token 20")
+        await wait_for(pilot, lambda: app.query_one("#record-progress", ProgressBar).progress == 20, "progress")
+        assert app.query_one("#record-progress", ProgressBar).total == 64
+        assert "recording: prompt 1/2 (Escape cancels)" in text_of(app, "#record-status")
+        await pilot.press("4")  # the app stays responsive while recording
+        await pilot.press("3")
+        hold.set()
+        await wait_for(pilot, lambda: app.choices.trace is not None, "the recorded trace")
+        await settle(pilot)
+        assert recorder.calls == [dict(model="fake/Qwen3-30B-A3B", domain="chat", tokens=32)]
+        assert recorder.thread is not threading.main_thread()
+        assert seen[-1] == (64, 64)
+        path = str(tmp_path / "rec-64.cope.npz")
+        assert app.choices.trace == path and app.choices.profile_trace is None
+        req = app.advice.request
+        assert app.advice is not before  # recomputed with the recorded trace
+        assert req.trace.meta.origin == "recorded" and req.profile.meta.origin == "recorded"
+        assert req.trace.n_tokens + req.profile.n_tokens == 64
+        info = text_of(app, "#trace-info")
+        assert " RECORDED " in info and "SYNTHETIC" not in info and "fake/recorder" in info
+        assert "SYNTHETIC" not in text_of(app, "#results-summary")
+        assert f"Recorded {path}; it is now the trace in use." == text_of(app, "#record-status")
+        assert app.notices[-1] == ("information", f"Recorded {path}; it is now the trace in use.")
+        assert app.query_one("#results-table", DataTable).row_count == len(app.advice.rec.estimates)
+
+
+async def test_escape_cancels_a_recording_and_says_what_was_kept(tmp_path):
+    from dataclasses import replace
+
+    recorder = FakeRecorder(tmp_path, hold=10)
+    app = CopeApp(services=replace(make_services(), record=recorder))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        app.query_one("#record-tokens", Input).value = "16"
+        await pilot.click("#record")
+        await wait_for(pilot, recorder.reached.is_set, "the recorder to reach token 10")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.choices.trace is not None, "the kept part of the recording")
+        await settle(pilot)
+        path = str(tmp_path / "rec-10.cope.npz")
+        severity, text = app.notices[-1]
+        assert text == f"Recording cancelled: kept the 10 of 32 tokens recorded in {path}; it is now the trace in use."
+        assert "Traceback" not in text and not [n for n in app.notices if n[0] == "error"]
+        assert text_of(app, "#record-status") == text
+        assert app.choices.trace == path
+        req = app.advice.request
+        assert req.trace.meta.origin == "recorded" and req.trace.n_tokens + req.profile.n_tokens == 10
+        assert app.query_one(TabbedContent).active == "trace"  # Escape cancelled, it did not leave the pane
+
+
+async def test_a_recording_cancelled_before_any_token_keeps_nothing(tmp_path):
+    from dataclasses import replace
+
+    recorder = FakeRecorder(tmp_path, nothing=True)
+    app = CopeApp(services=replace(make_services(), record=recorder))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("3")
+        await pilot.click("#record")
+        await wait_for(pilot, recorder.reached.is_set, "the recorder to start")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "nothing was saved" in text_of(app, "#record-status"), "the cancel")
+        await settle(pilot)
+        assert app.notices[-1] == ("warning", "Recording cancelled; nothing was saved.")
+        assert app.advice is before and app.choices.trace is None
+
+
+async def test_a_bad_token_count_is_a_warning_not_a_crash(tmp_path):
+    app = CopeApp(services=make_services())  # the recorder fails the test if called
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        app.query_one("#record-tokens", Input).value = "-"
+        await pilot.click("#record")
+        await pilot.pause()
+        assert app.notices[-1] == ("warning", "Record: '-' is not a number of tokens")
+        app.query_one("#record-tokens", Input).value = "0"
+        app.query_one("#record").press()  # the first warning's toast may cover the button
+        await pilot.pause()
+        assert app.notices[-1] == ("warning", "Record: tokens per prompt must be at least 1, got 0")
+        assert app.is_running
+
+
+async def test_measure_this_machine_shows_the_measured_cpu_bandwidth():
+    from dataclasses import replace
+
+    from engine.platform import Fact, Platform
+
+    asked = []
+
+    def measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
+        # stands in for probes.detect.detect_platform(measure=True, ...): no torch, no timing
+        asked.append((expert_bytes, threading.current_thread() is threading.main_thread()))
+        progress("measuring CPU memory bandwidth")
+        cpu = replace(get_cpu_preset("desktop-ddr5"), name="Fake CPU 9000", preset_id=None,
+                      mem_bandwidth_bytes_per_s=Fact.measured(61.3e9, "fake: streamed 1 GiB 5 times"))
+        return Platform(gpu=unknown_gpu("fake: no GPU on this machine"), cpu=cpu)
+
+    app = CopeApp(services=replace(make_services(), measure_platform=measure_platform))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("1")
+        assert text_of(app, "#cpu-title") != "CPU: Fake CPU 9000"
+        await pilot.click("#measure")
+        await wait_for(pilot, lambda: app.advice is not before, "the ranking recomputed")
+        await settle(pilot)
+        req = before.request
+        assert asked == [(req.model.expert_bytes(req.quant), False)]  # in a worker thread
+        cpu = app.advice.request.platform.cpu
+        assert cpu.name == "Fake CPU 9000"
+        assert cpu.mem_bandwidth_bytes_per_s == Fact.measured(61.3e9, "fake: streamed 1 GiB 5 times")
+        assert text_of(app, "#cpu-title") == "CPU: Fake CPU 9000"
+        table = app.query_one("#cpu-facts", DataTable)
+        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)[1:]]
+                for i in range(table.row_count)}
+        assert rows["memory bandwidth"][:2] == ["61.3 GB/s", "measured"]
+        assert "fake: streamed" in rows["memory bandwidth"][2]
+        assert "this machine: unknown GPU" in text_of(app, "#detected-gpu")
+        assert app.notices[0][1].startswith("Measuring this machine's bandwidths")
+        assert app.notices[-1] == ("information",
+                                   "Measured this machine: the CPU figures are now measured; recomputing")
+        assert not [n for n in app.notices if n[0] == "error"]

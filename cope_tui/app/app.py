@@ -360,8 +360,12 @@ class CopeApp(App[None]):
 
     @work(thread=True, exclusive=True, group="record", exit_on_error=False)
     def record(self, model: str, domain: str, tokens: int, cancel: threading.Event) -> None:
+        last = [0, 0]  # tokens recorded, tokens asked for
+
         def progress(done: int, total: int, label: str) -> None:
-            self.post_message(Progress("record", done, total, label))
+            last[:] = [done, total]
+            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
+                self.post_message(Progress("record", done, total, label))
 
         try:
             path = self.services.record(model=model, domain=domain, tokens=tokens, progress=progress, cancel=cancel)
@@ -374,6 +378,11 @@ class CopeApp(App[None]):
                 self.post_message(TraceRecorded(None, "Recording cancelled; nothing was saved."))
             else:
                 self.post_message(TraceRecorded(None, f"Recording failed: {_why(exc)}"))
+            return
+        if cancel.is_set():  # stopped early: the tokens recorded so far were saved
+            kept = f"the {last[0]} of {last[1]} tokens recorded" if last[1] else "what was recorded"
+            self.post_message(TraceRecorded(path, f"Recording cancelled: kept {kept} in {path}; "
+                                                  "it is now the trace in use."))
             return
         self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
 

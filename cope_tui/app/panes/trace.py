@@ -92,4 +92,12 @@ class TracePane(VerticalScroll):
             model = self.query_one("#record-model", Input).value.strip()
             domain = str(self.query_one("#record-domain", Select).value)
             tokens_text = self.query_one("#record-tokens", Input).value.strip() or "64"
-            self.app.start_record(model, domain, int(tokens_text))
+            try:
+                tokens = int(tokens_text)
+            except ValueError:  # the integer Input lets "-" or "+" through
+                self.app.say(f"Record: {tokens_text!r} is not a number of tokens", "warning")
+                return
+            if tokens < 1:
+                self.app.say(f"Record: tokens per prompt must be at least 1, got {tokens}", "warning")
+                return
+            self.app.start_record(model, domain, tokens)
