@@ -102,20 +102,21 @@ def find_routers(model) -> list[_Router]:
     return routers
 
 
-def _config_top_k(config) -> int:
-    for name in ("num_experts_per_tok", "moe_top_k", "top_k"):
+def _config_int(config, names: tuple[str, ...], what: str) -> int:
+    """The first positive integer among `names` (families spell the same fact differently)."""
+    for name in names:
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    raise CopeInputError("model config gives no top-k (num_experts_per_tok)")
+    raise CopeInputError(f"model config gives no {what} ({' / '.join(names)})")
+
+
+def _config_top_k(config) -> int:
+    return _config_int(config, ("num_experts_per_tok", "moe_top_k", "top_k"), "top-k")
 
 
 def _config_n_experts(config) -> int:
-    for name in ("num_experts", "num_local_experts", "n_routed_experts"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    raise CopeInputError("model config gives no expert count (num_experts / num_local_experts / n_routed_experts)")
+    return _config_int(config, ("num_experts", "num_local_experts", "n_routed_experts"), "expert count")
 
 
 def _norm_topk(config) -> bool:

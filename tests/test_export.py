@@ -226,7 +226,9 @@ def test_every_emitted_regex_matches_exactly_the_intended_tensors(tmp_path):
                              binary=binary, model_path="m.gguf", context=8192, threads=8)
         (pattern,) = expert_regexes(x)
         blocks = {int(b) for b in re.findall(r"\d+", pattern.split(")")[0])}
-        assert blocks and max(blocks) == 26
+        # Exactly the last MoE blocks that do not fit: n_layers - gpu_layers of them.
+        n_cpu = model.n_moe_layers - plan(model, "partial").memory.gpu_layers()
+        assert n_cpu > 0 and blocks == set(model.moe_blocks[-n_cpu:])
         assert {n for n in names if re.search(pattern, n)} == intended(names, blocks)
 
 
@@ -294,6 +296,15 @@ def test_advise_export_adds_the_best_command(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["export"]["candidate"] == doc["recommendation"]
     assert doc["export"]["argv"][0] == "llama-server"
+    labels = {c["id"]: c["llama_cpp"] for c in doc["candidates"]}
+    assert doc["export"]["label"] == labels[doc["recommendation"]]
+    # What is exported runs on stock llama.cpp: the best itself, or its nearest runnable.
+    assert labels[doc["export"]["exported"]] == "runs-on-stock"
+    if doc["export"]["exported"] == "partition-first":
+        detail = next(c["detail"] for c in doc["candidates"] if c["id"] == "partition-first")
+        n_blocks = detail.split()[1]  # "--n-cpu-moe N (...)"
+        argv = doc["export"]["argv"]
+        assert argv[argv.index("--n-cpu-moe") + 1] == n_blocks
     assert main(["advise", "--export", *FAST]) == EXIT_OK
     out = capsys.readouterr().out
     assert "llama.cpp command for the best candidate:" in out
