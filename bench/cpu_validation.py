@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cope_tui.inputs import DEFAULT_GPU  # noqa: E402
+from cope_tui.options import DEFAULT_GPU  # noqa: E402
 from engine.catalog import load_model  # noqa: E402
 from engine.cost_model import AnalyticCostModel  # noqa: E402
 from engine.policy import Execution  # noqa: E402
@@ -35,7 +35,8 @@ from engine.replay import ReplayStats  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from probes.host import detect_cpu  # noqa: E402
 from probes.operators import threads_set  # noqa: E402
-from probes.runner import LocalProber, PresetGpu, ensure_profile, measured_cost_model  # noqa: E402
+from engine.cost_models import build_cost_model  # noqa: E402
+from probes.runner import LocalProber, PresetGpu, ensure_profile  # noqa: E402
 
 MODEL = "qwen3-30b-a3b"
 TOKENS = 24
@@ -88,7 +89,7 @@ def main() -> None:
                     request, "combined", budget_s=PROBE_BUDGET_S, root=root, make_prober=lambda: prober,
                     candidates=lambda: [(Execution.SEQUENTIAL, all_cpu_stats(n_layers, k, TOKENS))],
                 )
-                cost = measured_cost_model(request, "combined", out.profile)
+                cost = build_cost_model("combined", request, out.profile)
                 step = cost.state_costs(Execution.SEQUENTIAL, threads, k, 0)
                 expert_step_s = float(step.total_s[0] - step.sync_s[0])
                 predicted = expert_step_s * n_layers

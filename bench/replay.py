@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
-from cope_tui.inputs import AdviseArgs, build_request  # noqa: E402
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request  # noqa: E402
 from engine.advise import advise, sweep_budgets  # noqa: E402
 from engine.catalog import get_model  # noqa: E402
 from engine.cost_model import AnalyticCostModel  # noqa: E402
@@ -38,7 +39,7 @@ SWEEP_TARGET_S = 10.0
 def workload():
     settings = SyntheticSettings(tokens=2000, sequences=2, zipf_exponent=0.7, seed=0)
     profile, replayed = synthetic_trace(get_model(MODEL), settings).split(0.5)
-    request = build_request(AdviseArgs(model=MODEL, gpu=GPU, cpu=CPU))
+    request = build_request(PlanChoices(model=MODEL, gpu=GPU, cpu=CPU))
     request = replace(request, trace=replayed, profile=profile)
     cost_model = AnalyticCostModel(
         request.model, request.quant, request.platform, context_tokens=request.context_tokens

@@ -6,17 +6,20 @@ them and render the Recommendation.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from engine.cost_model import CostModel, StateCosts
+from engine.cost_models import CostModelDescription
 from engine.errors import CopeInputError
 from engine.estimate import Estimate, price
 from engine.memory import GIB, MemoryPlan, plan_memory
 from engine.model import ModelSpec
 from engine.platform import Platform
+from engine.progress import Progress, with_cancel
 from engine.policy import (
     Candidate,
     Execution,
@@ -53,12 +56,24 @@ class Recommendation:
     request: AdviseRequest
     memory: MemoryPlan
     estimates: tuple[Estimate, ...]  # fastest first
-    cost_model: dict
+    cost_model: CostModelDescription
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def best(self) -> Estimate:
         return self.estimates[0]
+
+    def estimate_of(self, candidate_id: str) -> Estimate:
+        """The estimate of `candidate_id`; a one-line error for an id that is misspelt or
+        not among this configuration's candidates."""
+        from engine.policy import parse_candidate_id
+
+        parse_candidate_id(candidate_id)
+        for e in self.estimates:
+            if e.candidate.id == candidate_id:
+                return e
+        known = ", ".join(e.candidate.id for e in self.estimates[:8])
+        raise CopeInputError(f"--candidate {candidate_id}: not among this configuration's candidates ({known}, ...)")
 
     def baseline(self) -> Estimate:
         """llama.cpp's default layer partition, or all-on-GPU when everything fits."""
@@ -95,9 +110,12 @@ def advise(
     request: AdviseRequest,
     cost_model: CostModel,
     *,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
 ) -> Recommendation:
-    return _advise_at(request, cost_model, [request.vram_budget_bytes], progress)[0]
+    """Every candidate of `request` replayed, priced and ranked; `cancel` is checked
+    every few replayed tokens and between candidates (raises engine.progress.Cancelled)."""
+    return _advise_at(request, cost_model, [request.vram_budget_bytes], with_cancel(progress, cancel))[0]
 
 
 def sweep_budgets(
@@ -105,7 +123,8 @@ def sweep_budgets(
     cost_model: CostModel,
     budgets_bytes: Sequence[int],
     *,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[Recommendation]:
     """`advise` at each VRAM budget (the request's own is ignored), in the given order.
 
@@ -115,7 +134,7 @@ def sweep_budgets(
     round alike). A budget too small to hold the non-expert weights raises, as in
     `advise`.
     """
-    return _advise_at(request, cost_model, budgets_bytes, progress)
+    return _advise_at(request, cost_model, budgets_bytes, with_cancel(progress, cancel))
 
 
 @dataclass(frozen=True)

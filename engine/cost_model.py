@@ -16,7 +16,7 @@ only in where the single-operator costs come from.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from engine.model import ModelSpec
 from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
 from engine.policy import Execution
 from engine.quant import Quantization
+
+if TYPE_CHECKING:  # engine.cost_models builds these models: import it lazily
+    from engine.cost_models import CostModelDescription
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class CostModel(Protocol):
 
     def token_overhead_s(self) -> float: ...
 
-    def describe(self) -> dict: ...
+    def describe(self) -> "CostModelDescription": ...
 
 
 @dataclass(frozen=True)
@@ -254,16 +257,20 @@ class AnalyticCostModel:
         head = self.model.head_bytes(self.quant)
         return self.a.token_fixed_s + head / (self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency)
 
-    def describe(self) -> dict:
-        return {
-            "fidelity": self.fidelity,
-            "basis": "roofline: bytes over bandwidth plus fixed latencies; constants assumed",
-            "gpu_bytes_per_s": self.gpu_bytes_per_s,
-            "cpu_bytes_per_s": self.cpu_bytes_per_s,
-            "h2d_bytes_per_s": self.h2d_bytes_per_s,
-            "expert_bytes": self.expert_bytes,
-            "assumptions": asdict(self.a),
-        }
+    def describe(self) -> "CostModelDescription":
+        from engine.cost_models import CostModelDescription
+
+        return CostModelDescription(
+            self.fidelity,
+            "roofline: bytes over bandwidth plus fixed latencies; constants assumed",
+            {
+                "gpu_bytes_per_s": self.gpu_bytes_per_s,
+                "cpu_bytes_per_s": self.cpu_bytes_per_s,
+                "h2d_bytes_per_s": self.h2d_bytes_per_s,
+                "expert_bytes": self.expert_bytes,
+                "assumptions": asdict(self.a),
+            },
+        )
 
 
 def _known(fact, what: str):

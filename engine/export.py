@@ -44,6 +44,7 @@ import numpy as np
 
 from engine.errors import CopeInputError
 from engine.files import atomic_write_text
+from engine.fork_profile import fork_profile_csv, profile_file_name
 from engine.memory import MemoryPlan
 from engine.model import ModelSpec
 from engine.policy import Allocation, Candidate, Execution, Kind, Residency, parse_candidate_id
@@ -142,6 +143,16 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         popularity=rec.request.profile.popularity(),
         tpot_s=tuple((e.candidate.id, float(e.tpot_s)) for e in rec.estimates),
     )
+
+
+def export_for(rec, target, *, runtime: str = "stock", binary: str = "llama-server",  # type: ignore[no-untyped-def]
+               model_path: str | None = None, side_dir: str | None = None) -> "Export":
+    """The command of `target` (an Estimate or Candidate of the Recommendation `rec`) at
+    the recommendation's context and threads."""
+    req = rec.request
+    return export_candidate(target, req.model, plan_from_recommendation(rec), runtime=runtime, binary=binary,
+                            model_path=model_path, context=req.context_tokens, threads=req.threads,
+                            side_dir=side_dir)
 
 
 @dataclass(frozen=True)
@@ -271,52 +282,6 @@ def _runnable(shape: _Shape, runtime: str, binary: str) -> bool:
     if shape.label == RUNS_ON_STOCK:
         return True
     return shape.label == NEEDS_FORK and runtime == "fork" and binary in _SERVER_LIKE
-
-
-def fork_profile_csv(popularity: np.ndarray, slots: int, moe_blocks: Sequence[int], top_k: int) -> str:
-    """A llama-moe-trace CSV whose decode rows make each layer's `slots` most popular
-    experts (COPE's choice) strictly the most frequent ids of that layer.
-
-    Rows are `pos,layer,id0..id{k-1}` with `layer` the block index and pos >= 0. With
-    slots >= k the chosen experts are laid out round-robin over `slots` rows, so each
-    appears exactly k times and no other expert appears. With slots < k every row holds
-    all chosen experts plus k - slots fillers cycling over the other experts, across
-    E - slots rows: chosen ones appear E - slots times, each filler only k - slots < E - slots.
-    """
-    from engine.replay import popularity_order
-
-    order = popularity_order(np.asarray(popularity))
-    n_layers, n_experts = order.shape
-    if not 0 < slots < n_experts:
-        raise ValueError(f"slots must be in 1..{n_experts - 1}, got {slots}")
-    rows: list[tuple[int, list[int]]] = []  # (layer index, ids)
-    for layer in range(n_layers):
-        chosen = [int(e) for e in order[layer, :slots]]
-        if slots >= top_k:
-            for j in range(slots):
-                rows.append((layer, [chosen[(j * top_k + i) % slots] for i in range(top_k)]))
-        else:
-            others = [int(e) for e in order[layer, slots:]]
-            n_fill = top_k - slots
-            for j in range(len(others)):
-                fill = [others[(j * n_fill + i) % len(others)] for i in range(n_fill)]
-                rows.append((layer, chosen + fill))
-    # Token-major like a real trace: position p holds row p of every layer.
-    per_layer: dict[int, list[list[int]]] = {}
-    for layer, ids in rows:
-        per_layer.setdefault(layer, []).append(ids)
-    n_pos = max(len(v) for v in per_layer.values())
-    lines = []
-    for pos in range(n_pos):
-        for layer in range(n_layers):
-            layer_rows = per_layer[layer]
-            if pos < len(layer_rows):
-                lines.append(",".join(str(x) for x in (pos, moe_blocks[layer], *layer_rows[pos])))
-    return "\n".join(lines) + "\n"
-
-
-def profile_file_name(model: ModelSpec, slots: int) -> str:
-    return f"cope-{model.id}-fixed-{slots}.csv"
 
 
 def _argv(
@@ -469,6 +434,6 @@ def expert_regexes(export: Export) -> list[str]:
 
 __all__ = [
     "BINARIES", "FLAG_TABLE", "Export", "ExportPlan", "Flag", "NEEDS_FORK", "NOT_EXPRESSIBLE",
-    "RUNS_ON_STOCK", "RUNTIMES", "export_candidate", "flag_args", "fork_profile_csv", "layer_set_regex",
+    "RUNS_ON_STOCK", "RUNTIMES", "export_candidate", "export_for", "flag_args", "fork_profile_csv", "layer_set_regex",
     "nearest_runnable", "plan_from_recommendation", "runs_where", "write_export", "expert_regexes",
 ]

@@ -28,6 +28,21 @@ def describe_layer_set(cpu_layers: np.ndarray, moe_blocks: tuple[int, ...]) -> s
     return f"{n_cpu} of {n} MoE layers' experts on the CPU (blocks {_ranges(blocks)})"
 
 
+def layer_set_kind(cpu_layers: np.ndarray) -> str:
+    """The candidate kind a CPU layer set ([L] bool) is, as the ranking names them."""
+    cpu = np.asarray(cpu_layers, dtype=bool)
+    n = int(cpu.sum())
+    if n == 0:
+        return Kind.ALL_GPU.value
+    if n == cpu.size:
+        return Kind.ALL_CPU.value
+    if cpu[:n].all():
+        return Kind.PARTITION_FIRST.value
+    if cpu[-n:].all():
+        return Kind.PARTITION_LAST.value
+    return "layer set"
+
+
 def _ranges(blocks: list[int]) -> str:
     parts, start = [], blocks[0]
     for prev, cur in zip(blocks, blocks[1:] + [None]):

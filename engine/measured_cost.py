@@ -16,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.cost_model import CostModel, Lanes, StateCosts, compose_state_costs
+from engine.cost_models import CostModelDescription, ProfileUse
 from engine.errors import CopeInputError
 from engine.policy import Execution
 from engine.profile import Profile
@@ -55,12 +56,14 @@ class AtomicCostModel:
 
     fidelity = "atomic"
 
-    def __init__(self, profile: Profile, *, n_blocks: int, source: str | None = None):
+    def __init__(self, profile: Profile, *, n_blocks: int, source: str | None = None, use: ProfileUse | None = None):
         """`n_blocks`: the model's blocks, for the shared per-token cost; `source`: the
-        profile's file, named in errors."""
+        profile's file, named in errors (default: `use.source`); `use`: where the profile
+        came from, for describe()."""
         self.profile = profile
         self.n_blocks = n_blocks
-        self.source = source
+        self.use = use
+        self.source = source if source is not None or use is None else use.source
         self.extrapolated: set[str] = set()
         self._gpu = self._curve("gpu_experts", {})
         self._copy = self._curve("h2d_copy", {})
@@ -144,20 +147,23 @@ class AtomicCostModel:
     def token_overhead_s(self) -> float:
         return self._single("token_head")
 
-    def describe(self) -> dict:
+    def describe(self) -> CostModelDescription:
         by_operator: dict[str, int] = {}
         for m in self.profile.measurements:
             by_operator[m.operator] = by_operator.get(m.operator, 0) + 1
-        return {
-            "fidelity": self.fidelity,
-            "basis": "measured single operators composed with the analytic model's sum, max and greedy rules",
-            "profile_key": self.profile.key,
-            "provenance": self.profile.provenance.to_dict(),
-            "model_shape": self.profile.model_shape.to_dict(),
-            "measurements": by_operator,
-            "measurements_by_basis": _by_basis(self.profile.measurements),
-            "extrapolated": sorted(self.extrapolated),
-        }
+        return CostModelDescription(
+            self.fidelity,
+            "measured single operators composed with the analytic model's sum, max and greedy rules",
+            {
+                "profile_key": self.profile.key,
+                "provenance": self.profile.provenance.to_dict(),
+                "model_shape": self.profile.model_shape.to_dict(),
+                "measurements": by_operator,
+                "measurements_by_basis": _by_basis(self.profile.measurements),
+                "extrapolated": sorted(self.extrapolated),
+            },
+            _profile_use(self.use, self.profile, 0),
+        )
 
 
 class CombinedCostModel:
@@ -172,10 +178,12 @@ class CombinedCostModel:
 
     fidelity = "combined"
 
-    def __init__(self, profile: Profile, atomic: CostModel, *, source: str | None = None):
+    def __init__(self, profile: Profile, atomic: CostModel, *, source: str | None = None,
+                 use: ProfileUse | None = None):
         self.profile = profile
         self.atomic = atomic
-        self.source = source
+        self.use = use
+        self.source = source if source is not None or use is None else use.source
         self._measured: set[tuple[str, int, int, int]] = set()  # (execution, hits, top_k, threads)
         self._estimated: set[tuple[str, int, int, int]] = set()
         self._preset: set[tuple[str, int, int, int]] = set()  # GPU lanes (or all) from a preset
@@ -225,15 +233,13 @@ class CombinedCostModel:
     def token_overhead_s(self) -> float:
         return self.atomic.token_overhead_s()
 
-    def describe(self) -> dict:
+    def describe(self) -> CostModelDescription:
         schedules = self.profile.of("schedule")
         with_prefetch = sum(1 for m in schedules if m.key_dict["prefetches"] > 0 and m.basis != "measured")
         by_method: dict[str, int] = {}
         for m in schedules:
             by_method[m.method or "unrecorded"] = by_method.get(m.method or "unrecorded", 0) + 1
-        return {
-            "fidelity": self.fidelity,
-            "basis": "measured whole layer steps where probed, atomic composition elsewhere",
+        details = {
             "states_measured": len(self._measured),
             "states_estimated": len(self._estimated),
             "states_partly_preset": len(self._preset),
@@ -245,8 +251,19 @@ class CombinedCostModel:
             # composed ones with prefetch are left to price()'s exposure formula.
             "states_with_prefetch_measured": len(self._measured_prefetch),
             "schedule_measurements_with_prefetch_unused": with_prefetch,
-            "fallback": self.atomic.describe(),
+            "fallback": self.atomic.describe().to_dict(),
         }
+        return CostModelDescription(
+            self.fidelity, "measured whole layer steps where probed, atomic composition elsewhere", details,
+            _profile_use(self.use, self.profile, len(self._estimated)),
+        )
+
+
+def _profile_use(use: ProfileUse | None, profile: Profile, estimated_states: int) -> ProfileUse | None:
+    """`use` with the profile's counts filled in (None: not told where it came from)."""
+    if use is None:
+        return None
+    return replace(use, counts_by_basis=_by_basis(profile.measurements), estimated_states=estimated_states)
 
 
 def _by_basis(measurements) -> dict[str, int]:

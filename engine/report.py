@@ -64,7 +64,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
             "profile_trace": req.profile.describe(),
         },
         "memory": {**rec.memory.to_dict(), "lines": rec.memory.lines()},
-        "cost_model": rec.cost_model,
+        "cost_model": rec.cost_model.to_dict(),
         "notes": list(rec.notes),
         "baseline": baseline.candidate.id,
         "recommendation": rec.best.candidate.id,

@@ -344,6 +344,15 @@ def cached_profile(request: Any, root: str | os.PathLike | None = None) -> Profi
     return load_cached(profile_key(request), root)
 
 
+def cached_profile_complete(request: Any, root: str | os.PathLike | None = None) -> tuple[Profile, str] | None:
+    """(profile, its file) when the cache holds every atomic probe of `request`, else None."""
+    key = profile_key(request)
+    cached = load_cached(key, root)
+    if cached is None or cached.missing([p.ident for p in atomic_probes(request.model.top_k, request.threads, 0.0)]):
+        return None
+    return cached, str(_path(key, root))
+
+
 def probe_seconds(cuda: bool) -> Callable[[str, dict], float]:
     def estimate(operator: str, key: dict) -> float:
         if operator in GPU_OPERATORS:
@@ -380,11 +389,9 @@ def ensure_profile(
     if fidelity not in ("atomic", "combined"):
         raise ValueError(f"fidelity {fidelity!r} needs no profile")
     threads, k = request.threads, request.model.top_k
-    key = profile_key(request)
-    cached = None if reprobe else load_cached(key, root)
-    atomic = atomic_probes(k, threads, 0.0)
-    if cached is not None and not cached.missing([p.ident for p in atomic]):
-        return ProfileOutcome(cached, str(_path(key, root)), None)
+    complete = None if reprobe else cached_profile_complete(request, root)
+    if complete is not None:
+        return ProfileOutcome(*complete, None)
 
     analytic = AnalyticCostModel(request.model, request.quant, request.platform,
                                  context_tokens=request.context_tokens)
@@ -424,10 +431,3 @@ def _provenance(prober: Any, budget_s: float) -> Provenance:
         probe_used_s=0.0,
         kernel_stand_ins=dict(getattr(prober, "kernel_stand_ins", {})),
     )
-
-
-def measured_cost_model(request: Any, fidelity: str, profile: Profile, source: str | None = None):
-    from engine.measured_cost import AtomicCostModel, CombinedCostModel
-
-    atomic = AtomicCostModel(profile, n_blocks=request.model.n_blocks, source=source)
-    return atomic if fidelity == "atomic" else CombinedCostModel(profile, atomic, source=source)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cope_tui.inputs import AdviseArgs, build_request
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request
 from engine.advise import advise, partition_layers
 from engine.catalog import get_model
 from engine.cost_model import AnalyticCostModel, StateCosts
@@ -23,7 +24,7 @@ def fake_cpu():
 
 
 def run(**kw):
-    args = AdviseArgs(**{"tokens": 200, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
+    args = PlanChoices(**{"tokens": 200, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
     request = build_request(args)
     cost = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
     return advise(request, cost), cost
@@ -87,7 +88,7 @@ def test_too_small_a_budget_is_a_clear_error():
 
 def test_analytic_state_costs_are_ordered_as_the_strategies_imply():
     model = get_model("qwen3-30b-a3b")
-    request = build_request(AdviseArgs(tokens=10, cpu="desktop-ddr5", gpu="rtx-4090"))
+    request = build_request(PlanChoices(tokens=10, cpu="desktop-ddr5", gpu="rtx-4090"))
     cost = AnalyticCostModel(model, request.quant, request.platform, context_tokens=4096)
     k = model.top_k
     table = {ex: cost.state_costs(ex, 8, k, k) for ex in Execution}
@@ -156,7 +157,7 @@ def test_trace_for_another_model_is_refused(tmp_path):
     path = tmp_path / "olmoe.cope.npz"
     save_trace(other, path)
     with pytest.raises(CopeInputError) as err:
-        build_request(AdviseArgs(trace=str(path), cpu="desktop-ddr5"))
+        build_request(PlanChoices(trace=str(path), cpu="desktop-ddr5"))
     assert str(path) in str(err.value)
 
 
@@ -192,7 +193,7 @@ def test_trace_with_other_block_numbers_is_refused():
     model = get_model("deepseek-v2-lite-chat")  # MoE blocks 1..26
     trace = synthetic_trace(model, SyntheticSettings(tokens=20))
     shifted = dc_replace(trace, meta=dc_replace(trace.meta, moe_blocks=tuple(range(26))))
-    request = build_request(AdviseArgs(model="deepseek-v2-lite-chat", tokens=20, cpu="desktop-ddr5"))
+    request = build_request(PlanChoices(model="deepseek-v2-lite-chat", tokens=20, cpu="desktop-ddr5"))
     with pytest.raises(CopeInputError, match=r"numbers its MoE blocks 0\.\.25.*1\.\.26"):
         advise(dc_replace(request, trace=shifted), AnalyticCostModel(
             request.model, request.quant, request.platform, context_tokens=request.context_tokens))

@@ -18,8 +18,10 @@ from textual.worker import WorkerCancelled  # noqa: E402
 
 from cope_tui.app.app import CopeApp  # noqa: E402
 from cope_tui.app.help import HelpScreen  # noqa: E402
-from cope_tui.app.state import Choices, Services  # noqa: E402
-from cope_tui.app.work import ProbeOutcome  # noqa: E402
+from cope_tui.app.state import Services  # noqa: E402
+from cope_tui.options import PlanChoices  # noqa: E402
+from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport  # noqa: E402
+from engine.cost_models import Fidelity  # noqa: E402
 from engine.platform import get_cpu_preset, unknown_gpu  # noqa: E402
 
 PROBES = ("cpu_experts n=1 threads=8", "cpu_experts n=2 threads=8", "h2d_copy n=1", "sync")
@@ -41,8 +43,9 @@ class FakeRunner:
         done = 0
         for label in PROBES:
             if cancel.is_set():
-                return ProbeOutcome(None, fidelity, measured=done, left=total - done, stopped="cancelled",
-                                    source="/cache/profiles/fake.json")
+                return ProbeOutcome(Fidelity(fidelity), ProbeReport(measured=done, left=total - done,
+                                                                    stopped="cancelled"),
+                                    None, source="/cache/profiles/fake.json")
             progress(done, total, label)
             if done == 1:
                 self.reached.set()
@@ -59,7 +62,8 @@ class FakeRunner:
 
         model = AnalyticCostModel(request.model, request.quant, request.platform,
                                   context_tokens=request.context_tokens)
-        return ProbeOutcome(model, fidelity, measured=done, source="/cache/profiles/fake.json")
+        pricing = Pricing(model, Fidelity(fidelity), "fake probes", "/cache/profiles/fake.json")
+        return ProbeOutcome(Fidelity(fidelity), ProbeReport(measured=done), pricing, source="/cache/profiles/fake.json")
 
 
 def make_services(runner=None, **kw) -> Services:  # type: ignore[no-untyped-def]
@@ -70,10 +74,16 @@ def make_services(runner=None, **kw) -> Services:  # type: ignore[no-untyped-def
         measure_platform=lambda *a: pytest.fail("a test measured the machine"),
         record=lambda **a: pytest.fail("a test recorded a trace"),
         pull=lambda *a: pytest.fail("a test pulled a trace"),
-        tokens=150,
         sweep_points=3,
         **kw,
     )
+
+
+FAST = PlanChoices(tokens=150)  # a short synthetic trace keeps each ranking quick
+
+
+def make_app(services: Services, choices: PlanChoices = FAST, **kw) -> CopeApp:  # type: ignore[no-untyped-def]
+    return CopeApp(services=services, choices=choices, **kw)
 
 
 pytestmark = pytest.mark.anyio
@@ -123,7 +133,7 @@ def table_column(app, column: int) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 async def test_default_opens_on_ranked_results_without_any_action():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         rec = app.advice.rec
@@ -142,7 +152,7 @@ async def test_default_opens_on_ranked_results_without_any_action():
 
 
 async def test_compact_table_at_80_columns():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         table = app.query_one("#results-table", DataTable)
@@ -151,7 +161,7 @@ async def test_compact_table_at_80_columns():
 
 
 async def test_pick_a_model_from_the_searchable_catalog():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("2")
@@ -167,7 +177,7 @@ async def test_pick_a_model_from_the_searchable_catalog():
 
 
 async def test_context_and_threads_apply():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("2")
@@ -180,11 +190,11 @@ async def test_context_and_threads_apply():
 
 
 async def test_plan_for_another_gpu_preset():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("1")
-        app.query_one("#gpu-preset").value = "rtx-4090"
+        app.query_one("#gpu").value = "rtx-4090"
         await settle(pilot)
         assert app.advice.request.platform.gpu.preset_id == "rtx-4090"
         assert "RTX 4090" in text_of(app, "#gpu-title")
@@ -194,7 +204,7 @@ async def test_plan_for_another_gpu_preset():
 
 async def test_probes_show_progress_then_reprice():
     runner = FakeRunner(hold=True)
-    app = CopeApp(services=make_services(runner))
+    app = make_app(make_services(runner))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("p")
@@ -213,7 +223,7 @@ async def test_probes_show_progress_then_reprice():
 
 async def test_escape_cancels_probes_and_keeps_what_was_measured():
     runner = FakeRunner(forever=True)
-    app = CopeApp(services=make_services(runner))
+    app = make_app(make_services(runner))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         before = app.advice
@@ -231,7 +241,7 @@ async def test_escape_cancels_probes_and_keeps_what_was_measured():
 
 
 async def test_a_failed_probe_run_is_a_notification_not_a_traceback():
-    app = CopeApp(services=make_services(FakeRunner(fail=True)))
+    app = make_app(make_services(FakeRunner(fail=True)))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("p")
@@ -241,7 +251,7 @@ async def test_a_failed_probe_run_is_a_notification_not_a_traceback():
 
 
 async def test_select_a_result_and_export_it_to_a_file(tmp_path):
-    app = CopeApp(services=make_services(), cwd=tmp_path)
+    app = make_app(make_services(), cwd=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         rec = app.advice.rec
@@ -267,7 +277,7 @@ async def test_select_a_result_and_export_it_to_a_file(tmp_path):
 
 
 async def test_not_expressible_export_names_the_nearest_with_its_speed():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         ids = [e.candidate.id for e in app.advice.rec.estimates]
@@ -283,7 +293,7 @@ async def test_not_expressible_export_names_the_nearest_with_its_speed():
 
 
 async def test_copy_puts_the_command_on_the_clipboard():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("c")
@@ -292,7 +302,7 @@ async def test_copy_puts_the_command_on_the_clipboard():
 
 
 async def test_help_screen_opens_and_closes():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("question_mark")
@@ -304,7 +314,7 @@ async def test_help_screen_opens_and_closes():
 
 
 async def test_bad_model_keeps_results_and_says_why(tmp_path):
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         before = app.advice
@@ -325,7 +335,7 @@ async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
     trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=200, seed=3, sequences=1))
     path = tmp_path / "mine.cope.npz"
     save_trace(trace, path)
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("3")
@@ -360,7 +370,7 @@ async def test_pull_fetches_the_indexed_trace_in_a_worker(tmp_path):
 
     from dataclasses import replace
 
-    app = CopeApp(services=replace(make_services(), pull=pull), choices=Choices(model="olmoe-1b-7b"))
+    app = make_app(replace(make_services(), pull=pull), choices=FAST.with_(model="olmoe-1b-7b"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("3")
@@ -393,15 +403,14 @@ def test_the_app_module_loads_without_torch():
         "print(time.perf_counter() - t)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert float(result.stdout) < 1.0
+    assert result.returncode == 0, result.stderr  # startup time is a figure for bench/, not a test
 
 
 PASTED = "llama-server -m /models/Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 --n-cpu-moe 30 -t 8 -c 8192 -fa on --foo"
 
 
 async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("e")  # the Export pane, with the paste field focused
@@ -422,7 +431,7 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         assert "tok/s" in shown and "ms/token" in shown
         unknown = next(line for line in shown.splitlines() if line.startswith("Not understood"))
         assert "--foo" in unknown
-        assert "-m /models/Qwen3-30B-A3B-Q4_K_M.gguf: priced as the app's model" in shown
+        assert "-m /models/Qwen3-30B-A3B-Q4_K_M.gguf: priced as Qwen3-30B-A3B Q4_K_M, the model in use" in shown
         assert not [n for n in app.notices if n[0] == "error"]
 
 
@@ -431,11 +440,11 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
 
     import numpy as np
 
-    from cope_tui.app.work import estimate_command, parse_pasted
+    from cope_tui.service.advice import estimate_command, parse_pasted
     from engine.advise import advise
     from engine.layer_set import price_layer_set
 
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         advice = app.advice
@@ -444,17 +453,17 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
     result = estimate_command(advice, command)
     from dataclasses import replace
 
-    from cope_tui.app.work import cached_cost_model
+    from cope_tui.service.pricing import choose_cost_model
 
     request = replace(advice.request, threads=8, context_tokens=8192)
-    cost_model, _ = cached_cost_model(request)
+    cost_model = choose_cost_model(request).cost_model
     cpu = np.arange(48) < 30
     assert result.yours.tpot_s == pytest.approx(price_layer_set(request, cost_model, cpu).tpot_s)
     assert result.best.tpot_s == pytest.approx(advise(request, cost_model).best.tpot_s)
 
 
 async def test_an_unreadable_pasted_command_is_one_line_not_a_traceback():
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("6")
@@ -474,7 +483,7 @@ async def test_an_unreadable_pasted_command_is_one_line_not_a_traceback():
 async def test_a_multiline_paste_is_joined_into_one_command():
     from textual import events
 
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("e")
@@ -563,7 +572,7 @@ async def test_record_a_trace_in_a_worker_then_rank_with_it(tmp_path):
 
         return recorder(progress=slow, **kw)
 
-    app = CopeApp(services=replace(make_services(), record=record))
+    app = make_app(replace(make_services(), record=record))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         before = app.advice
@@ -603,7 +612,7 @@ async def test_escape_cancels_a_recording_and_says_what_was_kept(tmp_path):
     from dataclasses import replace
 
     recorder = FakeRecorder(tmp_path, hold=10)
-    app = CopeApp(services=replace(make_services(), record=recorder))
+    app = make_app(replace(make_services(), record=recorder))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("3")
@@ -628,7 +637,7 @@ async def test_a_recording_cancelled_before_any_token_keeps_nothing(tmp_path):
     from dataclasses import replace
 
     recorder = FakeRecorder(tmp_path, nothing=True)
-    app = CopeApp(services=replace(make_services(), record=recorder))
+    app = make_app(replace(make_services(), record=recorder))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         before = app.advice
@@ -643,7 +652,7 @@ async def test_a_recording_cancelled_before_any_token_keeps_nothing(tmp_path):
 
 
 async def test_a_bad_token_count_is_a_warning_not_a_crash(tmp_path):
-    app = CopeApp(services=make_services())  # the recorder fails the test if called
+    app = make_app(make_services())  # the recorder fails the test if called
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("3")
@@ -673,7 +682,7 @@ async def test_measure_this_machine_shows_the_measured_cpu_bandwidth():
                       mem_bandwidth_bytes_per_s=Fact.measured(61.3e9, "fake: streamed 1 GiB 5 times"))
         return Platform(gpu=unknown_gpu("fake: no GPU on this machine"), cpu=cpu)
 
-    app = CopeApp(services=replace(make_services(), measure_platform=measure_platform))
+    app = make_app(replace(make_services(), measure_platform=measure_platform))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         before = app.advice

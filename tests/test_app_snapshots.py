@@ -11,8 +11,7 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from cope_tui.app.app import CopeApp  # noqa: E402
-from tests.test_app import make_services, settle  # noqa: E402
+from tests.test_app import make_app, make_services, settle  # noqa: E402
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 SCREENS = {
@@ -42,5 +41,5 @@ def test_screen(snap_compare, screen, size):
         await pilot.pause()
         await settle(pilot)
 
-    app = CopeApp(services=make_services())
+    app = make_app(make_services())
     assert snap_compare(app, terminal_size=SIZES[size], run_before=after)

@@ -15,7 +15,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from cope_tui.inputs import AdviseArgs, build_request  # noqa: E402
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources.gguf_header import NeedMoreBytes, parse_header_prefix, read_local_header  # noqa: E402
 from cope_tui.sources.gguf_model import file_quantization, model_from_gguf  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
@@ -280,15 +281,15 @@ def test_own_header_parser_agrees_with_gguf_reader(tmp_path):
 
 def test_advise_uses_the_file_and_refuses_quant(tmp_path):
     path = write_deepseek_like(tmp_path / "m.gguf").close()
-    request = build_request(AdviseArgs(model=str(path), cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model=str(path), cpu="desktop-ddr5", tokens=10))
     assert request.model.exact_bytes is not None
     assert request.quant.name == "Q4_K_M" and "exact" in request.quant.source
     assert any("byte sizes exact from the GGUF tensor table" in n for n in request.notes)
     assert not any("quantization:" in n for n in request.notes)
     with pytest.raises(CopeInputError, match=r"m\.gguf: --quant Q8_0: the model comes from a GGUF file"):
-        build_request(AdviseArgs(model=str(path), quant="Q8_0", cpu="desktop-ddr5", tokens=10))
+        build_request(PlanChoices(model=str(path), quant="Q8_0", cpu="desktop-ddr5", tokens=10))
     # A folder holding one GGUF model is read as that model.
-    assert build_request(AdviseArgs(model=str(tmp_path), cpu="desktop-ddr5", tokens=10)).model.id == "m"
+    assert build_request(PlanChoices(model=str(tmp_path), cpu="desktop-ddr5", tokens=10)).model.id == "m"
 
 
 def test_cli_advise_json_on_a_gguf(tmp_path, capsys):
@@ -312,11 +313,11 @@ def test_cli_advise_json_on_a_gguf(tmp_path, capsys):
 def test_model_resolution_errors_list_what_was_tried():
     with pytest.raises(CopeInputError, match="not a catalog model .* not an existing config.json or .gguf path, "
                                              "and not a Hugging Face repo id"):
-        build_request(AdviseArgs(model="no such model", cpu="desktop-ddr5"))
+        build_request(PlanChoices(model="no such model", cpu="desktop-ddr5"))
     with pytest.raises(CopeInputError, match=r"missing\.gguf: file not found"):
-        build_request(AdviseArgs(model="missing.gguf", cpu="desktop-ddr5"))
+        build_request(PlanChoices(model="missing.gguf", cpu="desktop-ddr5"))
     with pytest.raises(CopeInputError, match="--gguf-file x.gguf needs --model to be a Hugging Face repo id"):
-        build_request(AdviseArgs(model="./some/path/", gguf_file="x.gguf", cpu="desktop-ddr5"))
+        build_request(PlanChoices(model="./some/path/", gguf_file="x.gguf", cpu="desktop-ddr5"))
 
 
 # --- bad files -----------------------------------------------------------------------

@@ -10,7 +10,8 @@ pytest.importorskip("huggingface_hub")
 from huggingface_hub import constants as hf_constants  # noqa: E402
 from huggingface_hub import hf_hub_download  # noqa: E402
 
-from cope_tui.inputs import AdviseArgs, build_request  # noqa: E402
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources import hub_model  # noqa: E402
 from cope_tui.sources.gguf_model import model_from_gguf  # noqa: E402
 from cope_tui.sources.hub_model import model_from_hub_config, model_from_hub_gguf  # noqa: E402
@@ -73,7 +74,7 @@ def test_repo_id_fetches_only_config_json(hub):
     assert {r.path for r in hub.requests} == {f"/{REPO}/resolve/main/config.json"}
     assert all(r.authorization is None for r in hub.requests)
 
-    request = build_request(AdviseArgs(model=REPO, cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model=REPO, cpu="desktop-ddr5", tokens=10))
     assert request.model.hf_repo == REPO
     assert any("quantization: Q4_K_M" in n for n in request.notes)
 
@@ -85,7 +86,7 @@ def test_token_is_sent(hub, monkeypatch):
 
 
 def test_catalog_repo_id_needs_no_network(hub):
-    request = build_request(AdviseArgs(model="Qwen/Qwen3-30B-A3B", cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model="Qwen/Qwen3-30B-A3B", cpu="desktop-ddr5", tokens=10))
     assert request.model.id == "qwen3-30b-a3b" and hub.requests == []
 
 
@@ -94,7 +95,7 @@ def test_missing_repo_and_missing_config(hub):
         model_from_hub_config("org/nope")
     with pytest.raises(CopeInputError, match=rf"^{GGUF_REPO}/config\.json: repository {GGUF_REPO} has no file "
                                              r"config\.json \(a GGUF-only repo\? add --gguf-file"):
-        build_request(AdviseArgs(model=GGUF_REPO, cpu="desktop-ddr5"))
+        build_request(PlanChoices(model=GGUF_REPO, cpu="desktop-ddr5"))
 
 
 def test_server_error(hub):
@@ -141,11 +142,11 @@ def test_remote_gguf_reads_only_the_header(hub, gguf_files, monkeypatch):
 
 
 def test_remote_gguf_through_build_request_refuses_quant(hub):
-    request = build_request(AdviseArgs(model=GGUF_REPO, gguf_file="tiny-Q4_K_M.gguf", cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model=GGUF_REPO, gguf_file="tiny-Q4_K_M.gguf", cpu="desktop-ddr5", tokens=10))
     assert request.model.exact_bytes is not None and request.quant.name == "Q4_K_M"
     assert any("exact from the GGUF tensor table" in n for n in request.notes)
     with pytest.raises(CopeInputError, match="--quant Q8_0: the model comes from a GGUF file"):
-        build_request(AdviseArgs(model=GGUF_REPO, gguf_file="tiny-Q4_K_M.gguf", quant="Q8_0", cpu="desktop-ddr5"))
+        build_request(PlanChoices(model=GGUF_REPO, gguf_file="tiny-Q4_K_M.gguf", quant="Q8_0", cpu="desktop-ddr5"))
 
 
 def test_remote_split_gguf(hub, gguf_files):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cope_tui.inputs import AdviseArgs, build_request
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request
 from engine.advise import advise
 from engine.cost_model import AnalyticCostModel, StateCosts
 from engine.errors import CopeInputError
@@ -97,7 +98,7 @@ def test_planner_rejects_candidates_that_disagree_on_top_k():
 
 
 def advise_run(**kw):
-    args = AdviseArgs(**{"tokens": 120, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
+    args = PlanChoices(**{"tokens": 120, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
     request = build_request(args)
     analytic = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
     return request, analytic, advise(request, analytic)
@@ -163,7 +164,7 @@ def test_atomic_reproduces_analytic_costs_from_analytic_measurements():
             )
     assert atomic.shared_per_token_s() == pytest.approx(analytic.shared_per_token_s(), rel=1e-12)
     assert atomic.token_overhead_s() == analytic.token_overhead_s()
-    assert atomic.describe()["fidelity"] == "atomic" and atomic.describe()["extrapolated"] == []
+    assert atomic.describe().fidelity == "atomic" and atomic.describe().details["extrapolated"] == []
     # Ready-first really splits the misses between lanes here, so the greedy rule is exercised.
     copied = atomic.state_costs(Execution.READY_FIRST, 8, k, k).copied
     assert 0 < copied[0] < k
@@ -187,7 +188,7 @@ def test_atomic_fits_a_line_for_unmeasured_sizes_and_says_so():
     )
     assert atomic.copy_experts_s(3) == pytest.approx(analytic.copy_experts_s(3), rel=1e-12)
     assert atomic.copy_experts_s(2 * k) == pytest.approx(analytic.copy_experts_s(2 * k), rel=1e-12)
-    assert atomic.describe()["extrapolated"] == ["h2d_copy n=16", "h2d_copy n=3"]
+    assert atomic.describe().details["extrapolated"] == ["h2d_copy n=16", "h2d_copy n=3"]
 
 
 def test_atomic_names_what_the_profile_lacks():
@@ -226,7 +227,7 @@ def test_combined_equals_atomic_when_every_schedule_matches_the_composition():
         assert_same_costs(combined.state_costs(execution, THREADS, k, k), atomic.state_costs(execution, THREADS, k, k), exact=True)
     assert combined.shared_per_token_s() == atomic.shared_per_token_s()
     assert combined.token_overhead_s() == atomic.token_overhead_s()
-    described = combined.describe()
+    described = combined.describe().to_dict()
     assert described["fidelity"] == "combined"
     assert described["states_measured"] == 4 * (k + 1) and described["states_estimated"] == 0
 
@@ -245,7 +246,7 @@ def test_combined_uses_a_measured_step_where_present_and_atomic_elsewhere():
     assert_same_costs(combined.state_costs(S, THREADS, k, k), atomic.state_costs(S, THREADS, k, k), exact=True)
     # Another thread count has no measured steps: all estimated.
     combined.state_costs(P, 16, k, k)
-    described = combined.describe()
+    described = combined.describe().to_dict()
     assert described["states_measured"] == k + 1  # parallel at 8 threads
     assert described["states_estimated"] == 2 * (k + 1)  # stage at 8, parallel at 16
     assert described["fallback"]["fidelity"] == "atomic"
@@ -287,9 +288,9 @@ def test_a_step_measured_with_prefetch_in_flight_replaces_the_exposure_formula()
         assert br.exposed_prefetch_s == pytest.approx(2 * (3 * (slow - step[h]) + unmeasured) / 5, rel=1e-12)
         base_tpot, _ = price(st, plain, shared_per_token_s=0.0, token_overhead_s=0.0, prefetch_mode=mode)
         assert base_tpot != pytest.approx(tpot)
-    assert combined.describe()["states_with_prefetch_measured"] == 2
+    assert combined.describe().details["states_with_prefetch_measured"] == 2
 
     # A composed step (measured CPU lane, preset GPU lanes) with prefetch is left to the formula.
     composed = CombinedCostModel(base.merged([sched(2, slow, basis="measured+preset")]), atomic)
     assert composed.state_costs(P, THREADS, k, 2).total_by_prefetch_s is None
-    assert composed.describe()["schedule_measurements_with_prefetch_unused"] == 1
+    assert composed.describe().details["schedule_measurements_with_prefetch_unused"] == 1

@@ -10,8 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cope_tui import cli, fidelity  # noqa: E402
+from cope_tui import cli  # noqa: E402
+from cope_tui.service import pricing  # noqa: E402
 from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.cost_models import build_cost_model  # noqa: E402
 from engine.measured_cost import CombinedCostModel  # noqa: E402
 from engine.platform import platform_from  # noqa: E402
 from engine.policy import Execution  # noqa: E402
@@ -25,7 +27,6 @@ from probes.runner import (  # noqa: E402
     LocalProber,
     PresetGpu,
     ensure_profile,
-    measured_cost_model,
     profile_key,
     run_plan,
 )
@@ -131,10 +132,10 @@ def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_pat
     assert seq.basis == "measured+preset" and seq.method == "composed"
     assert all(m.method == "composed" for m in profile.of("schedule"))  # no CUDA: no step timed whole
     assert "Q8_0" in dict(profile.provenance.kernel_stand_ins)
-    model = measured_cost_model(req, "combined", profile)
+    model = build_cost_model("combined", req, profile)
     assert isinstance(model, CombinedCostModel)
     model.state_costs(Execution.SEQUENTIAL, 1, 2, 2)
-    assert model.describe()["states_partly_preset"] >= 1
+    assert model.describe().details["states_partly_preset"] >= 1
 
 
 def test_a_second_run_reuses_the_cache_and_reprobe_ignores_it(tmp_path):
@@ -207,7 +208,7 @@ def test_cli_probes_once_then_reuses_the_cache_and_reprobe_probes_again(tmp_path
         probers.append(FakeProber())
         return probers[-1]
 
-    monkeypatch.setattr(fidelity, "PROBER_FACTORY", factory)
+    monkeypatch.setattr(pricing, "PROBER_FACTORY", factory)
     args = ["advise", "--json", "--tokens", "40", "--cpu", "desktop-ddr5", "--threads", "2"]
     assert cli.main([*args, "--fidelity", "combined", "--probe-budget", "30"]) == cli.EXIT_OK
     out, err = capsys.readouterr()

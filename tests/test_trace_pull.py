@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("huggingface_hub")
 
 from cope_tui.cli import main  # noqa: E402
-from cope_tui.inputs import AdviseArgs, build_request  # noqa: E402
+from cope_tui.options import PlanChoices
+from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources import hub_trace  # noqa: E402
 from cope_tui.sources.hub_trace import IndexEntry, load_index, pull_trace  # noqa: E402
 from engine.catalog import get_model, catalog  # noqa: E402
@@ -130,7 +131,7 @@ def test_pull_picks_the_only_trace_file_and_writes_out(hub, tmp_path, cope_cache
 
 
 def test_advise_uses_the_pulled_trace(hub):
-    args = AdviseArgs(model=MODEL, cpu="desktop-ddr5", tokens=10)
+    args = PlanChoices(model=MODEL, cpu="desktop-ddr5", tokens=10)
     before = build_request(args)
     assert before.trace.meta.origin == "synthetic"
     result = pull_trace(f"{REPO}/data/routing.jsonl", model=MODEL)
@@ -139,14 +140,14 @@ def test_advise_uses_the_pulled_trace(hub):
     assert any(str(result.path) in n and "cached published trace" in n for n in after.notes)
     assert not any("SYNTHETIC" in n for n in after.notes)
     # --trace synthetic still means synthetic.
-    forced = build_request(AdviseArgs(model=MODEL, cpu="desktop-ddr5", tokens=10, trace="synthetic"))
+    forced = build_request(PlanChoices(model=MODEL, cpu="desktop-ddr5", tokens=10, trace="synthetic"))
     assert forced.trace.meta.origin == "synthetic"
 
 
 def test_advise_offers_an_indexed_trace(monkeypatch, cope_cache):
     entry = IndexEntry(repo_id=REPO, repo_type="dataset", format="jsonl", model=MODEL)
     monkeypatch.setattr(hub_trace, "load_index", lambda: (entry,))
-    request = build_request(AdviseArgs(model=MODEL, cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model=MODEL, cpu="desktop-ddr5", tokens=10))
     assert request.trace.meta.origin == "synthetic"
     assert any(f"run `cope trace pull {REPO} --model {MODEL}` to use a published trace" in n for n in request.notes)
     assert any("trace: synthetic (no --trace given and no usable cached trace" in n for n in request.notes)
@@ -157,7 +158,7 @@ def test_advise_skips_a_damaged_cached_trace(monkeypatch, cope_cache, source):
     folder.mkdir(parents=True)
     save_trace(source, folder / f"{MODEL}-chat.cope.npz")
     (folder / f"{MODEL}-zz.cope.npz").write_bytes(b"PK broken")  # newer, damaged
-    request = build_request(AdviseArgs(model=MODEL, cpu="desktop-ddr5", tokens=10))
+    request = build_request(PlanChoices(model=MODEL, cpu="desktop-ddr5", tokens=10))
     assert request.trace.meta.origin == source.meta.origin
     assert any("skipped cached trace" in n and "zz.cope.npz" in n for n in request.notes)
 

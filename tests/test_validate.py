@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from cope_tui import cli, fidelity
+from cope_tui import cli
+from cope_tui.service import pricing
 from cope_tui.commands import validate
 from engine.policy import Kind
 from engine.profile import Measurement
@@ -57,7 +58,7 @@ class FakeExecutor:
 @pytest.fixture
 def fakes(tmp_path, monkeypatch):
     monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(fidelity, "PROBER_FACTORY", FakeProber)
+    monkeypatch.setattr(pricing, "PROBER_FACTORY", FakeProber)
     made = []
 
     def factory(*args):

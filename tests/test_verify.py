@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
-from cope_tui.commands.verify import parse_bench_json
+from cope_tui.service.verify import parse_bench_json
 
 # What llama-bench -o json prints for `-p 0 -n 64 -r 3` (fields of json_printer, trimmed values).
 RECORDED = [

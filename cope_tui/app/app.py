@@ -7,13 +7,12 @@ import threading
 import time
 from pathlib import Path
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, TabbedContent, TabPane
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, WorkerState
 
-from cope_tui.app import work as jobs
 from cope_tui.app.help import HelpScreen
 from cope_tui.app.messages import (
     AdviceReady,
@@ -32,19 +31,16 @@ from cope_tui.app.panes.model import ModelPane
 from cope_tui.app.panes.probes import ProbesPane
 from cope_tui.app.panes.results import ResultsPane
 from cope_tui.app.panes.trace import TracePane
-from cope_tui.app.state import Choices, Services
+from cope_tui.app.state import Services
+from cope_tui.app.workers import Workers, why
+from cope_tui.options import PlanChoices
+from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
 from engine.errors import CopeInputError
 
 TABS = ("hardware", "model", "trace", "probes", "results", "export")
 
 
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, CopeInputError):
-        return str(exc)
-    return f"internal error ({type(exc).__name__}: {exc})"
-
-
-class CopeApp(App[None]):
+class CopeApp(Workers, App[None]):
     TITLE = "COPE"
     SUB_TITLE = "MoE experts between GPU and CPU"
     CSS = """
@@ -64,16 +60,16 @@ class CopeApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, services: Services | None = None, choices: Choices | None = None, *,
+    def __init__(self, services: Services | None = None, choices: PlanChoices | None = None, *,
                  cwd: str | os.PathLike | None = None) -> None:
         super().__init__()
         self.services = services or Services()
-        self.choices = choices or Choices()
+        self.choices = choices or PlanChoices()
         self.cwd = Path(cwd) if cwd is not None else None
         self.cpu_spec = None
         self.detected_gpu = None
-        self.advice: jobs.Advice | None = None
-        self.sweep_points: list[jobs.SweepPoint] = []
+        self.advice: Advice | None = None
+        self.sweep_points: list[SweepPoint] = []
         self.sweep_message = "computing the VRAM sweep..."
         self.selected_id: str | None = None
         self.labels: dict[str, str] = {}
@@ -136,7 +132,7 @@ class CopeApp(App[None]):
         estimate = self.selected_estimate()
         if estimate is None:
             return None
-        from cope_tui.commands.export import export_for
+        from engine.export import export_for
 
         pane = self.query_one(ExportPane)
         model_path = pane.model_path
@@ -208,10 +204,10 @@ class CopeApp(App[None]):
         then price it beside COPE's best in a worker."""
         pane = self.query_one(ExportPane)
         try:
-            command = jobs.parse_pasted(text)
+            command = parse_pasted(text)
         except Exception as exc:  # noqa: BLE001 - one line in the pane, never a traceback
             self.pasted_command = None
-            pane.show_estimate_status(f"Could not read the command: {_why(exc)}", error=True)
+            pane.show_estimate_status(f"Could not read the command: {why(exc)}", error=True)
             return
         self.pasted_command = command
         if self.advice is None:
@@ -229,26 +225,26 @@ class CopeApp(App[None]):
         self.query_one(HardwarePane).update_from(self)
 
     def on_probes_finished(self, message: ProbesFinished) -> None:
-        o = message.outcome
-        kept = f"{o.measured} measurements taken" + (f", {o.skipped} already cached" if o.skipped else "")
+        o, r = message.outcome, message.outcome.report
+        kept = f"{r.measured} measurements taken" + (f", {r.skipped} already cached" if r.skipped else "")
         where = f" in the profile cache ({o.source})" if o.source else ""
-        if o.stopped == "cancelled":
-            text = f"Probes cancelled: {kept}, kept{where}; {o.left} not run. The next run resumes."
+        if r.stopped == "cancelled":
+            text = f"Probes cancelled: {kept}, kept{where}; {r.left} not run. The next run resumes."
             severity = "warning"
-        elif o.stopped == "failed" or o.error and o.cost_model is None and o.measured == 0:
+        elif r.stopped == "failed" or o.error and o.pricing is None and r.measured == 0:
             text = f"Probes failed: {o.error or 'unknown error'}; {kept}, kept{where}."
             severity = "error"
         else:
-            text = f"Probes done: {kept}" + (f", {o.left} left ({o.stopped})" if o.left else "") + f"{where}."
+            text = f"Probes done: {kept}" + (f", {r.left} left ({r.stopped})" if r.left else "") + f"{where}."
             severity = "information"
-        if o.cost_model is not None:
-            text += f" Ranking repriced with the {o.fidelity} profile."
-        elif o.stopped != "failed":
+        if o.pricing is not None:
+            text += f" Ranking repriced with the {o.fidelity.value} profile."
+        elif r.stopped != "failed":
             text += " Too little measured to price with; the ranking stays as it was."
         self.query_one(ProbesPane).show_summary(text)
         self.say(text, severity)
-        if o.cost_model is not None and self.advice is not None:
-            self.compute(self.choices, request=self.advice.request, cost_model=o.cost_model)
+        if o.pricing is not None and self.advice is not None:
+            self.compute(self.choices, request=self.advice.request, pricing=o.pricing)
 
     def on_trace_recorded(self, message: TraceRecorded) -> None:
         self.query_one(TracePane).show_status(message.text)
@@ -262,129 +258,6 @@ class CopeApp(App[None]):
     def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "export":
             self.query_one(ExportPane).update_from(self)
-
-    # --- workers ------------------------------------------------------------------
-
-    @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
-    def compute(self, choices: Choices, request=None, cost_model=None) -> None:  # type: ignore[no-untyped-def]
-        worker = get_current_worker()
-
-        def progress(done: int, total: int, label: str) -> None:
-            if worker.is_cancelled:
-                raise jobs.Cancelled
-            if done % 8 == 0:
-                self.post_message(Progress("advice", done, total, label))
-
-        try:
-            if self.cpu_spec is None:
-                self.cpu_spec = self.services.detect_cpu()
-            if request is None:
-                request = jobs.build(choices, self.services, self.cpu_spec)
-            advice = jobs.compute_advice(request, cost_model, progress=progress)
-        except jobs.Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001 - shown in a notification, never a traceback
-            if not worker.is_cancelled:
-                self.post_message(WorkFailed("advice", _why(exc)))
-            return
-        if not worker.is_cancelled:
-            self.post_message(AdviceReady(advice, choices))
-
-    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
-    def estimate(self, advice: jobs.Advice, command) -> None:  # type: ignore[no-untyped-def]
-        worker = get_current_worker()
-
-        def progress(done: int, total: int, label: str) -> None:
-            if worker.is_cancelled:
-                raise jobs.Cancelled
-
-        try:
-            result = jobs.estimate_command(advice, command, progress=progress)
-        except jobs.Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not worker.is_cancelled:
-                self.post_message(WorkFailed("estimate", _why(exc)))
-            return
-        if not worker.is_cancelled:
-            self.post_message(CommandEstimated(result))
-
-    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
-    def sweep(self, advice: jobs.Advice) -> None:
-        worker = get_current_worker()
-
-        def progress(done: int, total: int, label: str) -> None:
-            if worker.is_cancelled:
-                raise jobs.Cancelled
-
-        try:
-            points = jobs.sweep(advice, self.services.sweep_points, progress=progress)
-        except jobs.Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not worker.is_cancelled:
-                self.post_message(WorkFailed("sweep", _why(exc)))
-            return
-        if not worker.is_cancelled:
-            self.post_message(SweepReady(points))
-
-    @work(thread=True, exclusive=True, group="detect", exit_on_error=False)
-    def detect_gpu(self) -> None:
-        try:
-            gpu = self.services.detect_gpu()
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(WorkFailed("detect", _why(exc)))
-            return
-        self.post_message(GpuDetected(gpu))
-
-    @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
-    def measure(self, expert_bytes: int) -> None:
-        try:
-            platform = self.services.measure_platform(lambda line: None, expert_bytes)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(WorkFailed("measure", _why(exc)))
-            return
-        self.post_message(GpuDetected(platform.gpu, platform.cpu))
-
-    @work(thread=True, exclusive=True, group="probes", exit_on_error=False)
-    def probe(self, request, fidelity: str, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
-        def progress(done: int, total: int, label: str) -> None:
-            self.post_message(Progress("probes", done, total, label))
-
-        try:
-            outcome = self.services.run_probes(request, fidelity=fidelity, budget_s=budget_s,
-                                               progress=progress, cancel=cancel)
-        except Exception as exc:  # noqa: BLE001 - what was measured is already in the cache
-            outcome = jobs.ProbeOutcome(None, fidelity, stopped="failed", error=_why(exc))
-        self.post_message(ProbesFinished(outcome))
-
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
-    def record(self, model: str, domain: str, tokens: int, cancel: threading.Event) -> None:
-        last = [0, 0]  # tokens recorded, tokens asked for
-
-        def progress(done: int, total: int, label: str) -> None:
-            last[:] = [done, total]
-            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
-                self.post_message(Progress("record", done, total, label))
-
-        try:
-            path = self.services.record(model=model, domain=domain, tokens=tokens, progress=progress, cancel=cancel)
-        except ImportError as exc:
-            self.post_message(TraceRecorded(None, f"Recording needs transformers and torch "
-                                                  f"(pip install 'cope-tui[record]'): {exc}"))
-            return
-        except Exception as exc:  # noqa: BLE001
-            if cancel.is_set():
-                self.post_message(TraceRecorded(None, "Recording cancelled; nothing was saved."))
-            else:
-                self.post_message(TraceRecorded(None, f"Recording failed: {_why(exc)}"))
-            return
-        if cancel.is_set():  # stopped early: the tokens recorded so far were saved
-            kept = f"the {last[0]} of {last[1]} tokens recorded" if last[1] else "what was recorded"
-            self.post_message(TraceRecorded(path, f"Recording cancelled: kept {kept} in {path}; "
-                                                  "it is now the trace in use."))
-            return
-        self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
 
     # --- actions ------------------------------------------------------------------
 
@@ -476,18 +349,6 @@ class CopeApp(App[None]):
         self.say(f"Pulling {entry.repo_id}{same}; its format is checked on download")
         self.query_one(TracePane).show_status(f"pulling {entry.repo_id}...")
         self._record_worker = self.pull(entry.repo_id, model.id)
-
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
-    def pull(self, spec: str, model_id: str) -> None:
-        def log(line: str) -> None:
-            self.post_message(Progress("record", 0, 1, line))
-
-        try:
-            path = self.services.pull(spec, model_id, log)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(TraceRecorded(None, f"Pull failed: {_why(exc)}"))
-            return
-        self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))
 
     def action_copy(self) -> None:
         export = self.current_export()

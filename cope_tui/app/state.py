@@ -1,36 +1,10 @@
-"""What the person chose in the app, and the services the app calls (stubs in tests)."""
+"""The services the app calls for what touches the machine or the network (tests replace
+them); what the person chose is a PlanChoices (cope_tui/options.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Callable
-
-from cope_tui.inputs import SYNTHETIC_SEED, SYNTHETIC_TOKENS, AdviseArgs
-
-
-@dataclass(frozen=True)
-class Choices:
-    """The app's fields; None means "the headless default" (build_request's assumptions)."""
-
-    model: str | None = None  # catalog id, GGUF path or Hub repo id
-    gguf_file: str | None = None  # with a Hub repo id: a GGUF file in it
-    quant: str | None = None
-    gpu: str | None = None  # GPU preset to plan for
-    vram_budget_gib: float | None = None
-    context: int | None = None
-    threads: int | None = None
-    trace: str | None = None  # a file, "synthetic", or None: the newest cached trace, else synthetic
-    profile_trace: str | None = None
-
-    def with_(self, **kw: Any) -> "Choices":
-        return replace(self, **kw)
-
-    def to_args(self, *, tokens: int, seed: int) -> AdviseArgs:
-        return AdviseArgs(
-            model=self.model, gguf_file=self.gguf_file, quant=self.quant, gpu=self.gpu,
-            vram_budget_gib=self.vram_budget_gib, context=self.context, threads=self.threads,
-            trace=self.trace, profile_trace=self.profile_trace, tokens=tokens, seed=seed,
-        )
 
 
 def _detect_cpu():  # type: ignore[no-untyped-def]
@@ -52,10 +26,11 @@ def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
     return detect_platform(measure=True, expert_bytes=expert_bytes, progress=progress)
 
 
-def _run_probes(request, **kw):  # type: ignore[no-untyped-def]
-    from cope_tui.app.work import run_probes
+def _run_probes(request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]
+    from cope_tui.service.pricing import probe_then_price
+    from engine.cost_models import Fidelity
 
-    return run_probes(request, **kw)
+    return probe_then_price(request, Fidelity(fidelity), budget_s=budget_s, progress=progress, cancel=cancel)
 
 
 def _pull(spec: str, model: str, log):  # type: ignore[no-untyped-def]
@@ -65,7 +40,7 @@ def _pull(spec: str, model: str, log):  # type: ignore[no-untyped-def]
 
 
 def _record(**kw):  # type: ignore[no-untyped-def]
-    from cope_tui.app.work import record_trace
+    from cope_tui.service.traces import record_trace
 
     return record_trace(**kw)
 
@@ -77,11 +52,8 @@ class Services:
     detect_cpu: Callable[[], Any] = _detect_cpu
     detect_gpu: Callable[[], Any] | None = _detect_gpu
     measure_platform: Callable[..., Any] = _measure_platform
-    run_probes: Callable[..., Any] = _run_probes
+    run_probes: Callable[..., Any] = _run_probes  # -> cope_tui.service.pricing.ProbeOutcome
     record: Callable[..., Any] = _record
     pull: Callable[..., Any] = _pull  # (spec, model id, log) -> path of the pulled trace
-    tokens: int = SYNTHETIC_TOKENS  # synthetic tokens per half
-    seed: int = SYNTHETIC_SEED
     sweep_points: int = 6  # VRAM budgets in the chart
     chart_series: int = 4  # best candidates drawn
-    extra: dict = field(default_factory=dict)

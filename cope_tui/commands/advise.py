@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cope_tui.commands.plan_args import add_plan_flags, build_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 
 
@@ -21,30 +21,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.advise import advise
+    from engine.export import export_for
 
-    request, cost_model = build_from_args(args)
-    recommendation = advise(request, cost_model)
-    export = None
-    if args.export:
-        from cope_tui.commands.export import export_for
-
-        export = export_for(recommendation, recommendation.best)
+    recommendation = advice_from_args(args).rec
+    export = export_for(recommendation, recommendation.best) if args.export else None
     if args.json:
-        import orjson
-
+        from cope_tui.commands.output import write_json
         from engine.report import recommendation_to_dict
 
         doc = recommendation_to_dict(recommendation)
         if export is not None:
             doc["export"] = export.to_dict()
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+        write_json(doc)
     else:
-        from cope_tui.text_report import render_recommendation
+        from cope_tui.text_report import render_export, render_recommendation
 
         sys.stdout.write(render_recommendation(recommendation, limit=None if args.all else 15))
         if export is not None:
-            from cope_tui.commands.export import render_export
-
             sys.stdout.write("\nllama.cpp command for the best candidate:\n" + render_export(export))
     return EXIT_OK

@@ -1,16 +1,16 @@
 """`cope estimate -- llama-server -m model.gguf ...`: price the command a person already runs.
 
-The llama.cpp flags that place experts are read (engine/llama_args.py), priced with the
-advise pipeline (engine/layer_set.py) and shown beside COPE's best candidate.
+The llama.cpp flags that place experts are read (engine/llama_args.py) and priced beside
+COPE's best (engine/command_estimate.py) at the command's own -t and -c.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from cope_tui.commands.export import export_for
-from cope_tui.commands.plan_args import add_plan_flags, build_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 
 
@@ -27,14 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from engine.advise import advise
+    from cope_tui.service.advice import estimate_command
     from engine.errors import CopeInputError
-    from engine.llama_args import command_notes, cpu_layers, parse_llama_command
-    from engine.memory import GIB
-    from engine.layer_set import price_layer_set
-    from engine.policy import Execution
+    from engine.llama_args import parse_llama_command
 
     words = list(args.command)
     if words and words[0] == "--":
@@ -46,71 +41,31 @@ def run(args: argparse.Namespace) -> int:
             model_arg = command.model_path  # the model reader may know the file
         else:
             raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
-    request, cost_model = build_from_args(args, context=command.context or None, threads=command.threads,
-                                          model=model_arg)
-    model = request.model
-    cpu, placement_notes = cpu_layers(command, model)
-    execution = Execution.STAGE if command.stages_cpu_experts and cpu.any() else Execution.SEQUENTIAL
-    yours = price_layer_set(request, cost_model, cpu, execution=execution)
-    rec = advise(request, cost_model)
-    best = rec.best
-    export = export_for(rec, best, model_path=command.model_path,
-                        binary=command.tool if command.tool != "other" else "llama-server")
-    notes = list(command_notes(command, model)) + list(placement_notes)
-    if yours.vram_used_bytes > request.vram_budget_bytes:
-        notes.append(f"your placement needs {yours.vram_used_bytes / GIB:.1f} GiB of VRAM, over the budget of "
-                     f"{request.vram_budget_bytes / GIB:.1f} GiB: llama.cpp would run out of memory")
-    speedup = yours.tpot_s / best.tpot_s
-    all_notes = notes + list(rec.notes)  # the command's, then every assumption and caveat
+    advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg)
+    est = estimate_command(advice, command)
     if args.json:
-        import orjson
+        from cope_tui.commands.output import write_json
 
-        doc = {
+        yours, best = est.yours, est.best
+        write_json({
             "command": {
                 "argv": words, "tool": command.tool, "model_path": command.model_path,
                 "threads": command.threads, "context": command.context,
-                "cpu_moe_blocks": [model.moe_blocks[i] for i in range(len(cpu)) if cpu[i]],
-                "stages_cpu_experts": execution is Execution.STAGE,
+                "cpu_moe_blocks": list(est.cpu_moe_blocks),
+                "stages_cpu_experts": est.stages,
                 "unknown_flags": list(command.unknown),
             },
             "yours": {"detail": yours.detail, "tpot_s": yours.tpot_s, "tokens_per_s": yours.tokens_per_s,
-                      "vram_used_bytes": yours.vram_used_bytes, "fidelity": yours.fidelity},
+                      "vram_used_bytes": yours.vram_used_bytes, "fidelity": yours.fidelity,
+                      "rank": est.rank, "of": est.of},
             "best": {"id": best.candidate.id, "tpot_s": best.tpot_s, "tokens_per_s": best.tokens_per_s,
                      "vram_used_bytes": best.vram_used_bytes},
-            "speedup_of_best": speedup,
-            "export": export.to_dict(),
-            "notes": all_notes,
-        }
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+            "speedup_of_best": est.speedup,
+            "export": est.export.to_dict(),
+            "notes": list(est.notes + est.ranking_notes),
+        })
         return EXIT_OK
-    lines = [
-        f"COPE estimate: {model.name} {request.quant.name}, {request.threads} threads, "
-        f"context {request.context_tokens}, cost model {yours.fidelity}",
-        f"Your command:  {yours.detail}",
-        f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
-        f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB",
-        f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",
-        f"               {best.tpot_s * 1e3:8.2f} ms/token  {best.tokens_per_s:7.1f} tok/s  "
-        f"VRAM {best.vram_used_bytes / GIB:.2f} GiB  ({speedup:.2f}x yours)",
-    ]
-    if export.nearest_id is not None:
-        runs = next(e for e in rec.estimates if e.candidate.id == export.exported_id)
-        lines.append(f"Runs on llama.cpp: {runs.candidate.id}: {runs.tpot_s * 1e3:.2f} ms/token  "
-                     f"{runs.tokens_per_s:.1f} tok/s  ({yours.tpot_s / runs.tpot_s:.2f}x yours)")
-    lines += [
-        "",
-        "Command for COPE's best:",
-        *("  " + line for line in _render(export).splitlines()),
-    ]
-    if command.unknown:
-        lines += ["", "Flags not modelled (listed, not used): " + "  ".join(command.unknown)]
-    if all_notes:
-        lines += ["", "Notes:", *[f"  - {n}" for n in all_notes]]
-    sys.stdout.write("\n".join(lines) + "\n")
+    from cope_tui.text_report import render_command_estimate
+
+    sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
-
-
-def _render(export) -> str:  # type: ignore[no-untyped-def]
-    from cope_tui.commands.export import render_export
-
-    return render_export(export)

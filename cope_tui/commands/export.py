@@ -1,7 +1,8 @@
 """`cope export`: the llama.cpp command (and side files) for one candidate.
 
-Also holds what `cope export`, `cope estimate`, `cope verify` and `cope advise --export`
-share about exports (the flags they share live in plan_args).
+The command is built by engine/export.py (`export_for`) and shown by
+cope_tui/text_report.py (`render_export`), as `cope advise --export` and `cope estimate`
+show theirs.
 """
 
 from __future__ import annotations
@@ -9,43 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cope_tui.commands.plan_args import add_plan_flags, build_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
-
-
-def export_for(rec, target, *, runtime: str = "stock", binary: str = "llama-server",  # type: ignore[no-untyped-def]
-               model_path: str | None = None, side_dir: str | None = None):
-    from engine.export import export_candidate, plan_from_recommendation
-
-    req = rec.request
-    return export_candidate(
-        target, req.model, plan_from_recommendation(rec), runtime=runtime, binary=binary,
-        model_path=model_path, context=req.context_tokens, threads=req.threads, side_dir=side_dir,
-    )
-
-
-def find_estimate(rec, candidate_id: str):  # type: ignore[no-untyped-def]
-    from engine.errors import CopeInputError
-    from engine.policy import parse_candidate_id
-
-    parse_candidate_id(candidate_id)  # a one-line error for a misspelt id
-    for e in rec.estimates:
-        if e.candidate.id == candidate_id:
-            return e
-    known = ", ".join(e.candidate.id for e in rec.estimates[:8])
-    raise CopeInputError(f"--candidate {candidate_id}: not among this configuration's candidates ({known}, ...)")
-
-
-def render_export(export, *, side_files_written: bool = False) -> str:  # type: ignore[no-untyped-def]
-    """Comment lines (safe to paste into a shell) and the command."""
-    lines = [f"# {export.candidate_id}: {export.label}", f"# {export.reason}"]
-    if export.nearest_id is not None:
-        lines.append(f"# the command below runs {export.exported_id} instead")
-    for name, _ in export.side_files:
-        lines.append(f"# side file {name}: " + ("written beside the command" if side_files_written
-                                                  else "write it with --out FILE"))
-    lines.append(export.display())
-    return "\n".join(lines) + "\n"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,12 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from engine.advise import advise
-    from engine.export import write_export
+    from engine.export import export_for, write_export
 
-    request, cost_model = build_from_args(args)
-    rec = advise(request, cost_model)
-    estimate = find_estimate(rec, args.candidate)
+    rec = advice_from_args(args).rec
+    estimate = rec.estimate_of(args.candidate)
     side_dir = os.path.dirname(args.out) or None if args.out else None
     export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary,
                         model_path=args.model_path, side_dir=side_dir)
@@ -77,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
         written = write_export(export, args.out)
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     if args.json:
-        import orjson
+        from cope_tui.commands.output import write_json
 
-        sys.stdout.write(orjson.dumps(export.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_json(export.to_dict())
     else:
+        from cope_tui.text_report import render_export
+
         sys.stdout.write(render_export(export, side_files_written=bool(args.out)))
     return EXIT_OK

@@ -113,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def validate(args, models: list[str], threads_list: list[int], budgets: list[float], fidelities: list[str]) -> dict:
-    from cope_tui.fidelity import choose_cost_model
-    from cope_tui.inputs import AdviseArgs, build_request
+    from cope_tui.options import PlanChoices
+    from cope_tui.service.pricing import choose_cost_model
+    from cope_tui.service.request import build_request
     from engine.accuracy import config_accuracy, summarize
     from engine.advise import partition_layers, sweep_budgets
     from engine.cost_model import AnalyticCostModel
@@ -133,7 +134,7 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
     stopped = False
     for model_id in models:
         for threads in threads_list:
-            request = build_request(AdviseArgs(
+            request = build_request(PlanChoices(
                 model=model_id, quant=args.quant, gpu=args.gpu, cpu=args.cpu, vram_budget_gib=budgets[0],
                 context=args.context, threads=threads, trace=args.trace, tokens=args.tokens, seed=args.seed,
             ))
@@ -156,7 +157,7 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
                 # --reprobe: once per configuration, by the first measured fidelity (the next reuses it).
                 reprobe = args.reprobe and f != "analytic" and not any(p["model"] == model.id and p["threads"] == threads
                                                                        for p in probing)
-                cm = choose_cost_model(request, fidelity=f, probe_budget_s=args.probe_budget, reprobe=reprobe)
+                cm = choose_cost_model(request, fidelity=f, probe_budget_s=args.probe_budget, reprobe=reprobe).cost_model
                 spent = time.perf_counter() - t0
                 if f != "analytic":
                     probing.append({"model": model.id, "threads": threads, "fidelity": f, "seconds": spent})

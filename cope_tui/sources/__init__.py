@@ -1,5 +1,5 @@
 """Model sources that need third-party readers: GGUF files (the `gguf` package) and the
-Hugging Face Hub (`huggingface_hub`). Imported lazily by cope_tui.inputs, so the plain
+Hugging Face Hub (`huggingface_hub`). Imported lazily by cope_tui.service.request, so the plain
 catalog and config.json paths never load them; no textual, no torch here.
 
 - gguf_header: the GGUF header and tensor table, from a local file or a byte prefix.

@@ -56,7 +56,7 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
         r = result.runs
         text.append(f"Runs on llama.cpp: {r.candidate.id}, {r.tpot_s * 1e3:.2f} ms/token, {r.tokens_per_s:.1f} "
                     f"tok/s ({yours.tpot_s / r.tpot_s:.2f}x your command)\n")
-    text.append(f"Priced at {req.threads} threads, context {req.context_tokens}, {result.fidelity} cost model\n",
+    text.append(f"Priced at {req.threads} threads, context {req.context_tokens}, {yours.fidelity} cost model\n",
                 style="dim")
     unknown = result.command.unknown
     if unknown:

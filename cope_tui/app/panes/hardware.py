@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, DataTable, Input, Label, Select, Static
+from textual.widgets import Button, DataTable, Static
 
-from cope_tui.app.panes import Apply
 from cope_tui.app.widgets.facts import CPU_FIELDS, GPU_FIELDS, basis_text, fact_rows
+from cope_tui.app.widgets.options_row import OptionsRow
 
 
 class HardwarePane(VerticalScroll):
@@ -15,21 +15,12 @@ class HardwarePane(VerticalScroll):
     HardwarePane { padding: 0 1; }
     HardwarePane .row { height: auto; }
     HardwarePane .row Label { padding: 1 1 0 0; }
-    HardwarePane #gpu-preset { width: 1fr; }
-    HardwarePane #vram-budget { width: 14; }
     HardwarePane DataTable { height: auto; max-height: 12; }
     HardwarePane .section { text-style: bold; margin-top: 1; }
     """
 
     def compose(self) -> ComposeResult:
-        from engine.platform import gpu_presets
-
-        options = [(spec.name, pid) for pid, spec in gpu_presets().items()]
-        with Horizontal(classes="row"):
-            yield Label("Plan for GPU")
-            yield Select(options, id="gpu-preset", allow_blank=False, compact=True)
-            yield Label("VRAM budget GiB")
-            yield Input(placeholder="all", id="vram-budget", compact=True)
+        yield OptionsRow("hardware", id="hardware-options")
         with Horizontal(classes="row"):
             yield Button("Measure this machine", id="measure", compact=True)
             yield Static("", id="detected-gpu")
@@ -58,10 +49,8 @@ class HardwarePane(VerticalScroll):
         if advice is None:
             return
         platform = advice.request.platform
-        select = self.query_one("#gpu-preset", Select)
-        if platform.gpu.preset_id and select.value != platform.gpu.preset_id:
-            with select.prevent(Select.Changed):
-                select.value = platform.gpu.preset_id
+        in_use = {"gpu": platform.gpu.preset_id, "cpu": platform.cpu.preset_id}
+        self.query_one(OptionsRow).show(app.choices, in_use=in_use)
         self.query_one("#gpu-title", Static).update(f"GPU planned for: {platform.gpu.name}")
         self.query_one("#cpu-title", Static).update(f"CPU: {platform.cpu.name}")
         self._fill("#gpu-facts", fact_rows(platform.gpu, GPU_FIELDS))
@@ -72,25 +61,6 @@ class HardwarePane(VerticalScroll):
         table.clear()
         for label, value, basis, note in rows:
             table.add_row(label, value, basis_text(basis), note[:90])
-
-    def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "gpu-preset" and not event.select.is_blank():
-            event.stop()
-            advice = self.app.advice
-            if advice is None or event.value == advice.request.platform.gpu.preset_id:
-                return  # the pane showing what is in use, not a choice
-            self.post_message(Apply(gpu=str(event.value)))
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "vram-budget":
-            event.stop()
-            text = event.value.strip()
-            try:
-                value = float(text) if text else None
-            except ValueError:
-                self.app.say(f"VRAM budget: {text!r} is not a number of GiB", "error")
-                return
-            self.post_message(Apply(vram_budget_gib=value))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "measure":

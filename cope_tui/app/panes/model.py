@@ -6,10 +6,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Input, Label, OptionList, Select, Static
+from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from cope_tui.app.panes import Apply
+from cope_tui.app.widgets.options_row import OptionsRow
+from engine.errors import CopeInputError
 
 
 class ModelPane(VerticalScroll):
@@ -19,8 +21,6 @@ class ModelPane(VerticalScroll):
     ModelPane .row Label { width: 12; }
     ModelPane .row Input { width: 1fr; }
     ModelPane #catalog { height: 7; border: none; }
-    ModelPane #quant { width: 22; }
-    ModelPane #context, ModelPane #threads { width: 10; }
     ModelPane #model-now { color: $text-muted; }
     """
 
@@ -36,20 +36,12 @@ class ModelPane(VerticalScroll):
         with Horizontal(classes="row"):
             yield Label("Hub repo")
             yield Input(placeholder="org/name (Enter to read its config.json)", id="repo", compact=True)
-        with Horizontal(classes="row"):
-            yield Label("Quant")
-            yield Select([], id="quant", allow_blank=True, prompt="model default", compact=True)
-            yield Label(" Context")
-            yield Input(id="context", placeholder="8192", compact=True, type="integer")
-            yield Label(" Threads")
-            yield Input(id="threads", placeholder="cores", compact=True, type="integer")
+        yield OptionsRow("model", id="model-options")
+        yield OptionsRow("policy", id="policy-options")
         with Horizontal(classes="row"):
             yield Button("Apply", id="apply", variant="primary", compact=True)
 
     def on_mount(self) -> None:
-        from engine.quant import quantizations
-
-        self.query_one("#quant", Select).set_options([(q, q) for q in quantizations()])
         self._fill("")
 
     def _fill(self, query: str) -> None:
@@ -96,13 +88,15 @@ class ModelPane(VerticalScroll):
             self._apply()
 
     def _apply(self) -> None:
-        changes: dict = {}
-        quant = self.query_one("#quant", Select)
-        if not quant.disabled:
-            changes["quant"] = None if quant.is_blank() else str(quant.value)
-        for name in ("context", "threads"):
-            text = self.query_one(f"#{name}", Input).value.strip()
-            changes[name] = int(text) if text else None
+        """Every model and policy field at once (a GGUF file fixes the quantization)."""
+        try:
+            changes = {**self.query_one("#model-options", OptionsRow).values(),
+                       **self.query_one("#policy-options", OptionsRow).values()}
+        except CopeInputError as exc:
+            self.app.say(str(exc), "error")  # type: ignore[attr-defined]
+            return
+        if self.app.advice is not None and self.app.advice.request.model.exact_bytes is not None:  # type: ignore[attr-defined]
+            changes.pop("quant")
         self.post_message(Apply(**changes))
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
@@ -118,10 +112,7 @@ class ModelPane(VerticalScroll):
             + (" fixed by the GGUF file" if fixed else "")
             + f", context {req.context_tokens}, {req.threads} threads"
         )
-        quant = self.query_one("#quant", Select)
-        quant.disabled = fixed
-        with quant.prevent(Select.Changed):
-            if fixed:
-                quant.clear()
-            elif app.choices.quant:
-                quant.value = app.choices.quant
+        row = self.query_one("#model-options", OptionsRow)
+        row.show(app.choices)
+        row.disable("quant", fixed)
+        self.query_one("#policy-options", OptionsRow).show(app.choices)

@@ -63,7 +63,7 @@ class ProbesPane(VerticalScroll):
         if app.advice is None:
             return
         cm = app.advice.rec.cost_model
-        text = f"Cost model in use: {cm.get('fidelity')} ({cm.get('basis', '')})"
-        if app.advice.profile_source:
-            text += f"\nprofile: {app.advice.profile_source}"
+        text = f"Cost model in use: {cm.fidelity} ({cm.basis})"
+        if app.advice.pricing.profile_source:
+            text += f"\nprofile: {app.advice.pricing.profile_source}"
         self.query_one("#cost-model", Static).update(text)

@@ -105,7 +105,7 @@ class ResultsPane(Vertical):
             summary.append(" ")
         summary.append(f"{req.model.name} {req.quant.name} on {req.platform.gpu.name} "
                        f"({req.vram_budget_bytes / GIB:.1f} GiB budget) + {req.platform.cpu.name}, "
-                       f"{req.threads} threads; {rec.cost_model.get('fidelity')} cost model; "
+                       f"{req.threads} threads; {rec.cost_model.fidelity} cost model; "
                        f"vs base = against {baseline.candidate.id}")
         self.query_one("#results-summary", Static).update(summary)
         table = self.query_one(DataTable)

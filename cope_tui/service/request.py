@@ -1,4 +1,4 @@
-"""Turn what a person asked for (flags or app fields) into an AdviseRequest.
+"""Build the AdviseRequest for what a person chose (PlanChoices, from flags or app fields).
 
 Every default that stands in for something the person did not say is recorded as an
 assumption, so the output can say what it assumed. Shared by the command line and
@@ -7,9 +7,7 @@ the app; imports neither textual nor torch.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
+from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanChoices, check_choices
 from engine.advise import AdviseRequest
 from engine.errors import CopeInputError
 from engine.memory import GIB
@@ -20,36 +18,14 @@ from engine.synthetic import SyntheticSettings, synthetic_trace
 from engine.trace import RoutingTrace
 from engine.trace_io import load_any_trace
 
-DEFAULT_MODEL = "qwen3-30b-a3b"
-DEFAULT_GPU = "rtx-4060-ti-16gb"
-DEFAULT_CONTEXT = 8192
-SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
-SYNTHETIC_SEED = 0
 # Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
 # published Qwen3-30B-A3B decode profile shows in its middle layers.
 SYNTHETIC_ZIPF = 0.7
 
 
-@dataclass(frozen=True)
-class AdviseArgs:
-    model: str | None = None
-    gguf_file: str | None = None  # with a repo id in `model`: a GGUF file in that repo
-    quant: str | None = None
-    gpu: str | None = None
-    cpu: str | None = None
-    vram_budget_gib: float | None = None
-    context: int | None = None
-    threads: int | None = None
-    trace: str | None = None  # a file, or "synthetic"
-    profile_trace: str | None = None
-    tokens: int = SYNTHETIC_TOKENS
-    seed: int = SYNTHETIC_SEED
-    evictions: tuple[str, ...] = ("lru",)
-    prefetch_mode: str = "timed"
-
-
-def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
+def build_request(args: PlanChoices, *, detect_cpu=None) -> AdviseRequest:
     """`detect_cpu` is called only when no CPU preset is named (tests pass a stub)."""
+    check_choices(args)
     assumed: list[str] = []
 
     model_arg = args.model or DEFAULT_MODEL
@@ -78,8 +54,6 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
 
     gpu_vram = platform.gpu.vram_bytes
     if args.vram_budget_gib is not None:
-        if not (math.isfinite(args.vram_budget_gib) and args.vram_budget_gib > 0):
-            raise CopeInputError(f"--vram-budget must be a positive number of GiB, got {args.vram_budget_gib}")
         budget = int(args.vram_budget_gib * GIB)
         if gpu_vram.known and budget > int(gpu_vram.value):
             raise CopeInputError(
@@ -94,26 +68,11 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
     context = DEFAULT_CONTEXT if args.context is None else args.context
     if args.context is None:
         assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it)")
-    if context <= 0:
-        raise CopeInputError(f"--context must be positive, got {context}")
 
     threads = _default_threads(platform) if args.threads is None else args.threads
     if args.threads is None:
         assumed.append(f"CPU threads: {threads} (the CPU's physical cores)")
-    if threads <= 0:
-        raise CopeInputError(f"--threads must be positive, got {threads}")
-    if args.seed < 0:
-        raise CopeInputError(f"--seed must be 0 or more, got {args.seed}")
-    if not args.evictions:
-        raise CopeInputError("--eviction needs at least one rule: lru, score or lru,score")
-
     trace, profile, trace_notes = _traces(args, model, assumed)
-    try:
-        evictions = tuple(Eviction(e) for e in args.evictions)
-    except ValueError:
-        raise CopeInputError(f"--eviction must be among lru, score; got {','.join(args.evictions)}") from None
-    if args.prefetch_mode not in ("timed", "optimistic"):
-        raise CopeInputError(f"--prefetch must be timed or optimistic, got {args.prefetch_mode}")
     return AdviseRequest(
         model=model,
         quant=quant,
@@ -123,7 +82,7 @@ def build_request(args: AdviseArgs, *, detect_cpu=None) -> AdviseRequest:
         threads=threads,
         trace=trace,
         profile=profile,
-        evictions=evictions,
+        evictions=tuple(Eviction(e) for e in args.evictions),
         prefetch_mode=args.prefetch_mode,
         notes=model_notes + tuple(f"assumed {a}" for a in assumed) + trace_notes,
     )
@@ -137,7 +96,7 @@ def load_model(arg: str, *, gguf_file: str | None = None):
     return resolve_model(arg, gguf_file=gguf_file)
 
 
-def _platform(args: AdviseArgs, assumed: list[str], detect_cpu) -> Platform:
+def _platform(args: PlanChoices, assumed: list[str], detect_cpu) -> Platform:
     gpu_name = args.gpu or DEFAULT_GPU
     if args.gpu is None:
         assumed.append(f"GPU: the {get_gpu_preset(DEFAULT_GPU).name} preset (no --gpu given)")
@@ -163,10 +122,8 @@ def _default_threads(platform: Platform) -> int:
     return int(threads.value) if threads.known else 4
 
 
-def _traces(args: AdviseArgs, model, assumed: list[str]) -> tuple[RoutingTrace, RoutingTrace, tuple[str, ...]]:
+def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace, RoutingTrace, tuple[str, ...]]:
     """(replayed trace, profile trace, notes)."""
-    if args.tokens < 2:
-        raise CopeInputError(f"--tokens must be at least 2, got {args.tokens}")
     notes: list[str] = []
     full = None
     if args.trace is None:

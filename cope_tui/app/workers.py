@@ -1,0 +1,166 @@
+"""The app's thread workers: each calls one service-layer function and posts what it gets.
+
+Cancellation is the worker's own `cancelled_event` (a threading.Event), passed down into
+the long work, which checks it at step boundaries and raises engine.progress.Cancelled;
+progress callbacks only post messages. A failure becomes a one-line WorkFailed message,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from textual import work
+from textual.worker import get_current_worker
+
+from cope_tui.app.messages import (
+    AdviceReady,
+    CommandEstimated,
+    GpuDetected,
+    ProbesFinished,
+    Progress,
+    SweepReady,
+    TraceRecorded,
+    WorkFailed,
+)
+from cope_tui.options import PlanChoices
+from cope_tui.service import advice as service
+from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
+from engine.cost_models import Fidelity
+from engine.errors import CopeInputError
+from engine.llama_args import LlamaCommand
+from engine.progress import Cancelled
+
+
+def why(exc: BaseException) -> str:
+    if isinstance(exc, CopeInputError):
+        return str(exc)
+    return f"internal error ({type(exc).__name__}: {exc})"
+
+
+class Workers:
+    """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`."""
+
+    @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
+    def compute(self, choices: PlanChoices, request=None, pricing: Pricing | None = None) -> None:  # type: ignore[no-untyped-def]
+        """Rank for `choices`; with `request` and `pricing`, reprice that request instead."""
+        cancel = get_current_worker().cancelled_event
+
+        def progress(done: int, total: int, label: str) -> None:
+            if done % 8 == 0:
+                self.post_message(Progress("advice", done, total, label))
+
+        try:
+            if self.cpu_spec is None:
+                self.cpu_spec = self.services.detect_cpu()
+            if request is not None and pricing is not None:
+                advice = service.advise_with(request, pricing, progress=progress, cancel=cancel)
+            else:
+                advice = service.plan(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
+                                      progress=progress, cancel=cancel)
+        except Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001 - shown in a notification, never a traceback
+            if not cancel.is_set():
+                self.post_message(WorkFailed("advice", why(exc)))
+            return
+        if not cancel.is_set():
+            self.post_message(AdviceReady(advice, choices))
+
+    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
+    def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:
+        cancel = get_current_worker().cancelled_event
+        try:
+            result = service.estimate_command(advice, command, cancel=cancel)
+        except Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not cancel.is_set():
+                self.post_message(WorkFailed("estimate", why(exc)))
+            return
+        if not cancel.is_set():
+            self.post_message(CommandEstimated(result))
+
+    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
+    def sweep(self, advice: service.Advice) -> None:
+        cancel = get_current_worker().cancelled_event
+        try:
+            points = service.sweep(advice, self.services.sweep_points, cancel=cancel)
+        except Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not cancel.is_set():
+                self.post_message(WorkFailed("sweep", why(exc)))
+            return
+        if not cancel.is_set():
+            self.post_message(SweepReady(points))
+
+    @work(thread=True, exclusive=True, group="detect", exit_on_error=False)
+    def detect_gpu(self) -> None:
+        try:
+            gpu = self.services.detect_gpu()
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("detect", why(exc)))
+            return
+        self.post_message(GpuDetected(gpu))
+
+    @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
+    def measure(self, expert_bytes: int) -> None:
+        try:
+            platform = self.services.measure_platform(lambda line: None, expert_bytes)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("measure", why(exc)))
+            return
+        self.post_message(GpuDetected(platform.gpu, platform.cpu))
+
+    @work(thread=True, exclusive=True, group="probes", exit_on_error=False)
+    def probe(self, request, fidelity: str, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
+        def progress(done: int, total: int, label: str) -> None:
+            self.post_message(Progress("probes", done, total, label))
+
+        try:
+            outcome = self.services.run_probes(request, fidelity=fidelity, budget_s=budget_s,
+                                               progress=progress, cancel=cancel)
+        except Exception as exc:  # noqa: BLE001 - what was measured is already in the cache
+            outcome = ProbeOutcome(Fidelity(fidelity), ProbeReport(stopped="failed"), None, error=why(exc))
+        self.post_message(ProbesFinished(outcome))
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def record(self, model: str, domain: str, tokens: int, cancel: threading.Event) -> None:
+        last = [0, 0]  # tokens recorded, tokens asked for
+
+        def progress(done: int, total: int, label: str) -> None:
+            last[:] = [done, total]
+            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
+                self.post_message(Progress("record", done, total, label))
+
+        try:
+            path = self.services.record(model=model, domain=domain, tokens=tokens, progress=progress, cancel=cancel)
+        except ImportError as exc:
+            self.post_message(TraceRecorded(None, f"Recording needs transformers and torch "
+                                                  f"(pip install 'cope-tui[record]'): {exc}"))
+            return
+        except Exception as exc:  # noqa: BLE001
+            if cancel.is_set():
+                self.post_message(TraceRecorded(None, "Recording cancelled; nothing was saved."))
+            else:
+                self.post_message(TraceRecorded(None, f"Recording failed: {why(exc)}"))
+            return
+        if cancel.is_set():  # stopped early: the tokens recorded so far were saved
+            kept = f"the {last[0]} of {last[1]} tokens recorded" if last[1] else "what was recorded"
+            self.post_message(TraceRecorded(path, f"Recording cancelled: kept {kept} in {path}; "
+                                                  "it is now the trace in use."))
+            return
+        self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def pull(self, spec: str, model_id: str) -> None:
+        def log(line: str) -> None:
+            self.post_message(Progress("record", 0, 1, line))
+
+        try:
+            path = self.services.pull(spec, model_id, log)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(TraceRecorded(None, f"Pull failed: {why(exc)}"))
+            return
+        self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))

@@ -1,0 +1,299 @@
+"""Every setting of a plan, declared once: name, type, default, help, validation.
+
+`PlanChoices` is what a person chose, from flags or from the app's fields; each field
+carries an `Option` that says how it is spelled on the command line, how text becomes a
+value, what makes a value wrong, and how the app labels it. From this one table come:
+- the argparse flags of `cope advise`, `export`, `estimate`, `verify` (`add_flags`),
+  and the values they parsed (`choices_from_args`);
+- the checks both front ends run before building a request (`check_choices`);
+- the app's inputs (`app_options`: label, kind, choices), parsed by the same `parse`.
+
+None means "not said": the service fills in a default and records it as an assumption.
+Imports neither textual nor torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Callable
+
+from engine.errors import CopeInputError
+
+# What a setting left unsaid stands for (the request records each as an assumption).
+DEFAULT_MODEL = "qwen3-30b-a3b"
+DEFAULT_GPU = "rtx-4060-ti-16gb"
+DEFAULT_CONTEXT = 8192
+SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
+SYNTHETIC_SEED = 0
+EVICTIONS = ("lru", "score")
+PREFETCH_MODES = ("timed", "optimistic")
+FIDELITIES = ("analytic", "atomic", "combined")
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] = str  # text (a flag's or an app field's) -> value
+    check: Callable[[Any], str | None] | None = None  # the problem with a value, or None
+    choices: tuple[str, ...] | None = None
+    label: str | None = None  # the app's label; None: not an app input
+    group: str = "plan"  # which app pane shows it: "model", "hardware", "policy", "pricing"
+    is_switch: bool = False  # a flag without a value
+    app_choices: Callable[[], list[tuple[str, str]]] | None = None  # (label, value) known only at run time
+    hint: str = ""  # what an empty app field means
+
+
+def _option(default: Any, **meta: Any) -> Any:
+    return field(default=default, metadata={"option": Option(**meta)})
+
+
+# --- parsers and checks -------------------------------------------------------------
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise CopeInputError(f"{text!r} is not a whole number") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise CopeInputError(f"{text!r} is not a number") from None
+
+
+def _words(text: str | tuple) -> tuple[str, ...]:
+    if isinstance(text, tuple):
+        return text
+    return tuple(w.strip() for w in str(text).split(",") if w.strip())
+
+
+def _positive(value: float) -> str | None:
+    if not (math.isfinite(value) and value > 0):
+        return f"must be a positive number, got {value}"
+    return None
+
+
+def _positive_int(value: int) -> str | None:
+    return None if value > 0 else f"must be positive, got {value}"
+
+
+def _at_least(low: int) -> Callable[[int], str | None]:
+    return lambda value: None if value >= low else f"must be at least {low}, got {value}"
+
+
+def _evictions(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return "needs at least one rule: lru, score or lru,score"
+    if any(v not in EVICTIONS for v in value):
+        return f"must be among {', '.join(EVICTIONS)}; got {','.join(value)}"
+    return None
+
+
+def _quantizations() -> list[tuple[str, str]]:
+    from engine.quant import quantizations
+
+    return [(q, q) for q in quantizations()]
+
+
+def _gpu_presets() -> list[tuple[str, str]]:
+    from engine.platform import gpu_presets
+
+    return [(spec.name, pid) for pid, spec in gpu_presets().items()]
+
+
+def _cpu_presets() -> list[tuple[str, str]]:
+    from engine.platform import cpu_presets
+
+    return [(spec.name, pid) for pid, spec in cpu_presets().items()]
+
+
+def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+    return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}, got {value}"
+
+
+# --- the table ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanChoices:
+    """A plan's settings; None: the default, which the request records as assumed."""
+
+    model: str | None = _option(
+        None, flag="--model",
+        help="catalog id (see `cope models`), a config.json, a .gguf file or a Hugging Face repo id")
+    gguf_file: str | None = _option(
+        None, flag="--gguf-file", metavar="NAME.gguf",
+        help="with a repo id as --model: size the model from this GGUF file in the repo (its header is read remotely)")
+    quant: str | None = _option(
+        None, flag="--quant", label="Quant", group="model", app_choices=lambda: _quantizations(), hint="model's usual",
+        help="quantization, e.g. Q4_K_M (default: the model's usual one)")
+    gpu: str | None = _option(
+        None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(),
+        help="GPU preset to plan for (see `cope presets`)")
+    cpu: str | None = _option(
+        None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",
+        help="CPU preset (default: this machine's CPU)")
+    vram_budget_gib: float | None = _option(
+        None, flag="--vram-budget", metavar="GIB", parse=_float, check=_positive, label="VRAM budget GiB",
+        group="hardware", hint="all", help="VRAM to use, GiB (default: all)")
+    context: int | None = _option(
+        None, flag="--context", metavar="N", parse=_int, check=_positive_int, label="Context", group="model", hint=str(DEFAULT_CONTEXT),
+        help="context tokens to reserve KV cache for")
+    threads: int | None = _option(
+        None, flag="--threads", metavar="T", parse=_int, check=_positive_int, label="Threads", group="model", hint="cores",
+        help="CPU threads for expert compute")
+    trace: str | None = _option(
+        None, flag="--trace", metavar="FILE|synthetic",
+        help="routing trace (.npz, llama-moe-trace .csv, .jsonl)")
+    profile_trace: str | None = _option(
+        None, flag="--profile-trace", metavar="FILE", help="trace to learn expert popularity from")
+    tokens: int = _option(
+        SYNTHETIC_TOKENS, flag="--tokens", parse=_int, check=_at_least(2),
+        help=f"synthetic tokens to replay (default {SYNTHETIC_TOKENS})")
+    seed: int = _option(SYNTHETIC_SEED, flag="--seed", parse=_int, check=_at_least(0), help="synthetic trace seed")
+    evictions: tuple[str, ...] = _option(
+        ("lru",), flag="--eviction", parse=_words, check=_evictions, choices=EVICTIONS, label="Eviction",
+        group="policy", hint="lru", help="mutable-cache eviction rules: lru, score or lru,score")
+    prefetch_mode: str = _option(
+        "timed", flag="--prefetch", choices=PREFETCH_MODES, check=_among(PREFETCH_MODES), label="Prefetch",
+        group="policy", help="timed: a prefetch is exposed when the previous layer is too short to hide it")
+    fidelity: str | None = _option(
+        None, flag="--fidelity", choices=FIDELITIES, check=_among(FIDELITIES),
+        help="cost model (default: combined with a complete cached profile, else analytic)")
+    probe_budget_s: float = _option(
+        60.0, flag="--probe-budget", metavar="SECONDS", parse=_float, check=_positive, label="Probe budget s",
+        group="pricing", help="time for probes when atomic/combined has no cached profile (default 60)")
+    reprobe: bool = _option(
+        False, flag="--reprobe", is_switch=True, help="ignore the cached profile and probe again")
+
+    def with_(self, **changes: Any) -> "PlanChoices":
+        return replace(self, **changes)
+
+
+def option_of(name: str) -> Option:
+    for f in fields(PlanChoices):
+        if f.name == name:
+            return f.metadata["option"]
+    raise KeyError(name)
+
+
+def defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(PlanChoices) if f.default is not MISSING}
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+def _argparse_type(opt: Option) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return opt.parse(text)
+        except CopeInputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = opt.metavar or "value"
+    return convert
+
+
+def add_flags(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = (),
+              defaults_: dict[str, Any] | None = None) -> None:
+    """The flags of every option not in `skip` (`defaults_` overrides a command's defaults)."""
+    overrides = defaults_ or {}
+    for f in fields(PlanChoices):
+        if f.name in skip:
+            continue
+        opt: Option = f.metadata["option"]
+        default = overrides.get(f.name, f.default)
+        if opt.is_switch:
+            parser.add_argument(opt.flag, dest=f.name, action="store_true", default=default, help=opt.help)
+            continue
+        kwargs: dict[str, Any] = dict(dest=f.name, default=default, help=opt.help, metavar=opt.metavar)
+        if opt.parse is not str:
+            kwargs["type"] = _argparse_type(opt)
+        elif opt.choices is not None:
+            kwargs["choices"] = opt.choices
+        parser.add_argument(opt.flag, **kwargs)
+
+
+def choices_from_args(args: argparse.Namespace, **explicit: Any) -> PlanChoices:
+    """The PlanChoices the parsed flags say; `explicit` values (not None) win."""
+    values = {f.name: getattr(args, f.name) for f in fields(PlanChoices) if hasattr(args, f.name)}
+    values.update({k: v for k, v in explicit.items() if v is not None})
+    return PlanChoices(**values)
+
+
+def check_choices(choices: PlanChoices) -> None:
+    """Raise CopeInputError (one line, naming the flag) for the first wrong value."""
+    for f in fields(PlanChoices):
+        opt: Option = f.metadata["option"]
+        value = getattr(choices, f.name)
+        if value is None or opt.check is None:
+            continue
+        problem = opt.check(value)
+        if problem:
+            raise CopeInputError(f"{opt.flag} {problem}")
+
+
+# --- the app ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppOption:
+    name: str  # the PlanChoices field
+    label: str
+    group: str
+    help: str
+    choices: tuple[tuple[str, str], ...] | None  # (label, value): a select; None: free text
+    multiple: bool  # several values at once, comma-separated (free text)
+    hint: str  # what an empty field means
+
+    @property
+    def widget_id(self) -> str:
+        return self.name.replace("_", "-")
+
+    def parse(self, text: str) -> Any:
+        """An app field's text -> the value (None for an empty field); one-line errors."""
+        text = text.strip()
+        if not text:
+            return None
+        opt = option_of(self.name)
+        try:
+            value = opt.parse(text)
+        except CopeInputError as exc:
+            raise CopeInputError(f"{self.label}: {exc}") from None
+        problem = opt.check(value) if opt.check else None
+        if problem:
+            raise CopeInputError(f"{self.label} {problem}")
+        return value
+
+    def show(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, tuple):
+            return ",".join(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def app_options(group: str) -> list[AppOption]:
+    """The app's inputs of one pane group, in table order."""
+    out = []
+    for f in fields(PlanChoices):
+        opt: Option = f.metadata["option"]
+        if opt.label is None or opt.group != group:
+            continue
+        multiple = f.type.startswith("tuple")
+        if opt.app_choices is not None:
+            choices = tuple(opt.app_choices())
+        elif opt.choices is not None and not multiple:
+            choices = tuple((c, c) for c in opt.choices)
+        else:
+            choices = None
+        out.append(AppOption(f.name, opt.label, opt.group, opt.help, choices, multiple, opt.hint))
+    return out

@@ -1,0 +1,121 @@
+"""The main job, for every front end: choices -> request -> pricing -> ranked advice.
+
+`plan` is what `cope advise` (and export, estimate, verify) and the app's compute worker
+both call, so the same inputs and profile give the same ranking everywhere; `sweep`
+feeds the app's tok/s-vs-VRAM chart; `estimate_command` prices a llama.cpp command a
+person already runs beside the ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, replace
+
+from cope_tui.options import PlanChoices
+from cope_tui.service.pricing import Pricing, choose_cost_model
+from cope_tui.service.request import build_request
+from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets
+from engine.command_estimate import CommandEstimate, price_command
+from engine.cost_model import CostModel
+from engine.errors import CopeInputError
+from engine.llama_args import LlamaCommand, parse_llama_command
+from engine.memory import GIB
+from engine.progress import Progress
+
+
+@dataclass(frozen=True)
+class Advice:
+    request: AdviseRequest
+    pricing: Pricing
+    rec: Recommendation
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self.pricing.cost_model
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    budget_bytes: int
+    tokens_per_s: dict[str, float]  # candidate id -> tokens/s at this budget
+
+
+def plan(
+    choices: PlanChoices,
+    *,
+    detect_cpu=None,  # type: ignore[no-untyped-def]
+    probe_progress: Progress | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Advice:
+    """Build the request, choose its cost model (probing only when a measured fidelity is
+    asked for and not cached), rank every candidate."""
+    request = build_request(choices, detect_cpu=detect_cpu)
+    pricing = choose_cost_model(request, fidelity=choices.fidelity, probe_budget_s=choices.probe_budget_s,
+                                reprobe=choices.reprobe, progress=probe_progress, cancel=cancel)
+    return advise_with(request, pricing, progress=progress, cancel=cancel)
+
+
+def advise_with(request: AdviseRequest, pricing: Pricing, *, progress: Progress | None = None,
+                cancel: threading.Event | None = None) -> Advice:
+    rec = advise(request, pricing.cost_model, progress=progress, cancel=cancel)
+    return Advice(request, pricing, rec)
+
+
+def sweep_budgets_for(rec: Recommendation, n_points: int) -> list[int]:
+    """VRAM budgets from just above what the non-expert weights need to the whole GPU."""
+    top = rec.request.platform.gpu.vram_bytes.value or rec.request.vram_budget_bytes
+    top = max(int(top), rec.request.vram_budget_bytes)
+    low = rec.memory.fixed_bytes / (1 - 0.05) + 0.5 * GIB  # the margin scales with the budget
+    low = math.ceil(low / (0.5 * GIB)) * 0.5 * GIB
+    if low >= top or n_points < 2:
+        return [top]
+    step = (top - low) / (n_points - 1)
+    return [int(low + i * step) for i in range(n_points)]
+
+
+def sweep(advice: Advice, n_points: int, *, progress: Progress | None = None,
+          cancel: threading.Event | None = None) -> list[SweepPoint]:
+    """tokens/s of every candidate at a few VRAM budgets."""
+    budgets = sweep_budgets_for(advice.rec, n_points)
+    recs = sweep_budgets(advice.request, advice.cost_model, budgets, progress=progress, cancel=cancel)
+    return [SweepPoint(b, {e.candidate.id: e.tokens_per_s for e in r.estimates}) for b, r in zip(budgets, recs)]
+
+
+def parse_pasted(text: str) -> LlamaCommand:
+    """A pasted command line -> LlamaCommand; split like a shell would (shlex), never run.
+
+    Raises CopeInputError with one line for anything unreadable."""
+    import shlex
+
+    text = text.strip()
+    if text.startswith("$ "):
+        text = text[2:]  # a copied shell prompt
+    if not text:
+        raise CopeInputError("paste a llama.cpp command, e.g. llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8")
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        reason = str(exc).lower()  # shlex: "No closing quotation", "No escaped character"
+        raise CopeInputError(f"{reason} (check its quotes and backslashes)") from None
+    return parse_llama_command(words)
+
+
+def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progress | None = None,
+                     cancel: threading.Event | None = None) -> CommandEstimate:
+    """Price `command` beside the ranking of `advice`. The command's -t and -c are honoured:
+    when they differ from the advice's, the ranking is recomputed at them (priced by the
+    same policy: a complete cached profile for those settings, else analytic) and a note
+    says so."""
+    request = advice.request
+    threads = command.threads or request.threads
+    context = command.context or request.context_tokens
+    if (threads, context) == (request.threads, request.context_tokens):
+        return price_command(advice.rec, advice.cost_model, command)
+    moved = replace(request, threads=threads, context_tokens=context)
+    redone = advise_with(moved, choose_cost_model(moved), progress=progress, cancel=cancel)
+    result = price_command(redone.rec, redone.cost_model, command)
+    note = (f"COPE's best recomputed at the command's {threads} threads and context {context} "
+            f"(the ranking shown elsewhere is at {request.threads} threads, context {request.context_tokens})")
+    return replace(result, notes=(note,) + result.notes)

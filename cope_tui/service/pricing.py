@@ -1,0 +1,153 @@
+"""Choosing the cost model a request is priced with: one policy for every front end.
+
+- No fidelity asked for: combined when the profile cache holds a complete profile of
+  this hardware and model (every atomic probe measured), else analytic. Never probes.
+- analytic asked for: analytic.
+- atomic or combined asked for: the cached profile when it is complete (and no reprobe),
+  else probe now within the budget (resuming from the cache), then price with it.
+
+Probing writes every measurement as it comes, so a cancelled or failed run keeps what
+it measured. Imports torch only when it probes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from engine.advise import AdviseRequest
+from engine.cost_model import CostModel
+from engine.cost_models import Fidelity, ProfileUse, build_cost_model
+from engine.errors import CopeInputError
+from engine.policy import Execution
+from engine.profile import Profile
+from engine.progress import Progress
+
+PROBER_FACTORY = None  # tests put a fake prober factory here: () -> Prober
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What one probing run did (nothing when the cache had what was needed)."""
+
+    measured: int = 0
+    skipped: int = 0
+    left: int = 0
+    stopped: str | None = None  # "budget", "cancelled", "failed" or None
+    elapsed_s: float = 0.0
+
+    def summary(self) -> str:
+        stopped = f" ({self.stopped})" if self.stopped else ""
+        return (f"{self.measured} measured, {self.skipped} already cached, {self.left} left{stopped} "
+                f"in {self.elapsed_s:.1f} s")
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """The cost model a request is priced with, and how it was chosen."""
+
+    cost_model: CostModel
+    fidelity: Fidelity
+    reason: str  # why this fidelity, for the notes
+    profile_source: str | None = None  # the profile file of a measured fidelity
+    probed: ProbeReport | None = None  # None: nothing was probed for it
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A probing run the app started: the pricing it allows, or why there is none."""
+
+    fidelity: Fidelity
+    report: ProbeReport
+    pricing: Pricing | None  # None: too little was measured to price with
+    source: str = ""  # the profile file
+    error: str = ""
+
+
+def analytic(request: AdviseRequest) -> Pricing:
+    return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC, "analytic")
+
+
+def choose_cost_model(
+    request: AdviseRequest,
+    *,
+    fidelity: str | None = None,
+    probe_budget_s: float = 60.0,
+    reprobe: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Pricing:
+    """The cost model for `request` by the policy above; raises CopeInputError when a
+    measured fidelity cannot price (the probes did not finish the atomic operators)."""
+    if probe_budget_s <= 0:
+        raise CopeInputError(f"--probe-budget must be positive, got {probe_budget_s}")
+    if fidelity is None:
+        return cached_pricing(request) if not reprobe else analytic(request)
+    wanted = Fidelity(fidelity)
+    if not wanted.needs_profile:
+        return analytic(request)
+    outcome = probe_then_price(request, wanted, budget_s=probe_budget_s, reprobe=reprobe,
+                               progress=progress, cancel=cancel)
+    if outcome.pricing is None:
+        raise CopeInputError(f"the {wanted.value} profile is incomplete ({outcome.error}); "
+                             "probe again with a larger --probe-budget", path=outcome.source or None)
+    return outcome.pricing
+
+
+def cached_pricing(request: AdviseRequest) -> Pricing:
+    """Combined from a complete cached profile, else analytic; never probes, and a
+    damaged cache entry falls back to analytic with the reason."""
+    from probes.runner import cached_profile_complete  # noqa: PLC0415 - reads the cache, no torch
+
+    try:
+        found = cached_profile_complete(request)
+    except (OSError, ValueError, CopeInputError) as exc:
+        return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
+                       f"analytic: the cached profile could not be read ({exc})")
+    if found is None:
+        return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
+                       "analytic: no complete cached profile of this machine and model")
+    profile, source = found
+    return _priced(request, Fidelity.COMBINED, profile, source, None,
+                   "combined: a complete cached profile of this machine and model")
+
+
+def probe_then_price(
+    request: AdviseRequest,
+    fidelity: Fidelity,
+    *,
+    budget_s: float,
+    reprobe: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> ProbeOutcome:
+    """Probe what `fidelity` needs (resuming the cache), then price with it; never raises
+    for an incomplete profile (the outcome says why it has no pricing)."""
+    from probes.runner import ensure_profile  # noqa: PLC0415 - loads torch only to measure
+
+    def candidates():  # the states worth probing: those the analytic ranking reaches
+        from engine.advise import advise
+
+        rec = advise(request, analytic(request).cost_model)
+        return [(e.candidate.execution, e.stats) for e in rec.estimates]
+
+    outcome = ensure_profile(request, fidelity.value, budget_s=budget_s, reprobe=reprobe, candidates=candidates,
+                             make_prober=PROBER_FACTORY, cancel=cancel, progress=progress)
+    ran = outcome.ran
+    report = ProbeReport() if ran is None else ProbeReport(ran.measured, ran.skipped, ran.left, ran.stopped,
+                                                           ran.elapsed_s)
+    reason = f"{fidelity.value}: " + ("the cached profile" if ran is None else "probed now")
+    try:
+        pricing = _priced(request, fidelity, outcome.profile, outcome.source, report if ran else None, reason)
+    except CopeInputError as exc:
+        return ProbeOutcome(fidelity, report, None, outcome.source, str(exc))
+    return ProbeOutcome(fidelity, report, pricing, outcome.source)
+
+
+def _priced(request: AdviseRequest, fidelity: Fidelity, profile: Profile, source: str,
+            probed: ProbeReport | None, reason: str) -> Pricing:
+    use = ProfileUse(source, from_cache=probed is None)
+    model = build_cost_model(fidelity, request, profile, use)
+    k = request.model.top_k
+    model.state_costs(Execution.SEQUENTIAL, request.threads, k, k)  # fail here, not while pricing
+    return Pricing(model, fidelity, reason, source, probed)

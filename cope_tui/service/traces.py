@@ -1,0 +1,26 @@
+"""Getting a routing trace: recording one with transformers into the trace cache."""
+
+from __future__ import annotations
+
+import threading
+
+from engine.progress import Progress
+
+
+def record_trace(*, model: str, domain: str, tokens: int, progress: Progress, cancel: threading.Event) -> str:
+    """Record a trace with transformers into the trace cache `cope trace record` uses;
+    returns its path. A cancelled recording keeps the tokens recorded so far."""
+    import torch
+
+    from cope_tui.commands.trace_record import _model_label, default_trace_path, domain_prompts
+    from engine.trace_io import save_trace
+    from probes.record_hf import record_with_transformers
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    label = _model_label(model)
+    trace = record_with_transformers(model, domain_prompts(domain), tokens, device=device,
+                                     progress=progress, cancel=cancel, model_name=label, domain=domain)
+    out = default_trace_path(label, domain)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(trace, out)
+    return str(out)

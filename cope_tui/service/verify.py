@@ -1,0 +1,122 @@
+"""The ground truth of a recommendation on this machine: llama-bench runs the exported
+command (and the default layer partition beside it), measured tokens/s beside predicted.
+
+llama-bench's JSON output (tools/llama-bench/llama-bench.cpp, json_printer) is an array
+of test objects with, among others, "n_prompt", "n_gen", "avg_ts" and "stddev_ts"
+(tokens per second, mean and sample standard deviation over the repetitions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, replace
+
+from engine.advise import Recommendation
+from engine.export import Export, export_for, flag_args
+
+BENCH_GEN_TOKENS = 64
+BENCH_REPETITIONS = 3
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    avg_ts: float | None
+    stddev_ts: float | None
+    problem: str | None  # why there is no figure
+
+
+@dataclass(frozen=True)
+class VerifyRow:
+    role: str  # "exported" | "baseline"
+    candidate_id: str
+    predicted_ts: float
+    result: BenchResult
+    command: str
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured."""
+        if self.result.avg_ts is None or self.result.avg_ts <= 0:
+            return None
+        return (self.predicted_ts - self.result.avg_ts) / self.result.avg_ts
+
+
+def parse_bench_json(stdout: str) -> BenchResult:
+    """The decode test of llama-bench -o json output."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        return BenchResult(None, None, f"malformed llama-bench output (not JSON: {exc.msg} at line {exc.lineno})")
+    if not isinstance(doc, list) or not doc:
+        return BenchResult(None, None, "malformed llama-bench output (expected a non-empty JSON array)")
+    tests = [t for t in doc if isinstance(t, dict) and t.get("n_gen", 0) and not t.get("n_prompt", 0)]
+    if not tests:
+        return BenchResult(None, None, "llama-bench output has no decode test (n_prompt 0, n_gen > 0)")
+    test = tests[0]
+    avg, sd = test.get("avg_ts"), test.get("stddev_ts")
+    if not isinstance(avg, (int, float)) or isinstance(avg, bool) or avg <= 0:
+        return BenchResult(None, None, f"malformed llama-bench output (avg_ts is {avg!r})")
+    if not isinstance(sd, (int, float)) or isinstance(sd, bool):
+        sd = None
+    return BenchResult(float(avg), None if sd is None else float(sd), None)
+
+
+def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float) -> BenchResult:
+    if timeout_s <= 0:
+        return BenchResult(None, None, "not run: the time limit was used up")
+    try:
+        done = subprocess.run(
+            [bench, *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
+            env={**os.environ, **env},
+        )
+    except subprocess.TimeoutExpired:
+        return BenchResult(None, None, f"stopped: ran past the time limit ({timeout_s:.0f} s left)")
+    except OSError as exc:
+        return BenchResult(None, None, f"could not run {bench}: {exc.strerror or exc}")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout or "").strip().splitlines()
+        last = tail[-1] if tail else "no output"
+        return BenchResult(None, None, f"llama-bench exited with {done.returncode}: {last}")
+    return parse_bench_json(done.stdout)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    exported: Export  # the asked candidate's export (it may run its nearest runnable candidate)
+    rows: tuple[VerifyRow, ...]  # the exported run, then the baseline's when it differs
+    notes: tuple[str, ...]
+
+    @property
+    def failed(self) -> VerifyRow | None:
+        return next((r for r in self.rows if r.result.problem), None)
+
+
+def depth_note(context_tokens: int) -> str:
+    return (f"llama-bench decodes {BENCH_GEN_TOKENS} tokens from an empty context; the estimate prices "
+            f"attention at the planned context of {context_tokens} tokens")
+
+
+def verify(rec: Recommendation, candidate_id: str, *, bench: str, model_path: str, runtime: str = "stock",
+           time_limit_s: float = 600.0) -> VerifyReport:
+    """Run llama-bench on the export of `candidate_id` and on the baseline partition,
+    within `time_limit_s` for both."""
+    chosen = rec.estimate_of(candidate_id)
+    extra = (flag_args("llama-bench", "n_prompt", 0) + flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS)
+             + flag_args("llama-bench", "repetitions", BENCH_REPETITIONS) + flag_args("llama-bench", "output", "json"))
+    exported = export_for(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path)
+    jobs = [("exported", exported)]
+    baseline = rec.baseline()
+    if baseline.candidate.id != exported.exported_id:
+        jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path)))
+    deadline = time.monotonic() + time_limit_s
+    rows = []
+    for role, export in jobs:
+        argv = [*export.argv, *extra]
+        result = run_bench(bench, argv, export.env_dict, deadline - time.monotonic())
+        predicted = rec.estimate_of(export.exported_id).tokens_per_s
+        shown = replace(export, argv=(bench, *argv[1:])).display()
+        rows.append(VerifyRow(role, export.exported_id, predicted, result, shown))
+    return VerifyReport(exported, tuple(rows), (depth_note(rec.request.context_tokens),))

@@ -1,0 +1,106 @@
+"""The cost-model registry: a fidelity names a factory, every factory returns a CostModel.
+
+analytic prices from the Platform alone; atomic and combined from a measured Profile
+(engine/measured_cost.py). Front ends never construct cost models themselves: they ask
+`build_cost_model(fidelity, request, profile)`, so adding a fidelity is one factory and
+one registry line.
+
+`describe()` of every cost model returns a `CostModelDescription`: what it is, what it
+rests on, and, for the measured ones, which profile it came from (`ProfileUse`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from engine.cost_model import AnalyticCostModel, CostModel
+
+if TYPE_CHECKING:  # the request type; engine.advise imports this module's users
+    from engine.advise import AdviseRequest
+    from engine.profile import Profile
+
+
+class Fidelity(str, Enum):
+    ANALYTIC = "analytic"
+    ATOMIC = "atomic"
+    COMBINED = "combined"
+
+    @property
+    def needs_profile(self) -> bool:
+        return self is not Fidelity.ANALYTIC
+
+
+@dataclass(frozen=True)
+class ProfileUse:
+    """Where a measured cost model's profile came from and what it holds."""
+
+    source: str  # the profile file
+    from_cache: bool  # True: nothing was probed for this run
+    counts_by_basis: Mapping[str, int] = field(default_factory=dict)  # measurements: measured, preset, ...
+    estimated_states: int = 0  # states priced from atomic costs where no schedule was measured
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.counts_by_basis
+        return {
+            "profile_source": self.source,
+            "profile_from_cache": self.from_cache,
+            "measured_count": c.get("measured", 0),
+            "preset_count": c.get("preset", 0),
+            "measured_plus_preset_count": c.get("measured+preset", 0),
+            "estimated_count": c.get("estimated-from-atomic", 0) + self.estimated_states,
+        }
+
+
+@dataclass(frozen=True)
+class CostModelDescription:
+    fidelity: str
+    basis: str  # one line: what the figures rest on
+    details: Mapping[str, Any] = field(default_factory=dict)  # the fidelity's own figures
+    profile: ProfileUse | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {"fidelity": self.fidelity, "basis": self.basis, **self.details}
+        if self.profile is not None:
+            doc.update(self.profile.to_dict())
+        return doc
+
+
+Factory = Callable[["AdviseRequest", "Profile | None", "ProfileUse | None"], CostModel]
+
+
+def _analytic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+    return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+
+
+def _atomic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+    from engine.measured_cost import AtomicCostModel
+
+    return AtomicCostModel(_needed(profile, "atomic"), n_blocks=request.model.n_blocks, use=use)
+
+
+def _combined(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+    from engine.measured_cost import CombinedCostModel
+
+    atomic = _atomic(request, profile, use)
+    return CombinedCostModel(_needed(profile, "combined"), atomic, use=use)
+
+
+def _needed(profile: "Profile | None", fidelity: str) -> "Profile":
+    if profile is None:
+        raise ValueError(f"the {fidelity} cost model needs a measured profile")
+    return profile
+
+
+FACTORIES: dict[Fidelity, Factory] = {
+    Fidelity.ANALYTIC: _analytic,
+    Fidelity.ATOMIC: _atomic,
+    Fidelity.COMBINED: _combined,
+}
+
+
+def build_cost_model(fidelity: Fidelity | str, request: "AdviseRequest", profile: "Profile | None" = None,
+                     use: ProfileUse | None = None) -> CostModel:
+    """The cost model of `fidelity` for `request`; measured fidelities need `profile`."""
+    return FACTORIES[Fidelity(fidelity)](request, profile, use)

@@ -1,0 +1,189 @@
+"""The service layer both front ends call: one options table, one cost-model policy, one
+cancellation mechanism, and the same numbers from the command line and the app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+
+import pytest
+
+from cope_tui import cli
+from cope_tui.options import PlanChoices, add_flags, app_options, check_choices, choices_from_args
+from cope_tui.service import pricing
+from cope_tui.service.advice import plan
+from cope_tui.service.request import build_request
+from engine.advise import advise
+from engine.cost_models import Fidelity, build_cost_model
+from engine.errors import CopeInputError
+from engine.profile import Measurement
+from engine.progress import Cancelled
+from probes.runner import GPU_OPERATORS
+
+FAST = PlanChoices(tokens=60, cpu="desktop-ddr5", threads=2)
+
+
+class FakeProber:
+    """Every operator "measured" at a made-up but size-dependent time."""
+
+    cuda = False
+    gpu_name = "fake"
+    kernel_stand_ins = {"Q4_K_M": "fake kernel"}
+
+    def measure(self, operator, key, share_s):  # type: ignore[no-untyped-def]
+        basis = "preset" if operator in GPU_OPERATORS else "measured"
+        seconds = 2e-4 * (1 + key.get("n", 1)) + 1e-5 * key.get("hits", 0)
+        return Measurement(operator, key, seconds, 1e-6, 3, basis=basis)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(pricing, "PROBER_FACTORY", FakeProber)
+    return tmp_path / "cache"
+
+
+# --- the options table ----------------------------------------------------------------
+
+
+def test_the_flags_come_from_the_table_and_parse_into_the_same_choices():
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    args = parser.parse_args(["--vram-budget", "12.5", "--context", "4096", "--eviction", "lru,score",
+                              "--prefetch", "optimistic", "--reprobe", "--cpu", "desktop-ddr5"])
+    choices = choices_from_args(args, threads=6)
+    assert choices == PlanChoices(vram_budget_gib=12.5, context=4096, evictions=("lru", "score"),
+                                  prefetch_mode="optimistic", reprobe=True, cpu="desktop-ddr5", threads=6)
+    skipped = argparse.ArgumentParser()
+    add_flags(skipped, skip=("context", "threads"))
+    assert not hasattr(skipped.parse_args([]), "context")
+
+
+@pytest.mark.parametrize(
+    ("choices", "message"),
+    [
+        (PlanChoices(vram_budget_gib=float("nan")), "--vram-budget must be a positive number, got nan"),
+        (PlanChoices(context=0), "--context must be positive, got 0"),
+        (PlanChoices(seed=-1), "--seed must be at least 0, got -1"),
+        (PlanChoices(evictions=()), "--eviction needs at least one rule"),
+        (PlanChoices(evictions=("lfu",)), "--eviction must be among lru, score; got lfu"),
+        (PlanChoices(prefetch_mode="eager"), "--prefetch must be one of timed, optimistic, got eager"),
+        (PlanChoices(tokens=1), "--tokens must be at least 2, got 1"),
+    ],
+)
+def test_every_front_end_gets_the_same_one_line_check(choices, message):
+    with pytest.raises(CopeInputError, match=message.replace("(", r"\(")):
+        check_choices(choices)
+    with pytest.raises(CopeInputError, match=message.replace("(", r"\(")):
+        build_request(choices)  # the request checks before anything loads
+
+
+def test_app_inputs_are_the_table_s_with_its_parse_and_checks():
+    hardware = {o.name: o for o in app_options("hardware")}
+    assert set(hardware) == {"gpu", "cpu", "vram_budget_gib"}
+    assert ("NVIDIA GeForce RTX 4090", "rtx-4090") in hardware["gpu"].choices
+    assert hardware["vram_budget_gib"].parse(" 10 ") == 10.0 and hardware["vram_budget_gib"].parse("") is None
+    with pytest.raises(CopeInputError, match="VRAM budget GiB: 'lots' is not a number"):
+        hardware["vram_budget_gib"].parse("lots")
+    with pytest.raises(CopeInputError, match="VRAM budget GiB must be a positive number"):
+        hardware["vram_budget_gib"].parse("-3")
+    policy = {o.name: o for o in app_options("policy")}
+    assert policy["evictions"].parse("lru, score") == ("lru", "score") and policy["evictions"].multiple
+    assert policy["prefetch_mode"].choices == (("timed", "timed"), ("optimistic", "optimistic"))
+
+
+# --- one cost-model policy ---------------------------------------------------------------
+
+
+def test_no_fidelity_prices_analytically_until_a_complete_profile_is_cached(cache):
+    request = build_request(FAST)
+    first = pricing.choose_cost_model(request)
+    assert first.fidelity is Fidelity.ANALYTIC and first.probed is None and "no complete cached profile" in first.reason
+    probed = pricing.choose_cost_model(request, fidelity="combined", probe_budget_s=30)
+    assert probed.fidelity is Fidelity.COMBINED and probed.probed.measured > 0
+    assert probed.cost_model.describe().profile.from_cache is False
+    again = pricing.choose_cost_model(request)  # now complete in the cache: combined, nothing probed
+    assert again.fidelity is Fidelity.COMBINED and again.probed is None
+    assert again.cost_model.describe().to_dict()["profile_from_cache"] is True
+    assert again.profile_source == probed.profile_source
+
+
+def test_an_incomplete_cached_profile_is_not_used_without_asking(cache):
+    request = build_request(FAST)
+    cancel = threading.Event()
+    calls = []
+
+    def stop_after_two(done, total, label):  # type: ignore[no-untyped-def]
+        calls.append(label)
+        if len(calls) == 2:
+            cancel.set()
+
+    outcome = pricing.probe_then_price(request, Fidelity.COMBINED, budget_s=30, progress=stop_after_two,
+                                       cancel=cancel)
+    assert outcome.report.stopped == "cancelled" and outcome.pricing is None and outcome.error
+    assert pricing.choose_cost_model(request).fidelity is Fidelity.ANALYTIC
+
+
+def test_the_registry_builds_every_fidelity_and_describes_it(cache):
+    request = build_request(FAST)
+    profile_pricing = pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)
+    assert profile_pricing.fidelity is Fidelity.ATOMIC
+    profile = profile_pricing.cost_model.profile
+    for fidelity in Fidelity:
+        model = build_cost_model(fidelity, request, profile)
+        described = model.describe()
+        assert model.fidelity == fidelity.value == described.fidelity and described.basis
+        assert described.to_dict()["fidelity"] == fidelity.value
+    with pytest.raises(ValueError, match="needs a measured profile"):
+        build_cost_model(Fidelity.COMBINED, request)
+
+
+# --- cancellation ---------------------------------------------------------------------
+
+
+def test_a_set_cancel_event_stops_advise_at_a_step_boundary():
+    request = build_request(FAST)
+    cancel = threading.Event()
+    seen = []
+
+    def progress(done, total, label):  # type: ignore[no-untyped-def]
+        seen.append(done)
+        if len(seen) == 3:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        advise(request, build_cost_model(Fidelity.ANALYTIC, request), progress=progress, cancel=cancel)
+    assert len(seen) == 3  # stopped at the next report, not at the end
+
+
+# --- the same numbers from both front ends ------------------------------------------------
+
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_cli_and_the_app_give_the_same_tpot_for_the_same_inputs_and_profile(cache, capsys):
+    pytest.importorskip("textual")
+    from tests.test_app import make_app, make_services, settle
+
+    # A complete profile in the cache: both front ends must price with it, unasked.
+    pricing.choose_cost_model(build_request(FAST), fidelity="combined", probe_budget_s=30)
+    assert cli.main(["advise", "--json", "--tokens", "60", "--cpu", "desktop-ddr5", "--threads", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    from_cli = {c["id"]: c["tpot_s"] for c in doc["candidates"]}
+    assert doc["cost_model"]["fidelity"] == "combined"
+
+    app = make_app(make_services(), choices=FAST)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        from_app = {e.candidate.id: e.tpot_s for e in app.advice.rec.estimates}
+        assert app.advice.rec.cost_model.fidelity == "combined"
+    assert from_app.keys() == from_cli.keys() and len(from_app) > 10
+    for cid, tpot in from_cli.items():
+        assert from_app[cid] == pytest.approx(tpot, rel=1e-12), cid
+    assert plan(FAST).rec.best.candidate.id == doc["recommendation"]
