@@ -54,7 +54,8 @@ def user_cache_dir(
     system = sys.platform if system is None else system
     env = os.environ if environ is None else environ
     if system == "win32":
-        base = env.get("LOCALAPPDATA") or ntpath.join(env.get("USERPROFILE", "~"), "AppData", "Local")
+        home = env.get("USERPROFILE") or os.path.expanduser("~")
+        base = env.get("LOCALAPPDATA") or ntpath.join(home, "AppData", "Local")
         return ntpath.join(ntpath.normpath(base), app, app, "Cache")
     xdg = env.get("XDG_CACHE_HOME", "")
     if posixpath.isabs(xdg):
