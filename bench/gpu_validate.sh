@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from engine.catalog import load_model
 from engine.synthetic import SyntheticSettings, synthetic_trace
-from engine.trace_io import save_trace
+from engine.traces import save_trace
 
 shared, dest, tokens = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 
@@ -80,7 +80,7 @@ for model_id in ("qwen3-30b-a3b", "deepseek-coder-v2-lite-instruct"):
             popularity = heat if heat is not None and heat.shape == shape else find_matrix(doc, shape)
             source = "mbolt heat profile"
         else:
-            from engine.trace_io import read_moe_beyond_csv_dir
+            from engine.traces import read_moe_beyond_csv_dir
             real = read_moe_beyond_csv_dir(shared / "deepseek-v2-lite-chat__moe-beyond/training_data_eamc", max_files=40)
             if real.popularity().shape == shape:
                 popularity, source = real.popularity(), "moe-beyond routing counts"

@@ -31,6 +31,7 @@ from engine.policy import (
 from engine.quant import Quantization
 from engine.replay import ReplaySetup, ReplayStats, replay, replay_many
 from engine.trace import RoutingTrace
+from engine.traces.validate import check_trace_fits_model
 
 BASELINE_ID = Kind.PARTITION_FIRST.value  # llama.cpp's usual --n-cpu-moe setup
 
@@ -81,31 +82,6 @@ class Recommendation:
         return by_id.get(BASELINE_ID) or by_id.get(Kind.ALL_GPU.value) or by_id[Kind.ALL_CPU.value]
 
 
-def check_compatible(model: ModelSpec, trace: RoutingTrace, what: str) -> None:
-    if trace.meta.n_experts != model.n_routed_experts or trace.top_k != model.top_k:
-        raise CopeInputError(
-            f"{what} has {trace.meta.n_experts} experts top-{trace.top_k}, "
-            f"but {model.name} has {model.n_routed_experts} top-{model.top_k}",
-            path=trace.meta.source,
-        )
-    if trace.n_layers != model.n_moe_layers:
-        raise CopeInputError(
-            f"{what} has {trace.n_layers} MoE layers, {model.name} has {model.n_moe_layers}",
-            path=trace.meta.source,
-        )
-    if tuple(trace.meta.moe_blocks) != tuple(model.moe_blocks):
-        raise CopeInputError(
-            f"{what} numbers its MoE blocks {_span(trace.meta.moe_blocks)}, "
-            f"{model.name} {_span(model.moe_blocks)}",
-            path=trace.meta.source,
-        )
-
-
-def _span(blocks) -> str:
-    blocks = tuple(blocks)
-    return f"{blocks[0]}..{blocks[-1]}" if blocks == tuple(range(blocks[0], blocks[-1] + 1)) else str(list(blocks))
-
-
 def advise(
     request: AdviseRequest,
     cost_model: CostModel,
@@ -152,8 +128,8 @@ class _Shared:
 
 def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendation]:
     model, trace = request.model, request.trace
-    check_compatible(model, trace, "the trace")
-    check_compatible(model, request.profile, "the profile trace")
+    check_trace_fits_model(trace, model)
+    check_trace_fits_model(request.profile, model, what="profile trace")
     k = model.top_k
     prefetch_budget = k if request.prefetch_budget is None else request.prefetch_budget
     notes = list(request.notes)

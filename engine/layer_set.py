@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.advise import AdviseRequest, check_compatible
+from engine.advise import AdviseRequest
 from engine.cost_model import CostModel
 from engine.errors import CopeInputError
 from engine.estimate import Estimate, price
 from engine.memory import plan_memory
 from engine.policy import Candidate, Execution, Kind
 from engine.replay import ReplaySetup, replay
+from engine.traces.validate import check_trace_fits_model
 
 
 def describe_layer_set(cpu_layers: np.ndarray, moe_blocks: tuple[int, ...]) -> str:
@@ -66,7 +67,7 @@ def price_layer_set(
     (GGML_OP_OFFLOAD_MIN_BATCH=1).
     """
     model, trace = request.model, request.trace
-    check_compatible(model, trace, "the trace")
+    check_trace_fits_model(trace, model)
     cpu = np.asarray(cpu_layers, dtype=bool)
     if cpu.shape != (model.n_moe_layers,):
         raise CopeInputError(f"a layer set needs {model.n_moe_layers} entries for {model.name}, got {cpu.shape}")

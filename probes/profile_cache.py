@@ -1,8 +1,8 @@
 """The profile cache: measured profiles kept between runs, one file per cache key.
 
 Where: `<cache dir>/profiles/<key>.json`, the cache dir being, first found, the `root`
-argument, the COPE_CACHE_DIR environment variable, or platformdirs' user cache dir
-for "cope".
+argument, the COPE_CACHE_DIR environment variable, or the user cache folder for "cope"
+(engine/cache_dirs.py).
 
 A corrupt or foreign file is never trusted and never deleted: it is renamed aside to
 `<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning.
@@ -20,32 +20,19 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
 from engine.profile import Ident, Measurement, Profile, load_profile, save_profile
-
-CACHE_ENV = "COPE_CACHE_DIR"
 
 
 class ProfileCacheWarning(UserWarning):
     """A cached profile could not be used and was set aside."""
 
 
-def cache_dir(root: str | os.PathLike | None = None) -> Path:
-    """The folder that holds `profiles/`."""
-    if root is not None:
-        return Path(root)
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("cope"))
-
-
 def profile_path(key: str, root: str | os.PathLike | None = None) -> Path:
     if not key or not all(c in "0123456789abcdef" for c in key):
         raise ValueError(f"not a profile cache key: {key!r}")
-    return cache_dir(root) / "profiles" / f"{key}.json"
+    return profiles_dir(root) / f"{key}.json"
 
 
 def load_cached(key: str, root: str | os.PathLike | None = None) -> Profile | None:

@@ -151,7 +151,7 @@ def test_synthetic_origin_and_assumptions_are_reported():
 
 def test_trace_for_another_model_is_refused(tmp_path):
     from engine.synthetic import SyntheticSettings, synthetic_trace
-    from engine.trace_io import save_trace
+    from engine.traces import save_trace
 
     other = synthetic_trace(get_model("olmoe-1b-7b"), SyntheticSettings(tokens=20))
     path = tmp_path / "olmoe.cope.npz"

@@ -330,7 +330,7 @@ async def test_bad_model_keeps_results_and_says_why(tmp_path):
 async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
     from engine.catalog import get_model
     from engine.synthetic import SyntheticSettings, synthetic_trace
-    from engine.trace_io import save_trace
+    from engine.traces import save_trace
 
     trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=200, seed=3, sequences=1))
     path = tmp_path / "mine.cope.npz"
@@ -356,7 +356,7 @@ async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
 async def test_pull_fetches_the_indexed_trace_in_a_worker(tmp_path):
     from engine.catalog import get_model
     from engine.synthetic import SyntheticSettings, synthetic_trace
-    from engine.trace_io import save_trace
+    from engine.traces import save_trace
 
     model = get_model("olmoe-1b-7b")  # the index has a same-shape trace for it
     path = tmp_path / "pulled.cope.npz"
@@ -507,7 +507,7 @@ def recorded_trace_file(path, *, tokens: int, note: str = ""):  # type: ignore[n
 
     from engine.catalog import get_model
     from engine.synthetic import SyntheticSettings, synthetic_trace
-    from engine.trace_io import save_trace
+    from engine.traces import save_trace
 
     trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=tokens, seed=7, sequences=1))
     meta = replace(trace.meta, origin="recorded", source="fake/recorder", model="Qwen3-30B-A3B", domain="code",

@@ -12,7 +12,7 @@ import pytest
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from engine.catalog import get_model
 from engine.synthetic import SyntheticSettings, synthetic_trace
-from engine.trace_io import save_trace, write_llama_moe_trace_csv
+from engine.traces import save_trace, write_llama_moe_trace_csv
 
 FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
 

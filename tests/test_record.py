@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine.errors import CopeInputError
-from engine.trace_io import load_trace, save_trace
+from engine.traces import load_trace, save_trace
 from probes.record_llamacpp import (
     GGML_TYPE_F32,
     GGML_TYPE_I32,
@@ -241,7 +241,7 @@ def test_cli_prompt_file_and_out(tiny_model_folder, tmp_path, capsys):
 
 
 def test_parse_prompts_lines_blocks_and_comments():
-    from cope_tui.commands.trace_record import domain_prompts, parse_prompts
+    from engine.prompts import domain_prompts, parse_prompts
 
     assert parse_prompts("# c\none\ntwo\n\n") == ["one", "two"]
     assert parse_prompts("a\nb\n\n# c\nc\n") == ["a\nb", "c"]

@@ -26,7 +26,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from engine.trace_io import load_trace, save_trace  # noqa: E402
+from engine.traces import load_trace, save_trace  # noqa: E402
 from tests import tiny_gguf as tg  # noqa: E402
 
 try:

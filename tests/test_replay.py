@@ -249,7 +249,7 @@ def reference_lru_hits(ids: np.ndarray, initial: list[list[int]]) -> np.ndarray:
 
 
 def test_layer_lru_hit_rate_on_real_deepseek_routing(shared_traces):
-    from engine.trace_io import read_moe_beyond_csv_dir
+    from engine.traces import read_moe_beyond_csv_dir
 
     trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond", max_files=40)
     profile, replayed = trace.split(0.5)

@@ -12,7 +12,7 @@ import pytest
 from engine.errors import CopeInputError
 from engine.model import ModelSpec
 from engine.trace import RoutingTrace, TraceMeta
-from engine.trace_io import (
+from engine.traces import (
     TraceWarning,
     load_any_trace,
     load_trace,

@@ -19,7 +19,7 @@ from cope_tui.sources.hub_trace import IndexEntry, load_index, pull_trace  # noq
 from engine.catalog import get_model, catalog  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
-from engine.trace_io import load_trace, save_trace, write_jsonl_trace, write_llama_moe_trace_csv  # noqa: E402
+from engine.traces import load_trace, save_trace, write_jsonl_trace, write_llama_moe_trace_csv  # noqa: E402
 from tests.hub_server import FakeHub, refused_endpoint  # noqa: E402
 
 MODEL = "olmoe-1b-7b"  # 16 MoE blocks x 64 experts, top-8: small

@@ -16,7 +16,7 @@ from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
 from engine.trace import RoutingTrace
-from engine.trace_io import load_any_trace
+from engine.traces import load_any_trace
 
 # Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
 # published Qwen3-30B-A3B decode profile shows in its middle layers.
@@ -129,8 +129,9 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
     if args.trace is None:
         # No --trace: the newest cached trace of this model (recorded or pulled), else synthetic,
         # pointing at a published one when the trace index knows one.
-        from cope_tui.sources.hub_trace import cached_traces, entries_for_model, pull_command  # noqa: PLC0415
-        from engine.trace_io import check_trace_fits_model, load_trace  # noqa: PLC0415
+        from cope_tui.sources.hub_trace import entries_for_model, pull_command  # noqa: PLC0415
+        from engine.cache_dirs import cached_traces  # noqa: PLC0415
+        from engine.traces import check_trace_fits_model, load_trace  # noqa: PLC0415
 
         skipped: list[str] = []
         candidates = cached_traces(model.id)

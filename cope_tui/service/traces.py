@@ -12,12 +12,13 @@ def record_trace(*, model: str, domain: str, tokens: int, progress: Progress, ca
     returns its path. A cancelled recording keeps the tokens recorded so far."""
     import torch
 
-    from cope_tui.commands.trace_record import _model_label, default_trace_path, domain_prompts
-    from engine.trace_io import save_trace
+    from engine.cache_dirs import default_trace_path, model_label
+    from engine.prompts import domain_prompts
+    from engine.traces import save_trace
     from probes.record_hf import record_with_transformers
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    label = _model_label(model)
+    label = model_label(model)
     trace = record_with_transformers(model, domain_prompts(domain), tokens, device=device,
                                      progress=progress, cancel=cancel, model_name=label, domain=domain)
     out = default_trace_path(label, domain)

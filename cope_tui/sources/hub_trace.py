@@ -1,4 +1,4 @@
-"""Published routing traces on the Hugging Face Hub (`cope trace pull`) and the trace cache.
+"""Published routing traces on the Hugging Face Hub (`cope trace pull`).
 
 - `load_index()`: the curated index shipped as `assets/trace_index.json` (which trace
   repos exist, their format, shape and checksum, and the catalog model they fit).
@@ -6,11 +6,9 @@
   `hf_hub_download` (dataset repos by default; the Hub's cache, offline mode and token
   handling apply), checks its sha256 against --sha256 or the index (and against the
   Hub's own LFS checksum, the ETag, when it is one), refuses a mismatch and deletes the
-  download, converts it with `load_any_trace` (COPE's own .npz, llama-moe-trace CSV or
-  generic JSONL) and writes COPE's format atomically to
-  `<cache>/traces/<model>-<org>--<name>--<file stem>.cope.npz`.
-- `cached_traces(model_id)`: the cache's traces for one model, newest first (recorded
-  by `cope trace record` or pulled here); `cope advise` takes the newest that fits.
+  download, converts it with `load_any_trace` (any format engine/traces reads) and
+  writes COPE's format atomically to `pulled_trace_path(...)` in the trace cache
+  (engine/cache_dirs.py), where `cope advise` finds it.
 
 A failed or refused download leaves no file in COPE's cache and none in the Hub's cache
 that a later call would trust. Every failure is one CopeInputError naming repo/file.
@@ -28,24 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.assets_io import load_asset_json
+from engine.cache_dirs import pulled_trace_path, safe_name
 from engine.errors import CopeInputError
 from engine.trace import RoutingTrace
-
-from cope_tui.commands.trace_record import cache_root, safe_name
+from engine.traces.registry import FORMATS, format_for_suffix
 
 INDEX_ASSET = "trace_index.json"
-CONVERTIBLE = ("cope-npz", "llama-moe-trace-csv", "jsonl")
+CONVERTIBLE = tuple(f.name for f in FORMATS)
 NOT_YET = {"flame-parquet": "parquet", "commitmoe-safetensors": "safetensors", "parquet": "parquet",
            "safetensors": "safetensors"}
-_SUFFIX_FORMAT = (
-    (".cope.npz", "cope-npz"),
-    (".npz", "cope-npz"),
-    (".csv", "llama-moe-trace-csv"),
-    (".jsonl", "jsonl"),
-    (".ndjson", "jsonl"),
-    (".parquet", "parquet"),
-    (".safetensors", "safetensors"),
-)
+_NOT_YET_SUFFIX = ((".parquet", "parquet"), (".safetensors", "safetensors"))
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -113,34 +103,6 @@ def pull_command(entry: IndexEntry, model_id: str) -> str:
     return f"cope trace pull {entry.repo_id} --model {model_id}"
 
 
-# --- the cache -------------------------------------------------------------------------
-
-
-def traces_dir() -> Path:
-    return cache_root() / "traces"
-
-
-def pulled_trace_path(model_id: str, repo_id: str, filename: str) -> Path:
-    stem = Path(filename).name
-    for suffix, _ in _SUFFIX_FORMAT:
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    return traces_dir() / f"{safe_name(model_id)}-{safe_name(repo_id)}--{safe_name(stem)}.cope.npz"
-
-
-def cached_traces(model_id: str) -> list[Path]:
-    """Files `<cache>/traces/<model>-*.cope.npz`, newest first (the caller checks they fit)."""
-    folder = traces_dir()
-    prefix = safe_name(model_id) + "-"
-    try:
-        found = [p for p in folder.iterdir()
-                 if p.name.startswith(prefix) and p.name.endswith(".cope.npz") and p.is_file()]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
-
-
 # --- pull ------------------------------------------------------------------------------
 
 
@@ -163,8 +125,12 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 
 
 def format_of(filename: str) -> str | None:
+    """The format a file's name selects: a registered reader's name, a known one COPE cannot read yet, or None."""
+    readable = format_for_suffix(filename)
+    if readable is not None:
+        return readable.name
     low = filename.lower()
-    for suffix, fmt in _SUFFIX_FORMAT:
+    for suffix, fmt in _NOT_YET_SUFFIX:
         if low.endswith(suffix):
             return fmt
     return None
@@ -248,7 +214,7 @@ def pull_trace(spec: str, *, model: str | None = None, sha256: str | None = None
     )
     trace = dataclasses.replace(trace, meta=meta)
 
-    from engine.trace_io import save_trace  # noqa: PLC0415
+    from engine.traces.cope_npz import save_trace  # noqa: PLC0415
 
     target = Path(out) if out is not None else pulled_trace_path(meta.model or safe_name(repo_id), repo_id, filename)
     try:
@@ -379,14 +345,11 @@ def _sha256_file(path: str) -> str:
 
 def _convert(local: str, where: str, model) -> RoutingTrace:
     """COPE's trace from the downloaded file; errors name repo/file (and the line)."""
-    from engine.trace_io import check_trace_fits_model, load_any_trace, load_trace  # noqa: PLC0415
+    from engine.traces.registry import load_any_trace  # noqa: PLC0415
 
     try:
-        if model is None:
-            return load_trace(local)
-        trace = load_any_trace(local, model=model)
-        check_trace_fits_model(trace, model, path=local)
-        return trace
+        # Without a model only a .npz gets here (pull_trace refuses the rest): read as COPE's own.
+        return load_any_trace(local, model=model, format=None if model is not None else "cope-npz")
     except CopeInputError as exc:
         text = str(exc)
         if exc.path is not None:

@@ -1,0 +1,172 @@
+"""COPE's own trace format (suggested suffix `.cope.npz`).
+
+An uncompressed .npz with `expert_ids` (int16 [T, L, k]), optional `weights` (float32
+[T, L, k]), optional `predicted_ids` (int16 [T, L, k_pred]), `seq_starts` (int64 [S])
+and `header`, a uint8 array holding UTF-8 JSON
+`{"format": "cope-trace", "version": 1, "meta": TraceMeta.to_dict()}`. No pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import CopeInputError
+from engine.files import atomic_write
+from engine.trace import RoutingTrace, TraceMeta
+from engine.traces.format import TraceFormat
+from engine.traces.validate import build_trace
+
+TRACE_FORMAT = "cope-trace"
+TRACE_VERSION = 1
+TRACE_SUFFIX = ".cope.npz"
+_ARRAYS = ("header", "expert_ids", "seq_starts", "weights", "predicted_ids")
+
+
+def save_trace(trace: RoutingTrace, path: str | os.PathLike) -> None:
+    """Write `trace` to `path` (an .npz; suggested suffix .cope.npz), atomically."""
+    header = json.dumps(
+        {"format": TRACE_FORMAT, "version": TRACE_VERSION, "meta": trace.meta.to_dict()},
+        ensure_ascii=False,
+    ).encode("utf-8")
+    arrays = {
+        "header": np.frombuffer(header, dtype=np.uint8),
+        "expert_ids": np.ascontiguousarray(trace.expert_ids, dtype=np.int16),
+        "seq_starts": np.ascontiguousarray(trace.seq_starts, dtype=np.int64),
+    }
+    if trace.weights is not None:
+        arrays["weights"] = np.ascontiguousarray(trace.weights, dtype=np.float32)
+    if trace.predicted_ids is not None:
+        arrays["predicted_ids"] = np.ascontiguousarray(trace.predicted_ids, dtype=np.int16)
+    atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)
+
+
+def load_trace(path: str | os.PathLike) -> RoutingTrace:
+    """Read a trace written by `save_trace`; every problem is a CopeInputError naming the file."""
+    where = str(path)
+    raw = _read_arrays(where)
+    meta = _parse_header(where, raw["header"])
+    expert_ids = _as_int16(where, "expert_ids", raw["expert_ids"], 3, 0)
+    seq_starts = raw["seq_starts"]
+    if seq_starts.dtype.kind not in "iu" or seq_starts.ndim != 1:
+        raise CopeInputError(
+            f"array 'seq_starts' must be a 1-D integer array, found {seq_starts.ndim}-D {seq_starts.dtype}",
+            path=where,
+        )
+    weights = raw.get("weights")
+    if weights is not None:
+        weights = _checked_weights(where, weights, expert_ids.shape)
+    predicted = raw.get("predicted_ids")
+    if predicted is not None:
+        predicted = _as_int16(where, "predicted_ids", predicted, 3, -1)
+    return build_trace(
+        where,
+        expert_ids=expert_ids,
+        meta=meta,
+        weights=weights,
+        predicted_ids=predicted,
+        seq_starts=seq_starts.astype(np.int64, copy=False),
+    )
+
+
+def _check_is_zip(where: str) -> None:
+    if os.path.isdir(where):
+        raise CopeInputError("is a folder, expected a .cope.npz file", path=where)
+    if not os.path.exists(where):
+        raise CopeInputError("no such file", path=where)
+    try:
+        is_zip = zipfile.is_zipfile(where)
+    except OSError as exc:
+        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
+    if not is_zip:
+        raise CopeInputError("not a COPE trace: not an .npz (zip) file, or it is truncated", path=where)
+
+
+def _read_arrays(where: str) -> dict[str, np.ndarray]:
+    _check_is_zip(where)
+    try:
+        with np.load(where, allow_pickle=False) as z:
+            names = set(z.files)
+            missing = [n for n in _ARRAYS[:3] if n not in names]
+            if missing:
+                raise CopeInputError(f"not a COPE trace: missing array(s) {', '.join(missing)}", path=where)
+            return {n: z[n] for n in _ARRAYS if n in names}
+    except CopeInputError:
+        raise
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise CopeInputError("holds a pickled (object) array, which COPE never loads", path=where) from None
+        raise CopeInputError(f"damaged .npz: {exc}", path=where) from None
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
+        raise CopeInputError(f"damaged .npz: {exc}", path=where) from None
+
+
+def _parse_header(where: str, header: np.ndarray) -> TraceMeta:
+    if header.dtype != np.uint8 or header.ndim != 1:
+        raise CopeInputError("header must be a 1-D uint8 array of UTF-8 JSON", path=where)
+    try:
+        head = json.loads(header.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CopeInputError(f"header is not UTF-8 JSON: {exc}", path=where) from None
+    if not isinstance(head, dict) or head.get("format") != TRACE_FORMAT:
+        found = head.get("format") if isinstance(head, dict) else type(head).__name__
+        raise CopeInputError(f"not a COPE trace: header format is {found!r}, expected {TRACE_FORMAT!r}", path=where)
+    version = head.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CopeInputError(f"bad trace format version {version!r}", path=where)
+    if version > TRACE_VERSION:
+        raise CopeInputError(
+            f"trace format version {version} is newer than this COPE reads ({TRACE_VERSION}); upgrade COPE",
+            path=where,
+        )
+    try:
+        meta_dict = head["meta"]
+        if not isinstance(meta_dict, dict):
+            raise TypeError("meta is not an object")
+        return TraceMeta.from_dict(meta_dict)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CopeInputError(f"bad trace metadata in header: {exc!r}", path=where) from None
+
+
+def _as_int16(path: str, name: str, arr: np.ndarray, ndim: int, low: int) -> np.ndarray:
+    if arr.dtype.kind not in "iu" or arr.ndim != ndim:
+        raise CopeInputError(
+            f"array {name!r} must be a {ndim}-D integer array, found {arr.ndim}-D {arr.dtype}", path=path
+        )
+    if arr.size and (arr.min() < low or arr.max() > np.iinfo(np.int16).max):
+        raise CopeInputError(f"array {name!r} holds values outside {low}..32767", path=path)
+    return arr.astype(np.int16, copy=False)
+
+
+def _checked_weights(where: str, weights: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if weights.dtype.kind != "f" or weights.shape != shape:
+        raise CopeInputError(
+            f"array 'weights' must be floating point shaped like expert_ids {shape}, "
+            f"found {weights.dtype} {weights.shape}",
+            path=where,
+        )
+    if not np.all(np.isfinite(weights)):
+        raise CopeInputError("array 'weights' holds non-finite values", path=where)
+    return weights.astype(np.float32, copy=False)
+
+
+def _sniff(path: Path, head: bytes) -> bool:
+    return head.startswith(b"PK")
+
+
+def _read(path: str, *, model=None) -> RoutingTrace:
+    return load_trace(path)  # the file records its model's shape; the registry checks the fit
+
+
+FORMAT = TraceFormat(
+    name="cope-npz",
+    label=TRACE_SUFFIX,
+    suffixes=(".npz",),
+    sniff=_sniff,
+    read=_read,
+    write=save_trace,
+)

@@ -1,0 +1,51 @@
+"""TraceFormat: what the registry knows of one trace format (one module per format)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import CopeInputError
+from engine.trace import RoutingTrace
+
+HEAD_BYTES = 4096  # what sniffers see of a file
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One trace format.
+
+    `read(path, *, model=None)` returns a RoutingTrace; formats that do not carry the
+    model's shape (CSV, JSONL) need `model` (a ModelSpec) and refuse None. `sniff(path,
+    head)` says whether the first HEAD_BYTES bytes (b"" for a folder) look like this
+    format. `write(trace, path)`, when there is one, writes atomically.
+    """
+
+    name: str  # stable id, e.g. "cope-npz"; also the Hub index's format name
+    label: str  # how a person knows it, as listed in the unknown-format error
+    suffixes: tuple[str, ...]  # lower-case file name endings that select it
+    sniff: Callable[[Path, bytes], bool]
+    read: Callable[..., RoutingTrace]
+    write: Callable[[RoutingTrace, str], None] | None = None
+    folders: bool = False  # reads a folder rather than a file
+
+    def claims(self, name: str) -> bool:
+        return name.lower().endswith(self.suffixes)
+
+
+def text_head(head: bytes) -> bytes:
+    """The head of a text file without a UTF-8 BOM and leading blank space."""
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")
+
+
+def model_shape(path: str, model, label: str) -> dict:
+    """The reader arguments a model gives a format that does not record its own shape."""
+    if model is None:
+        raise CopeInputError(f"a {label} trace does not name its model: say which model it is from", path=path)
+    return dict(
+        model_moe_blocks=model.moe_blocks,
+        n_experts=model.n_routed_experts,
+        top_k=model.top_k,
+        model_name=model.id,
+    )
