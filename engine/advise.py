@@ -20,6 +20,7 @@ from engine.memory import GIB, MemoryPlan, plan_memory
 from engine.model import ModelSpec
 from engine.platform import Platform
 from engine.progress import Progress, with_cancel
+from engine.spans import block_span
 from engine.policy import (
     Candidate,
     Execution,
@@ -267,6 +268,5 @@ def partition_layers(
         n_blocks = moe_blocks[n_cpu - 1] + 1 if n_cpu else 0
         return cpu, f"--n-cpu-moe {n_blocks} ({n_cpu} of {n_layers} MoE layers on the CPU)"
     cpu[n_layers - n_cpu :] = True
-    first = moe_blocks[n_layers - n_cpu] if n_cpu else None
-    where = f"blocks {first}..{moe_blocks[-1]}" if n_cpu else "none"
+    where = f"blocks {block_span(moe_blocks[n_layers - n_cpu:])}" if n_cpu else "none"
     return cpu, f"last {n_cpu} MoE layers on the CPU ({where})"

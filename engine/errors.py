@@ -15,5 +15,10 @@ class CopeInputError(Exception):
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         super().__init__(where + message)
+        self.message = message  # without the place: for re-labelling with another one
         self.path = path
         self.line = line
+
+    def relabelled(self, path: str | None, *, line: int | None = None) -> "CopeInputError":
+        """The same problem, said of another place (e.g. the Hub file a cached copy came from)."""
+        return CopeInputError(self.message, path=path, line=line)

@@ -13,6 +13,7 @@ import numpy as np
 from engine.advise import AdviseRequest
 from engine.cost_model import CostModel
 from engine.errors import CopeInputError
+from engine.spans import block_span
 from engine.estimate import Estimate, price
 from engine.memory import plan_memory
 from engine.policy import Candidate, Execution, Kind
@@ -26,7 +27,7 @@ def describe_layer_set(cpu_layers: np.ndarray, moe_blocks: tuple[int, ...]) -> s
     if n_cpu == 0:
         return f"every expert on the GPU (0 of {n} MoE layers on the CPU)"
     blocks = [moe_blocks[i] for i in np.flatnonzero(cpu)]
-    return f"{n_cpu} of {n} MoE layers' experts on the CPU (blocks {_ranges(blocks)})"
+    return f"{n_cpu} of {n} MoE layers' experts on the CPU (blocks {block_span(blocks)})"
 
 
 def layer_set_kind(cpu_layers: np.ndarray) -> str:
@@ -42,15 +43,6 @@ def layer_set_kind(cpu_layers: np.ndarray) -> str:
     if cpu[-n:].all():
         return Kind.PARTITION_LAST.value
     return "layer set"
-
-
-def _ranges(blocks: list[int]) -> str:
-    parts, start = [], blocks[0]
-    for prev, cur in zip(blocks, blocks[1:] + [None]):
-        if cur is None or cur != prev + 1:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = cur
-    return ",".join(parts)
 
 
 def price_layer_set(

@@ -421,7 +421,7 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         await pilot.press(*PASTED, "enter")
         await settle(pilot)
         shown = text_of(app, "#estimate-result")
-        assert "maps to partition-first: 30 of 48 MoE layers' experts on the CPU (blocks 0-29)" in shown
+        assert "maps to partition-first: 30 of 48 MoE layers' experts on the CPU (blocks 0..29)" in shown
         assert "Priced at 8 threads, context 8192" in shown  # the command's -t and -c are honoured
         speed = next(line for line in shown.splitlines() if "faster than your command" in line)
         assert speed.startswith("COPE's best is ") and speed.split()[3].endswith("x")
@@ -497,7 +497,7 @@ async def test_a_multiline_paste_is_joined_into_one_command():
         await pilot.press("enter")
         await settle(pilot)
         shown = text_of(app, "#estimate-result")
-        assert "maps to layer set (stage): 2 of 48 MoE layers' experts on the CPU (blocks 4-5)" in shown
+        assert "maps to layer set (stage): 2 of 48 MoE layers' experts on the CPU (blocks 4..5)" in shown
         assert "6 threads" in shown and "Not understood" not in shown
 
 

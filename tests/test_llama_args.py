@@ -118,7 +118,7 @@ def test_cope_estimate_shows_the_command_beside_the_best(capsys):
                  "llama-server", "-m", "model.gguf", "-ngl", "99", "--n-cpu-moe", "24", "-t", "8", "--port", "8080"])
     out = capsys.readouterr().out
     assert code == EXIT_OK
-    assert "Your command:  24 of 48 MoE layers' experts on the CPU (blocks 0-23)" in out
+    assert "Your command:  24 of 48 MoE layers' experts on the CPU (blocks 0..23)" in out
     assert "COPE's best:" in out and "x yours)" in out
     assert "Flags not modelled (listed, not used): --port 8080" in out
 

@@ -187,3 +187,21 @@ async def test_the_cli_and_the_app_give_the_same_tpot_for_the_same_inputs_and_pr
     for cid, tpot in from_cli.items():
         assert from_app[cid] == pytest.approx(tpot, rel=1e-12), cid
     assert plan(FAST).rec.best.candidate.id == doc["recommendation"]
+
+
+# --- small shared pieces -----------------------------------------------------------------
+
+
+def test_block_spans_read_the_same_everywhere():
+    from engine.spans import block_span
+
+    assert block_span([0, 1, 2, 3]) == "0..3"
+    assert block_span([4, 5, 9, 12, 13]) == "4..5,9,12..13"
+    assert block_span([7]) == "7" and block_span([]) == "none"
+
+
+def test_an_input_error_keeps_its_message_apart_from_its_place():
+    exc = CopeInputError("holds no prompt", path="prompts.txt", line=3)
+    assert str(exc) == "prompts.txt:3: holds no prompt" and exc.message == "holds no prompt"
+    moved = exc.relabelled("org/repo/prompts.txt")
+    assert str(moved) == "org/repo/prompts.txt: holds no prompt" and moved.path == "org/repo/prompts.txt"

@@ -276,7 +276,7 @@ def _prefix_diagnosis(p: Path, size: int, where: str) -> str | None:
     except NeedMoreBytes as need:
         return f"truncated GGUF header: it needs more than the file's {size} bytes (at least {need.needed})"
     except CopeInputError as exc:
-        return str(exc).removeprefix(f"{where}: ")
+        return exc.message
     except OSError:
         return None
     if header.file_bytes_needed > size:

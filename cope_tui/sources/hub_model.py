@@ -107,10 +107,7 @@ def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> Model
     try:
         model = model_from_hf_config(local)
     except CopeInputError as exc:
-        message = str(exc)
-        if exc.path is not None:
-            message = message.split(": ", 1)[1] if ": " in message else message
-        raise CopeInputError(message, path=where) from None
+        raise exc.relabelled(where) from None
     return dataclasses.replace(model, hf_repo=repo_id,
                                source=f"config.json of {repo_id} on the Hugging Face Hub (cached at {local})")
 

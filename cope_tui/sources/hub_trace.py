@@ -351,8 +351,4 @@ def _convert(local: str, where: str, model) -> RoutingTrace:
         # Without a model only a .npz gets here (pull_trace refuses the rest): read as COPE's own.
         return load_any_trace(local, model=model, format=None if model is not None else "cope-npz")
     except CopeInputError as exc:
-        text = str(exc)
-        if exc.path is not None:
-            prefix = f"{exc.path}:{exc.line}: " if exc.line is not None else f"{exc.path}: "
-            text = text[len(prefix):] if text.startswith(prefix) else text
-        raise CopeInputError(text.replace(local, where), path=where, line=exc.line) from None
+        raise CopeInputError(exc.message.replace(local, where), path=where, line=exc.line) from None

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.errors import CopeInputError
+from engine.spans import block_span
 from engine.trace import RoutingTrace
 
 LineOf = Callable[[int], int]  # data-row index -> 1-based line number in the file
@@ -27,29 +28,13 @@ class TraceWarning(UserWarning):
     """A trace file was usable but not complete (for example, tokens were dropped)."""
 
 
-def bare_message(exc: CopeInputError) -> str:
-    """The message of a CopeInputError without its `path:line:` prefix."""
-    text = str(exc)
-    if exc.path is not None:
-        prefix = f"{exc.path}:{exc.line}: " if exc.line is not None else f"{exc.path}: "
-        if text.startswith(prefix):
-            return text[len(prefix):]
-    return text
-
 
 def build_trace(path: str, **kwargs) -> RoutingTrace:
     """RoutingTrace(...), with its validation errors re-labelled with the file."""
     try:
         return RoutingTrace(**kwargs)
     except CopeInputError as exc:
-        raise CopeInputError(bare_message(exc), path=path) from None
-
-
-def describe_blocks(blocks: Sequence[int]) -> str:
-    blocks = list(blocks)
-    if blocks and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
-        return f"{blocks[0]}..{blocks[-1]}" if len(blocks) > 1 else str(blocks[0])
-    return ",".join(str(b) for b in blocks)
+        raise exc.relabelled(path) from None
 
 
 def first_bad_row(bad: np.ndarray) -> int | None:
@@ -108,7 +93,7 @@ def check_cells(
     if r is not None:
         raise CopeInputError(
             f"block {int(blocks[r])} is not an MoE block of the model "
-            f"(MoE blocks {describe_blocks(moe_blocks)})",
+            f"(MoE blocks {block_span(moe_blocks)})",
             path=path,
             line=line_of(r),
         )
@@ -219,8 +204,8 @@ def check_trace_fits_model(trace: RoutingTrace, model, *, path: str | None = Non
         problems.append(f"top-{trace.top_k} routing, the model uses top-{model.top_k}")
     if tuple(trace.meta.moe_blocks) != tuple(model.moe_blocks):
         problems.append(
-            f"numbers its MoE blocks {describe_blocks(trace.meta.moe_blocks)}, the model has "
-            f"{describe_blocks(model.moe_blocks)}"
+            f"numbers its MoE blocks {block_span(trace.meta.moe_blocks)}, the model has "
+            f"{block_span(model.moe_blocks)}"
         )
     if problems:
         name = trace.meta.model or "an unnamed model"

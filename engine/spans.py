@@ -1,0 +1,18 @@
+"""Lists of block (or layer) numbers as people read them: "0..47", "3..5,9,12..13"."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def block_span(blocks: Sequence[int]) -> str:
+    """Runs of consecutive numbers as `first..last`, single numbers as they are, comma-separated."""
+    blocks = [int(b) for b in blocks]
+    if not blocks:
+        return "none"
+    parts, start = [], blocks[0]
+    for prev, cur in zip(blocks, blocks[1:] + [None]):
+        if cur is None or cur != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}..{prev}")
+            start = cur
+    return ",".join(parts)
