@@ -21,7 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.errors import CopeInputError
-from engine.profile import Ident, Measurement, Profile, load_profile, save_profile
+from engine.profile import Measurement, Profile
+from engine.profile_io import load_profile, save_profile
+from engine.profile_keys import Ident
 
 CACHE_ENV = "COPE_CACHE_DIR"
 
