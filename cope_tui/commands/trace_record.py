@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     cancel = threading.Event()  # the CLI stops on Ctrl-C; the TUI sets this from its worker
     progress = _stderr_progress()
     if args.gguf:
-        from probes.record_llamacpp import gpu_offload_supported, import_llama_cpp, record_with_llamacpp
+        from probes.llamacpp_glue import gpu_offload_supported, import_llama_cpp
+        from probes.record_llamacpp import record_with_llamacpp
 
         llama_cpp = import_llama_cpp()  # says how to install the extra when it is missing
         if not Path(args.gguf).is_file():
