@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from engine.policy import Execution
-from engine.profile import Ident, Key, measurement_id
+from engine.profile_keys import Ident, Key, measurement_id
 from engine.replay import ReplayStats
 
 # How long one probe takes, in seconds: one figure for all, one per operator, or a

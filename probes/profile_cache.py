@@ -22,7 +22,9 @@ from pathlib import Path
 
 from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
-from engine.profile import Ident, Measurement, Profile, load_profile, save_profile
+from engine.profile import Measurement, Profile
+from engine.profile_io import load_profile, save_profile
+from engine.profile_keys import Ident
 
 
 class ProfileCacheWarning(UserWarning):

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 from engine.cost_model import AnalyticCostModel, compose_step
 from engine.policy import Execution
 from engine.probe_plan import ProbePlan, atomic_probes, plan_probes
-from engine.profile import Measurement, ModelShape, Profile, Provenance, cache_key
+from engine.profile import Measurement, ModelShape, Profile, Provenance
+from engine.profile_keys import cache_key
 from probes.profile_cache import ProfileWriter, load_cached
 
 GPU_OPERATORS = frozenset({"gpu_experts", "h2d_copy", "sync", "shared_layer", "token_head"})

@@ -18,7 +18,8 @@ from engine.measured_cost import CombinedCostModel  # noqa: E402
 from engine.platform import platform_from  # noqa: E402
 from engine.policy import Execution  # noqa: E402
 from engine.probe_plan import plan_probes  # noqa: E402
-from engine.profile import Measurement, load_profile  # noqa: E402
+from engine.profile import Measurement  # noqa: E402
+from engine.profile_io import load_profile  # noqa: E402
 from engine.quant import get_quantization  # noqa: E402
 from engine.replay import ReplayStats  # noqa: E402
 from probes import operators as ops  # noqa: E402

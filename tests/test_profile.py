@@ -10,16 +10,9 @@ import warnings
 import pytest
 
 from engine.errors import CopeInputError
-from engine.profile import (
-    Measurement,
-    ModelShape,
-    Profile,
-    Provenance,
-    cache_key,
-    load_profile,
-    measurement_id,
-    save_profile,
-)
+from engine.profile import Measurement, ModelShape, Profile, Provenance
+from engine.profile_io import load_profile, save_profile
+from engine.profile_keys import cache_key, measurement_id
 from probes.profile_cache import (
     ProfileCacheWarning,
     ProfileWriter,

@@ -13,7 +13,7 @@ import pytest
 
 from engine.errors import CopeInputError
 from engine.traces import load_trace, save_trace
-from probes.record_llamacpp import (
+from probes.llamacpp_callback import (
     GGML_TYPE_F32,
     GGML_TYPE_I32,
     MoeRoutingCollector,

@@ -183,7 +183,8 @@ def test_llamacpp_ids_equal_a_full_numpy_forward(full_attn):
 
 @needs_llama_cpp
 def test_llamacpp_text_prompts_on_a_vocabulary_less_model_are_bytes(full_attn):
-    from probes.record_llamacpp import bytes_as_token_ids, record_with_llamacpp
+    from probes.llamacpp_glue import bytes_as_token_ids
+    from probes.record_llamacpp import record_with_llamacpp
 
     weights, path = full_attn
     trace = record_with_llamacpp(str(path), ["hi there"], 2, n_threads=2)
@@ -350,7 +351,7 @@ def test_cli_gguf_without_the_extra_says_how_to_install(full_attn, monkeypatch, 
 @needs_llama_cpp
 def test_cli_gguf_bad_requests_are_one_line(full_attn, tmp_path, capsys):
     from cope_tui.cli import EXIT_INPUT, main
-    from probes.record_llamacpp import gpu_offload_supported
+    from probes.llamacpp_glue import gpu_offload_supported
 
     _, gguf_path = full_attn
     cases = [

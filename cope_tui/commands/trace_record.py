@@ -63,7 +63,8 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], str, str]:
 
 def _record_gguf(args: argparse.Namespace, prompts: list[str], domain: str, progress, cancel):
     """(trace, model label) recorded through llama.cpp."""
-    from probes.record_llamacpp import gpu_offload_supported, import_llama_cpp, record_with_llamacpp
+    from probes.llamacpp_glue import gpu_offload_supported, import_llama_cpp
+    from probes.record_llamacpp import record_with_llamacpp
 
     llama_cpp = import_llama_cpp()  # says how to install the extra when it is missing
     if not Path(args.gguf).is_file():
