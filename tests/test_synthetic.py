@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -165,14 +164,10 @@ def test_settings_are_validated():
         SyntheticSettings(tokens=10, popularity=-np.ones((2, 4)))
 
 
-def test_generation_speed_qwen_sized():
-    settings = SyntheticSettings(tokens=1000, seed=0)
-    synthetic_trace(QWEN, SyntheticSettings(tokens=10, seed=0))  # warm up
-    start = time.perf_counter()
-    trace = synthetic_trace(QWEN, settings)
-    elapsed = time.perf_counter() - start
+def test_a_qwen_sized_trace_has_every_token_and_layer():
+    # Its generation time is a figure of bench/replay.py, not a test.
+    trace = synthetic_trace(QWEN, SyntheticSettings(tokens=1000, seed=0))
     assert trace.expert_ids.shape == (1000, 48, 8)
-    assert elapsed < 1.0, f"took {elapsed:.2f} s"
 
 
 # --- the mbolt Qwen3-30B-A3B profile ---------------------------------------------------
