@@ -56,7 +56,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.policy import Candidate, Eviction, Kind
-from engine.replay_common import _Plan, _Ticks, _Trace, _histogram
+from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace
 from engine.replay_layer_lru import _LayerLru
 from engine.replay_pool import _PoolLru
 from engine.residency import (
@@ -68,6 +68,7 @@ from engine.residency import (
     popularity_order,
     stepwise_residency,
 )
+from engine.residency_caches import DecayedScores
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def replay_stepwise(
     rules = cache_rules(candidate, setup, ids.shape[2], predicted, cpu_layers=cpu_layers)
     plan = _Plan(candidate.id, (), rules.slots, setup.popularity, False, rules.pooled, rules.eviction,
                  rules.admit, rules.width)
-    counts, admissions, used = _run_stepwise(_Trace(ids, predicted, rules.width), plan, _Ticks(None, 0, 1))
+    [(counts, admissions, used)] = _run_stepwise(_Trace(ids, predicted, rules.width), [plan], _Ticks(None, 0, 1))
     cpu = None if candidate.kind is Kind.MATRIX else cpu_layers_for(candidate.kind, ids.shape[1], layers=cpu_layers)
     return ReplayStats(candidate.id, counts, ids.shape[0], rules.slots, admissions, used, setup, cpu)
 
@@ -215,28 +216,29 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
             stepwise.append(plan)
         else:
             batches.setdefault((plan.pooled, plan.width), []).append(plan)
+    n_layers, k = ids.shape[1:]
     for (pooled, width), batch in list(batches.items()):
-        if not pooled:
-            continue
         # Pools too small for the token-at-a-time replay, or too few for its per-token
         # numpy work to pay: one step at a time.
-        k = ids.shape[2]
-        fits = [plan for plan in batch if int(plan.slots.sum()) >= width + k]
-        stepwise += [plan for plan in batch if int(plan.slots.sum()) < width + k]
-        if len(fits) * ids.shape[1] < _POOLS_BATCHED:
-            stepwise += fits
-            fits = []
-        if fits:
+        if pooled:
+            fits = [plan for plan in batch if int(plan.slots.sum()) >= width + k]
+            if len(fits) * n_layers < _POOLS_BATCHED:
+                fits = []
+            stepwise += [plan for plan in batch if not any(plan is fit for fit in fits)]
             batches[(pooled, width)] = fits
-        else:
-            del batches[(pooled, width)]
-    runs = len(stepwise) + len(batches)
+            if not fits:
+                del batches[(pooled, width)]
+    # Step by step, the plans of one prediction width together.
+    groups: dict[int, list[_Plan]] = {}
+    for plan in stepwise:
+        groups.setdefault(plan.width, []).append(plan)
+    runs = len(groups) + len(batches)
     traces: dict[int, _Trace] = {}
-    for i, plan in enumerate(stepwise):
-        if plan.width not in traces:
-            traces[plan.width] = _Trace(ids, predicted, plan.width)
-        results[plan.key] = _run_stepwise(traces[plan.width], plan, _Ticks(progress, i, runs))
-    for i, ((pooled, width), batch) in enumerate(batches.items(), start=len(stepwise)):
+    for i, (width, group) in enumerate(groups.items()):
+        traces[width] = _Trace(ids, predicted, width)
+        for plan, result in zip(group, _run_stepwise(traces[width], group, _Ticks(progress, i, runs))):
+            results[plan.key] = result
+    for i, ((pooled, width), batch) in enumerate(batches.items(), start=len(groups)):
         trace = traces.get(width) or _Trace(ids, predicted, width)
         if pooled:
             trace.add_keys(batch[0].popularity.shape[1])
@@ -247,21 +249,45 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
     return results
 
 
-def _run_stepwise(trace: _Trace, plan: _Plan, tick: _Ticks) -> tuple[np.ndarray, int, int]:
-    """(counts, admissions, prefetch used) of one candidate replayed step by step."""
-    trace.add_keys(plan.popularity.shape[1])
-    residency = stepwise_residency(
-        plan.popularity, plan.slots, plan.admit, pooled=plan.pooled, eviction=plan.eviction,
-        route_keys=trace.route_keys,
-    )
-    hits, copies = [], []
-    for t in range(trace.n_tokens):
-        tick(t, trace.n_tokens)
-        h, c = residency.token(t, *trace.step_keys(t))
-        hits.append(h)
-        copies.append(c)
-    counts = _histogram(np.array(hits), np.array(copies), trace.k, plan.width)
-    return counts, residency.admissions, residency.prefetch_used
+def _run_stepwise(trace: _Trace, plans: list[_Plan], tick: _Ticks) -> list[tuple[np.ndarray, int, int]]:
+    """(counts, admissions, prefetch used) of each plan, replayed step by step. The
+    decayed scores depend on the routing alone, so score caches of one popularity share
+    them, stepped in lockstep (layer by layer); the others go a token at a time."""
+    n_tokens, n_layers, k = trace.n_tokens, trace.n_layers, trace.k
+    trace.add_keys(plans[0].popularity.shape[1])
+    shared: dict[int, DecayedScores] = {}
+    for plan in plans:
+        if plan.eviction is Eviction.SCORE and id(plan.popularity) not in shared:
+            shared[id(plan.popularity)] = DecayedScores(plan.popularity, k, trace.route_keys)
+    residencies = [
+        stepwise_residency(
+            plan.popularity, plan.slots, plan.admit, pooled=plan.pooled, eviction=plan.eviction,
+            route_keys=trace.route_keys, scores=shared.get(id(plan.popularity)),
+        )
+        for plan in plans
+    ]
+    sharing = [sum(r.scores is s for r in residencies) > 1 for s in (r.scores for r in residencies)]
+    histograms = _Histograms(len(plans), n_layers, k, trace.width)
+    hits = [[0] * n_layers for _ in plans]
+    copies = [[0] * n_layers for _ in plans]
+    whole = [(r.steps, hits[j], copies[j]) for j, r in enumerate(residencies) if not sharing[j]]
+    lockstep = [(r.steps, hits[j], copies[j]) for j, r in enumerate(residencies) if sharing[j]]
+    every_layer, each_layer = range(n_layers), [range(layer, layer + 1) for layer in range(n_layers)]
+    for t in range(n_tokens):
+        tick(t, n_tokens)
+        route, predictions = trace.step_keys(t)
+        for steps, h, c in whole:
+            steps(t, route, predictions, every_layer, h, c)
+        if lockstep:
+            for layer in each_layer:
+                for steps, h, c in lockstep:
+                    steps(t, route, predictions, layer, h, c)
+        i = histograms.slot(t)
+        histograms.hits[i] = hits
+        histograms.copies[i] = copies
+        histograms.token_done(t)
+    histograms.finish(n_tokens)
+    return [(histograms.of(j), r.admissions, r.prefetch_used) for j, r in enumerate(residencies)]
 
 
 def _static_counts(ids: np.ndarray, resident: np.ndarray) -> np.ndarray:

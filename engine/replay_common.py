@@ -56,15 +56,6 @@ class _Ticks:
             self.progress(self.index * n_tokens + t, self.runs * n_tokens, "replaying")
 
 
-def _histogram(hits: np.ndarray, prefetches: np.ndarray, k: int, budget: int) -> np.ndarray:
-    """hits, prefetches: [T, L] per step (prefetches: copies issued during the step)."""
-    n_layers = hits.shape[1]
-    width = (k + 1) * (budget + 1)
-    flat = np.arange(n_layers)[None, :] * width + hits.astype(np.int64) * (budget + 1) + prefetches
-    counts = np.bincount(flat.ravel(), minlength=n_layers * width)
-    return counts.reshape(n_layers, k + 1, budget + 1).astype(np.int64)
-
-
 class _Histograms:
     """The state counts [L, k+1, P+1] of several replays, from per-step hits and
     copies that the replays write for a chunk of tokens at a time: memory stays

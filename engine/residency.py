@@ -163,7 +163,7 @@ def initial_pool(popularity: np.ndarray, slots: np.ndarray) -> np.ndarray:
 
 
 class StepwiseResidency:
-    """The caches of one candidate, changed only by `step`, one layer step at a time.
+    """The caches of one candidate, changed only by `steps`, one layer step at a time.
 
     Step (t, l), exactly (DESIGN.md §4):
     1. the routed experts that are resident are hits and become most recently used, in
@@ -192,87 +192,106 @@ class StepwiseResidency:
     def cache_of(self, layer: int):
         return self.caches[0] if self.pooled else self.caches[layer]
 
-    def step(self, t: int, layer: int, row: list[int], predicted: list[int] | None) -> tuple[int, int]:
-        """Step (t, layer) routed to the keys `row`, predicting the keys `predicted` for
-        layer + 1, duplicates dropped (None: no prefetch). Returns (hits, copies)."""
-        pooled, prefetched, moves = self.pooled, self.prefetched, self.moves
-        cache = self.caches[0] if pooled else self.caches[layer]
-        members = cache.members
-        if self.scores is not None:
-            self.scores.routed(t, layer, row)
-        hits = [key for key in row if key in members]
-        h = len(hits)
-        if cache.touches:
-            hit = cache.hit
-            for key in hits:
-                hit(key)
-        if prefetched:
-            used = prefetched.intersection(hits)
-            if used:
-                self.prefetch_used += len(used)
-                prefetched.difference_update(used)
-        n_admit = min(self.admit[h], cache.capacity - h)
-        if n_admit > 0:
-            protect = cache.protection(row, None)
-            for key in [key for key in row if key not in members][:n_admit]:
-                victim = cache.evict(protect, t)
+    def token(self, t: int, route: list[list[int]], predictions: list[list[int]] | None) -> tuple[list, list]:
+        """Every step of token t (see `steps`); returns each step's hits and copies."""
+        hits, copies = [0] * len(route), [0] * len(route)
+        self.steps(t, route, predictions, range(len(route)), hits, copies)
+        return hits, copies
+
+    def steps(self, t: int, route: list[list[int]], predictions: list[list[int]] | None, layers: range,
+              hits: list, copies: list) -> None:
+        """Steps (t, l) for l in `layers`, in order (a whole token, or one step at a time).
+
+        route[l]: the keys layer l is routed to; predictions[l]: the keys it predicts for
+        layer l + 1, first occurrences only, for l < L - 1 (None: no prefetch). Each
+        step's hits and copies go to hits[l] and copies[l]."""
+        caches, pooled, prefetched, moves, admit = self.caches, self.pooled, self.prefetched, self.moves, self.admit
+        routed = None if self.scores is None else self.scores.routed
+        last = len(route) - 1
+        used = admissions = 0
+        for layer in layers:
+            row = route[layer]
+            cache = caches[0] if pooled else caches[layer]
+            members = cache.members
+            if routed is not None:
+                routed(t, layer, row)
+            # 1. hits
+            h = 0
+            hit = cache.hit if cache.touches else None
+            for key in row:
+                if key in members:
+                    if hit is not None:
+                        hit(key)
+                    h += 1
+                    if key in prefetched:
+                        used += 1
+                        prefetched.discard(key)
+            hits[layer] = h
+            # 2. admissions
+            n_admit = admit[h]
+            if n_admit > cache.capacity - h:
+                n_admit = cache.capacity - h
+            if n_admit > 0:
+                protect, evict, insert = cache.protection(row, None), cache.evict, cache.insert
+                for key in [key for key in row if key not in members][:n_admit]:
+                    victim = evict(protect, t)
+                    prefetched.discard(victim)
+                    insert(key)
+                    if moves is not None:
+                        moves.append((victim, key))
+                admissions += n_admit
+            else:
+                n_admit = 0
+            # 3. prefetch for the next layer
+            copies[layer] = 0
+            if predictions is None or layer == last:
+                continue
+            nxt = cache if pooled else caches[layer + 1]
+            members = nxt.members
+            keep = nxt.keep if nxt.touches else None
+            kept, wanted = 0, []
+            for key in predictions[layer]:
+                if key in members:
+                    if keep is not None:
+                        keep(key)  # about to be used: protect it
+                    kept += 1
+                else:
+                    wanted.append(key)
+            n_copy = nxt.capacity - kept - (h + n_admit if pooled else 0)
+            if n_copy > len(wanted):
+                n_copy = len(wanted)
+            if n_copy <= 0:
+                continue
+            protect, evict, insert = nxt.protection(row, predictions[layer]), nxt.evict, nxt.insert
+            for key in wanted[:n_copy]:
+                victim = evict(protect, t)
                 prefetched.discard(victim)
-                cache.insert(key)
+                insert(key)
+                prefetched.add(key)
                 if moves is not None:
                     moves.append((victim, key))
-            self.admissions += n_admit
-        else:
-            n_admit = 0
-        if not predicted:
-            return h, 0
-        nxt = cache if pooled else self.caches[layer + 1]
-        members = nxt.members
-        kept = [key for key in predicted if key in members]
-        if nxt.touches:
-            keep = nxt.keep  # about to be used: protect it
-            for key in kept:
-                keep(key)
-        n_copy = min(len(predicted) - len(kept), nxt.capacity - len(kept) - (h + n_admit if pooled else 0))
-        if n_copy <= 0:
-            return h, 0
-        protect = nxt.protection(row, predicted)
-        for key in [key for key in predicted if key not in members][:n_copy]:
-            victim = nxt.evict(protect, t)
-            prefetched.discard(victim)
-            nxt.insert(key)
-            prefetched.add(key)
-            if moves is not None:
-                moves.append((victim, key))
-        return h, n_copy
-
-    def token(self, t: int, route: list[list[int]], predictions: list[list[int]] | None) -> tuple[list, list]:
-        """Every step of token t: route[l] the keys of layer l, predictions[l] its keys
-        for layer l + 1 (l < L - 1; None: no prefetch). Returns each step's hits and copies."""
-        n_layers = len(route)
-        hits, copies = [0] * n_layers, [0] * n_layers
-        step = self.step
-        for layer, row in enumerate(route):
-            predicted = predictions[layer] if predictions is not None and layer + 1 < n_layers else None
-            hits[layer], copies[layer] = step(t, layer, row, predicted)
-        return hits, copies
+            copies[layer] = n_copy
+        self.prefetch_used += used
+        self.admissions += admissions
 
 
 def stepwise_residency(
     popularity: np.ndarray, slots: np.ndarray, admit: np.ndarray, *, pooled: bool, eviction: Eviction | None,
-    route_keys: np.ndarray,
+    route_keys: np.ndarray, scores: DecayedScores | None = None,
 ) -> StepwiseResidency:
     """A candidate's caches (its rules' slots, admissions, pooling and eviction) at the
-    start of the trace whose keys are `route_keys` [T, L, k]."""
+    start of the trace whose keys are `route_keys` [T, L, k]. Score eviction: `scores`
+    may be shared with other candidates of the same popularity stepped in lockstep."""
     if pooled:
         initial = [initial_pool(popularity, slots).tolist()]
     else:
         initial = [keys[::-1] for keys in initial_keys(popularity, slots)]  # least recent first
-    scores = None
     if eviction is Eviction.SCORE:
-        scores = DecayedScores(popularity, route_keys.shape[2], route_keys)
+        if scores is None:
+            scores = DecayedScores(popularity, route_keys.shape[2], route_keys)
         caches = [ScoreCache(keys, scores) for keys in initial]
     else:
-        caches = [LruCache(keys) for keys in initial]
+        scores, caches = None, [LruCache(keys) for keys in initial]
     return StepwiseResidency(caches, pooled=pooled, admit=np.asarray(admit).tolist(), scores=scores)
 
 
@@ -313,6 +332,7 @@ class ResidencyPlan:
         self.initial = {key: slot for slot, key in enumerate(keys)}
         self.n_slots = len(keys)
         self._slot_of = dict(self.initial)  # what the plan believes; the executor keeps its own
+        self._layer_base = (np.arange(n_layers) * self.n_experts)[:, None]
         self.residency = None
         if not rules.static:
             self.residency = stepwise_residency(
@@ -341,28 +361,35 @@ class ResidencyPlan:
         return None if self.split is None else tuple(misses[: self.split[h]])
 
     def steps(self, t: int) -> list[PlannedStep]:
-        return [self._step(t, layer) for layer in range(self.n_layers)]
+        """The planned steps of token t, layer by layer."""
+        rows = (self.ids[t] + self._layer_base).tolist()
+        if self.residency is None:
+            return [self._static_step(layer, row) for layer, row in enumerate(rows)]
+        predictions = None
+        if self.rules.width:
+            predictions = [list(dict.fromkeys(row)) for row in self.pred[t, :-1].tolist()]
+        hits, copies = [0] * self.n_layers, [0] * self.n_layers
+        return [self._step(t, layer, rows, predictions, hits, copies) for layer in range(self.n_layers)]
 
-    def _step(self, t: int, layer: int) -> PlannedStep:
+    def _static_step(self, layer: int, row: list[int]) -> PlannedStep:
         base = layer * self.n_experts
-        row = [base + int(e) for e in self.ids[t, layer]]
-        residency = self.residency
-        members = self._slot_of if residency is None else residency.cache_of(layer).members
-        hits = [key - base for key in row if key in members]
-        misses = [key - base for key in row if key not in members]
-        if residency is None:
-            return PlannedStep(tuple(hits), tuple(misses), self.copy_ids(misses, len(hits)), (), ())
-        predicted = None
-        if self.rules.width and layer + 1 < self.n_layers:
-            predicted = list(dict.fromkeys(self.pred[t, layer].tolist()))
+        hits = [key - base for key in row if key in self._slot_of]
+        misses = [key - base for key in row if key not in self._slot_of]
+        return PlannedStep(tuple(hits), tuple(misses), self.copy_ids(misses, len(hits)), (), ())
+
+    def _step(self, t: int, layer: int, rows, predictions, hits_out, copies_out) -> PlannedStep:
+        base, residency = layer * self.n_experts, self.residency
+        members = residency.cache_of(layer).members
+        hits = [key - base for key in rows[layer] if key in members]
+        misses = [key - base for key in rows[layer] if key not in members]
         residency.moves.clear()
-        _, n_copy = residency.step(t, layer, row, predicted)
+        residency.steps(t, rows, predictions, range(layer, layer + 1), hits_out, copies_out)
         moved = []
         for victim, key in residency.moves:
             slot = self._slot_of.pop(victim)
             self._slot_of[key] = slot
             moved.append((key, slot))
-        n_admit = len(moved) - n_copy
+        n_admit = len(moved) - copies_out[layer]
         admitted = tuple((key - base, slot) for key, slot in moved[:n_admit])
         return PlannedStep(tuple(hits), tuple(misses), self.copy_ids(misses, len(hits)), admitted,
                            tuple(moved[n_admit:]))

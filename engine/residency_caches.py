@@ -69,7 +69,8 @@ class DecayedScores:
 
     def __init__(self, popularity: np.ndarray, k: int, route_keys: np.ndarray):
         self.route_keys = route_keys  # [T, L, k] keys each step is routed to
-        n_tokens = route_keys.shape[0]
+        n_tokens, self.n_layers = route_keys.shape[:2]
+        self._step = -1  # the last step routed: token * L + layer
         value = initial_scores(popularity, k)
         self.value = value.tolist()
         self.time = [0] * value.size
@@ -93,7 +94,16 @@ class DecayedScores:
         return self.value[key] * self.powers[t - self.time[key]]
 
     def routed(self, t: int, layer: int, row) -> None:
-        """Step (t, layer) routed `row`: each key's score gains 1."""
+        """Step (t, layer) routed `row` (the keys route_keys[t, layer]): each gains 1.
+
+        Steps come one at a time, in order; several caches replayed in lockstep share
+        one DecayedScores, and the second call for a step changes nothing."""
+        step = t * self.n_layers + layer
+        if step == self._step:
+            return
+        if step != self._step + 1:
+            raise ValueError(f"decayed scores advance one step at a time: step {step} after {self._step}")
+        self._step = step
         if not self._chunk_start <= t < self._chunk_start + len(self._rows):
             self._compute_ahead(t)
         values, ranks = self._rows[t - self._chunk_start]

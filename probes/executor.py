@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from engine.policy import Candidate
-from engine.residency import PlannedStep, ReplaySetup, ResidencyPlan  # noqa: F401 - PlannedStep: what steps() yields
+from engine.residency import ReplaySetup, ResidencyPlan
 
 HOST_HASH = 2654435761  # spreads (layer, expert) keys over a host pool smaller than the model
 

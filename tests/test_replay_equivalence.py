@@ -166,7 +166,8 @@ def test_pool_lru_with_many_evictions_a_token_matches_the_reference(pool_path):
 
 
 def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
-    # The batched replays fold their per-step counts every 256 tokens.
+    # The replays fold their per-step counts every 256 tokens, and the decayed scores
+    # are computed ahead 256 tokens at a time.
     rng = np.random.default_rng(11)
     n_tokens, n_layers, n_experts, k = 600, 4, 16, 3
     ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
@@ -174,10 +175,28 @@ def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
     popularity = rng.integers(0, 20, size=(n_layers, n_experts))
     setup = ReplaySetup(popularity, 30, k, np.array([2, 1, 1, 0]))
     candidates = [
-        Candidate(Kind.MATRIX, residency, execution, Allocation.NONUNIFORM, Eviction.LRU, prefetch=True)
+        Candidate(Kind.MATRIX, residency, execution, Allocation.NONUNIFORM, eviction, prefetch=True)
         for residency in (Residency.LAYER, Residency.POOL) for execution in (Execution.STAGE, Execution.PARALLEL)
+        for eviction in Eviction
     ]
     assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
+
+
+def test_an_expert_routed_twice_in_a_step_scores_twice():
+    # Not in a valid trace (RoutingTrace refuses it), but replay takes bare arrays: the
+    # decayed scores computed ahead must then add 1 per use, in order, as the plain loop does.
+    # Only prefetch changes these caches (no admissions, which a repeated miss would
+    # make twice), and it evicts by score.
+    ids, predicted, popularity, total, budget, admit = random_case(1010, medium=True)
+    ids = ids.copy()
+    ids[::3, :, -1] = ids[::3, :, 0]  # every third token repeats its first expert in every layer
+    setup = ReplaySetup(popularity, total, budget, admit)
+    candidates = [
+        c for c in every_candidate(True)
+        if c.eviction is Eviction.SCORE and c.prefetch and not c.copies_misses
+    ]
+    assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
+    assert_same(ids, predicted, setup, candidates, [replay_stepwise(ids, predicted, c, setup) for c in candidates])
 
 
 def test_score_eviction_ties_go_to_the_lowest_key():
