@@ -1,6 +1,8 @@
 """How fast replay is: one `advise()` call and a sweep of VRAM budgets.
 
-    python bench/replay.py
+    python bench/replay.py            # advise and the sweep
+    python bench/replay.py --score    # also: advise with LRU and score eviction
+
 
 Workload: the default `cope advise` setting (Qwen3-30B-A3B, 48 MoE layers, 128
 experts, top-8; the rtx-4060-ti-16gb and desktop-ddr5 presets; the analytic cost
@@ -8,7 +10,10 @@ model) on a synthetic trace of 2,000 tokens split into a 1,000-token profile and
 the 1,000 tokens replayed. Prints seconds, candidates, the (token, layer) steps
 covered per second (every candidate's histogram covers tokens x layers steps,
 whether it was replayed, shared or read off a fixed residency), and each time as a
-fraction of its target. Measures only; asserts nothing.
+fraction of its target. `--score` adds `advise --eviction lru,score`, whose score
+caches (and small or few LRU pools) run on the step-wise residency of
+engine/residency.py rather than the vectorised LRU engines; it has no target. Measures
+only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from engine.advise import advise, sweep_budgets  # noqa: E402
 from engine.catalog import get_model  # noqa: E402
 from engine.cost_model import AnalyticCostModel  # noqa: E402
 from engine.memory import GIB  # noqa: E402
+from engine.policy import Eviction  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 
 MODEL = "qwen3-30b-a3b"
@@ -47,11 +53,9 @@ def workload():
     return request, cost_model
 
 
-def report(label: str, seconds: float, candidates: int, steps: int, target_s: float) -> None:
-    print(
-        f"{label:<28} {seconds:8.3f} s  {candidates:5d} candidates  "
-        f"{steps / seconds:14,.0f} steps/s  {seconds / target_s:6.2f} x target ({target_s:g} s)"
-    )
+def report(label: str, seconds: float, candidates: int, steps: int, target_s: float | None) -> None:
+    against = f"{seconds / target_s:6.2f} x target ({target_s:g} s)" if target_s else "(no target)"
+    print(f"{label:<28} {seconds:8.3f} s  {candidates:5d} candidates  {steps / seconds:14,.0f} steps/s  {against}")
 
 
 def main() -> None:
@@ -76,6 +80,14 @@ def main() -> None:
     n = sum(len(r.estimates) for r in recommendations)
     label = f"sweep ({len(budgets)} budgets, {SWEEP_GIB[0]}..{SWEEP_GIB[-1]} GiB)"
     report(label, seconds, n, n * steps_per_candidate, SWEEP_TARGET_S)
+
+    if "--score" in sys.argv[1:]:
+        scored = replace(request, evictions=(Eviction.LRU, Eviction.SCORE))
+        start = time.perf_counter()
+        recommendation = advise(scored, cost_model)
+        seconds = time.perf_counter() - start
+        n = len(recommendation.estimates)
+        report("advise, lru and score", seconds, n, n * steps_per_candidate, None)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from engine.policy import (
 )
 from engine.quant import Quantization
 from engine.replay import ReplaySetup, ReplayStats, replay, replay_many
+from engine.residency import cpu_layers_for
 from engine.trace import RoutingTrace
 from engine.traces.validate import check_trace_fits_model
 
@@ -245,7 +246,7 @@ def _replay_partition_candidate(
     """Layer partition, all-on-GPU or all-on-CPU: whole layers on one side."""
     n_layers = trace.n_layers
     cpu_layers, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), shared.moe_blocks)
-    setup = ReplaySetup(shared.popularity, 0, 0)
+    setup = ReplaySetup(shared.popularity, memory.slots(staging=False), 0)
     stats = replay(trace.expert_ids, None, candidate, setup, cpu_layers=cpu_layers)
     gpu_experts = int((~cpu_layers).sum()) * memory.n_routed_experts_per_layer
     return stats, memory.vram_used_bytes(gpu_experts, staging=False), detail
@@ -254,19 +255,17 @@ def _replay_partition_candidate(
 def partition_layers(
     kind: Kind, n_layers: int, gpu_layers: int, moe_blocks: tuple[int, ...]
 ) -> tuple[np.ndarray, str]:
-    """CPU-resident MoE layers of a layer-partition candidate, and how llama.cpp says it."""
-    cpu = np.zeros(n_layers, dtype=bool)
-    n_cpu = max(n_layers - gpu_layers, 0)
+    """CPU-resident MoE layers of a standalone candidate when the GPU holds `gpu_layers`
+    layers' experts (engine.residency.cpu_layers_for), and how llama.cpp says it."""
+    cpu = cpu_layers_for(kind, n_layers, gpu_layers=gpu_layers)
+    n_cpu = int(cpu.sum())
     if kind is Kind.ALL_CPU:
-        cpu[:] = True
         return cpu, "--cpu-moe"
     if kind is Kind.ALL_GPU:
         return cpu, "all experts on the GPU"
     if kind is Kind.PARTITION_FIRST:
-        cpu[:n_cpu] = True
         # --n-cpu-moe counts blocks, dense leading blocks included.
         n_blocks = moe_blocks[n_cpu - 1] + 1 if n_cpu else 0
         return cpu, f"--n-cpu-moe {n_blocks} ({n_cpu} of {n_layers} MoE layers on the CPU)"
-    cpu[n_layers - n_cpu :] = True
     where = f"blocks {block_span(moe_blocks[n_layers - n_cpu:])}" if n_cpu else "none"
     return cpu, f"last {n_cpu} MoE layers on the CPU ({where})"

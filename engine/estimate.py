@@ -8,7 +8,7 @@ import numpy as np
 
 from engine.cost_model import StateCosts
 from engine.policy import Candidate
-from engine.replay import ReplayStats
+from engine.replay import ReplaySetup, ReplayStats
 
 PREFETCH_MODES = ("timed", "optimistic")
 
@@ -44,6 +44,17 @@ class Estimate:
     @property
     def tokens_per_s(self) -> float:
         return 1.0 / self.tpot_s
+
+    @property
+    def setup(self) -> ReplaySetup | None:
+        """What the candidate was replayed with (slots, prefetch budget, ready-first's lane
+        split): executing the candidate replays exactly this."""
+        return self.stats.setup
+
+    @property
+    def cpu_layers(self) -> np.ndarray | None:
+        """[L] bool: the MoE layers a standalone candidate keeps on the CPU (None for matrix ones)."""
+        return self.stats.cpu_layers
 
 
 def price(

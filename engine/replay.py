@@ -10,8 +10,9 @@ admitted to a mutable cache, under the others the cache changes only by prefetch
 while layer l runs, the predicted experts of layer l+1 that are not resident are
 copied into layer l+1's slots (or the pool), at most `prefetch_budget` of them.
 
-One layer step, exactly (tests/test_replay_equivalence.py keeps this as a plain loop,
-and every replay here must give the same counts):
+One layer step, exactly (written once, in `engine.residency.StepwiseResidency`;
+tests/test_replay_equivalence.py keeps an independent plain loop, and every replay here
+must give the same counts):
 1. the routed experts that are resident are hits and become most recently used, in
    routing order; a hit on a prefetched expert counts as prefetch used;
 2. the first min(admit[h], capacity - h) misses, in routing order, are admitted, each
@@ -29,19 +30,21 @@ How the work is done, fastest first:
   cache holding every expert are lookups;
 - per-layer LRU caches are independent (a layer's cache sees only its own prefetch
   and its own routing), so every layer of every candidate is a row of numpy arrays,
-  replayed token by token: last-use stamps, evict the smallest;
+  replayed token by token: last-use stamps, evict the smallest (`_LayerLru`);
 - LRU pools, when there are enough of them (pools x layers) for it to pay, are
   replayed a token at a time with numpy, from the state at the start of the token,
   then corrected in Python for the few experts evicted within the token before the
-  token looks them up (`_PoolLru`); otherwise, and for pools too small for that, one
-  step at a time (`_PoolSteps`);
-- score eviction runs one step at a time, a heap per cache.
+  token looks them up (`_PoolLru`);
+- everything else (score eviction, LRU pools too small or too few for `_PoolLru`)
+  runs one step at a time on `engine.residency`'s caches (`replay_stepwise` forces
+  that for any candidate).
 Candidates with the same cache dynamics (same slots, admissions, prefetch) share one
 replay (`replay_many`).
 
 Where the code lives: this module holds the public API, the planning and dispatch, and
-the static and partition paths; the engines are `engine.replay_layer_lru`,
-`engine.replay_pool` and `engine.replay_score`, and what they share is in
+the static and partition paths; the rules and the step-wise caches are
+`engine.residency` and `engine.residency_caches`; the vectorised engines are
+`engine.replay_layer_lru` and `engine.replay_pool`, and what they share is in
 `engine.replay_common`.
 """
 
@@ -52,11 +55,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.policy import Allocation, Candidate, Eviction, Kind, Residency
-from engine.replay_common import _Plan, _Ticks, _Trace, _histogram, popularity_order
+from engine.policy import Candidate, Eviction, Kind
+from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace
 from engine.replay_layer_lru import _LayerLru
-from engine.replay_pool import _PoolLru, _run_pool_steps
-from engine.replay_score import SCORE_DECAY_PER_TOKEN, _run_score
+from engine.replay_pool import _PoolLru
+from engine.residency import (
+    SCORE_DECAY_PER_TOKEN,
+    ReplaySetup,
+    allocate_slots,
+    cache_rules,
+    cpu_layers_for,
+    popularity_order,
+    stepwise_residency,
+)
+from engine.residency_caches import DecayedScores
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,9 @@ class ReplayStats:
     slots_per_layer: np.ndarray  # int64 [L]: initial slots (pool: initial fill)
     admissions: int  # misses admitted to a mutable cache
     prefetch_used: int  # prefetched experts hit when their layer ran
+    # What was replayed, so that whoever executes the candidate need not rebuild it:
+    setup: ReplaySetup | None = None
+    cpu_layers: np.ndarray | None = None  # [L] bool, a standalone candidate's CPU layers
 
     @property
     def top_k(self) -> int:
@@ -97,34 +112,6 @@ class ReplayStats:
         }
 
 
-@dataclass(frozen=True)
-class ReplaySetup:
-    """What every candidate of one configuration shares."""
-
-    popularity: np.ndarray  # [L, E] routing counts on the profile trace
-    total_slots: int  # expert slots the budget leaves (for this candidate's execution)
-    prefetch_budget: int  # copies per layer at most
-    admit_per_hits: np.ndarray | None = None  # [k+1] misses a ready-first step copies
-
-
-def allocate_slots(popularity: np.ndarray, total_slots: int, allocation: Allocation) -> np.ndarray:
-    """Slots per layer for `total_slots` expert slots.
-
-    Uniform: the same number in every layer (the remainder stays unused, as a
-    per-layer runtime would leave it). Nonuniform: one slot at a time to the layer
-    whose next most popular expert saves the most misses on the profile trace; every
-    miss costs the same time whatever the layer, so that is the global top of the
-    popularity counts.
-    """
-    n_layers, n_experts = popularity.shape
-    total_slots = min(int(total_slots), n_layers * n_experts)
-    if allocation is Allocation.UNIFORM:
-        return np.full(n_layers, min(total_slots // n_layers, n_experts), dtype=np.int64)
-    ranked = -np.sort(-popularity, axis=1)  # per layer, descending counts
-    flat_order = np.argsort(-ranked.ravel(), kind="stable")[:total_slots]
-    return np.bincount(flat_order // n_experts, minlength=n_layers).astype(np.int64)
-
-
 def resident_mask(popularity: np.ndarray, slots_per_layer: np.ndarray) -> np.ndarray:
     order = popularity_order(popularity)
     ranks = np.empty_like(order)
@@ -145,7 +132,7 @@ def replay(
     `cpu_layers` ([L] bool) is the layer set of a partition candidate.
     """
     if candidate.kind is not Kind.MATRIX:
-        return _replay_partition(ids, candidate, cpu_layers, setup.popularity.shape[1])
+        return _replay_partition(ids, candidate, setup, cpu_layers)
     return replay_many(ids, predicted, [(candidate, setup)])[0]
 
 
@@ -170,10 +157,28 @@ def replay_many(
         distinct.setdefault(plan.key, plan)
     results = _run_plans(ids, predicted, list(distinct.values()), progress)
     out = []
-    for plan in plans:
+    for plan, (_, setup) in zip(plans, jobs):
         counts, admissions, used = results[plan.key]
-        out.append(ReplayStats(plan.candidate_id, counts, n_tokens, plan.slots, admissions, used))
+        out.append(ReplayStats(plan.candidate_id, counts, n_tokens, plan.slots, admissions, used, setup))
     return out
+
+
+def replay_stepwise(
+    ids: np.ndarray,
+    predicted: np.ndarray | None,
+    candidate: Candidate,
+    setup: ReplaySetup,
+    *,
+    cpu_layers: np.ndarray | None = None,
+) -> ReplayStats:
+    """`replay`, always one step at a time with `engine.residency` (no lookups, no
+    vectorised engine): what every faster path must agree with."""
+    rules = cache_rules(candidate, setup, ids.shape[2], predicted, cpu_layers=cpu_layers)
+    plan = _Plan(candidate.id, (), rules.slots, setup.popularity, False, rules.pooled, rules.eviction,
+                 rules.admit, rules.width)
+    [(counts, admissions, used)] = _run_stepwise(_Trace(ids, predicted, rules.width), [plan], _Ticks(None, 0, 1))
+    cpu = None if candidate.kind is Kind.MATRIX else cpu_layers_for(candidate.kind, ids.shape[1], layers=cpu_layers)
+    return ReplayStats(candidate.id, counts, ids.shape[0], rules.slots, admissions, used, setup, cpu)
 
 
 # --- planning: what a candidate's replay depends on --------------------------------
@@ -182,45 +187,24 @@ def replay_many(
 def _plan(ids, predicted, candidate: Candidate, setup: ReplaySetup) -> _Plan:
     if candidate.kind is not Kind.MATRIX:
         raise ValueError(f"{candidate.id}: replay_many takes matrix candidates; use replay() for partitions")
-    k = ids.shape[2]
-    popularity = setup.popularity
-    slots = allocate_slots(popularity, setup.total_slots, candidate.allocation)
-    admit = _admission_table(candidate, setup, k)
-    prefetch = candidate.prefetch and predicted is not None and setup.prefetch_budget > 0
-    width = min(int(setup.prefetch_budget), predicted.shape[2]) if prefetch else 0
-    changes = candidate.is_mutable and (prefetch or admit.any())
-    # A cache holding every expert never misses, keeps every prediction and admits
-    # nothing: it is as static as fixed residency.
-    full = bool(np.all(slots >= popularity.shape[1]))
+    rules = cache_rules(candidate, setup, ids.shape[2], predicted)
+    popularity, slots = setup.popularity, rules.slots
     source = id(popularity)  # the arrays outlive this call, so ids stay distinct
-    if not changes:
-        return _Plan(candidate.id, ("static", source, slots.tobytes(), 0), slots, popularity, static=True)
-    if full:  # the histogram keeps its prefetch columns, all zero
-        return _Plan(candidate.id, ("static", source, slots.tobytes(), width), slots, popularity, True, width=width)
-    pooled = candidate.residency is Residency.POOL
-    key = ("dynamic", source, slots.tobytes(), pooled, candidate.eviction, tuple(admit.tolist()), width)
-    return _Plan(candidate.id, key, slots, popularity, False, pooled, candidate.eviction, admit, width)
+    if rules.static:  # fixed, never changed, or holding every expert
+        return _Plan(candidate.id, ("static", source, slots.tobytes(), rules.width), slots, popularity, True,
+                     width=rules.width)
+    key = ("dynamic", source, slots.tobytes(), rules.pooled, rules.eviction, tuple(rules.admit.tolist()),
+           rules.width)
+    return _Plan(candidate.id, key, slots, popularity, False, rules.pooled, rules.eviction, rules.admit, rules.width)
 
 
-def _admission_table(candidate: Candidate, setup: ReplaySetup, k: int) -> np.ndarray:
-    """Misses admitted to a mutable cache per state h (hits): int [k+1]."""
-    hits = np.arange(k + 1)
-    if not candidate.is_mutable or not candidate.copies_misses:
-        return np.zeros(k + 1, dtype=np.int64)
-    if candidate.execution.value == "stage":
-        return k - hits
-    if setup.admit_per_hits is None:
-        raise ValueError("ready-first replay needs the cost model's lane split (admit_per_hits)")
-    return np.minimum(np.asarray(setup.admit_per_hits, dtype=np.int64), k - hits)
-
-
-_POOLS_BATCHED = 100  # pools x layers from which `_PoolLru` beats `_PoolSteps`
+_POOLS_BATCHED = 100  # pools x layers from which `_PoolLru` beats the step-wise replay
 
 
 def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tuple]:
     """(counts, admissions, prefetch used) by plan key."""
     results: dict[tuple, tuple] = {}
-    scored: list[_Plan] = []
+    stepwise: list[_Plan] = []
     batches: dict[tuple, list[_Plan]] = {}
     for plan in plans:
         if plan.static:
@@ -229,35 +213,81 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
                 counts = np.pad(counts, ((0, 0), (0, 0), (0, plan.width)))
             results[plan.key] = (counts, 0, 0)
         elif plan.eviction is Eviction.SCORE:
-            scored.append(plan)
+            stepwise.append(plan)
         else:
             batches.setdefault((plan.pooled, plan.width), []).append(plan)
-    runs = len(scored) + len(batches)
-    for i, plan in enumerate(scored):
-        trace = _Trace(ids, predicted, plan.width)
-        hits, copies, admissions, used = _run_score(trace, plan, _Ticks(progress, i, runs))
-        results[plan.key] = (_histogram(hits, copies, trace.k, plan.width), int(admissions), int(used))
-    for i, ((pooled, width), batch) in enumerate(batches.items(), start=len(scored)):
-        trace = _Trace(ids, predicted, width)
-        tick = _Ticks(progress, i, runs)
+    n_layers, k = ids.shape[1:]
+    for (pooled, width), batch in list(batches.items()):
+        # Pools too small for the token-at-a-time replay, or too few for its per-token
+        # numpy work to pay: one step at a time.
+        if pooled:
+            fits = [plan for plan in batch if int(plan.slots.sum()) >= width + k]
+            if len(fits) * n_layers < _POOLS_BATCHED:
+                fits = []
+            stepwise += [plan for plan in batch if not any(plan is fit for fit in fits)]
+            batches[(pooled, width)] = fits
+            if not fits:
+                del batches[(pooled, width)]
+    # Step by step, the plans of one prediction width together.
+    groups: dict[int, list[_Plan]] = {}
+    for plan in stepwise:
+        groups.setdefault(plan.width, []).append(plan)
+    runs = len(groups) + len(batches)
+    traces: dict[int, _Trace] = {}
+    for i, (width, group) in enumerate(groups.items()):
+        traces[width] = _Trace(ids, predicted, width)
+        for plan, result in zip(group, _run_stepwise(traces[width], group, _Ticks(progress, i, runs))):
+            results[plan.key] = result
+    for i, ((pooled, width), batch) in enumerate(batches.items(), start=len(groups)):
+        trace = traces.get(width) or _Trace(ids, predicted, width)
         if pooled:
             trace.add_keys(batch[0].popularity.shape[1])
-            # Pools too small for the token-at-a-time replay, or too few for its
-            # per-token numpy work to pay: one step at a time.
-            fits = [int(plan.slots.sum()) >= width + trace.k for plan in batch]
-            small = [plan for plan, ok in zip(batch, fits) if not ok]
-            batch = [plan for plan, ok in zip(batch, fits) if ok]
-            if len(batch) * trace.n_layers < _POOLS_BATCHED:
-                small, batch = small + batch, []
-            for plan in small:
-                results[plan.key] = _run_pool_steps(trace, plan, tick)
-            if not batch:
-                continue
         runner = _PoolLru(trace, batch) if pooled else _LayerLru(trace, batch)
-        runner.run(tick)
+        runner.run(_Ticks(progress, i, runs))
         for j, plan in enumerate(batch):
             results[plan.key] = runner.result(j)
     return results
+
+
+def _run_stepwise(trace: _Trace, plans: list[_Plan], tick: _Ticks) -> list[tuple[np.ndarray, int, int]]:
+    """(counts, admissions, prefetch used) of each plan, replayed step by step. The
+    decayed scores depend on the routing alone, so score caches of one popularity share
+    them, stepped in lockstep (layer by layer); the others go a token at a time."""
+    n_tokens, n_layers, k = trace.n_tokens, trace.n_layers, trace.k
+    trace.add_keys(plans[0].popularity.shape[1])
+    shared: dict[int, DecayedScores] = {}
+    for plan in plans:
+        if plan.eviction is Eviction.SCORE and id(plan.popularity) not in shared:
+            shared[id(plan.popularity)] = DecayedScores(plan.popularity, k, trace.route_keys)
+    residencies = [
+        stepwise_residency(
+            plan.popularity, plan.slots, plan.admit, pooled=plan.pooled, eviction=plan.eviction,
+            route_keys=trace.route_keys, scores=shared.get(id(plan.popularity)),
+        )
+        for plan in plans
+    ]
+    sharing = [sum(r.scores is s for r in residencies) > 1 for s in (r.scores for r in residencies)]
+    histograms = _Histograms(len(plans), n_layers, k, trace.width)
+    hits = [[0] * n_layers for _ in plans]
+    copies = [[0] * n_layers for _ in plans]
+    whole = [(r.steps, hits[j], copies[j]) for j, r in enumerate(residencies) if not sharing[j]]
+    lockstep = [(r.steps, hits[j], copies[j]) for j, r in enumerate(residencies) if sharing[j]]
+    every_layer, each_layer = range(n_layers), [range(layer, layer + 1) for layer in range(n_layers)]
+    for t in range(n_tokens):
+        tick(t, n_tokens)
+        route, predictions = trace.step_keys(t)
+        for steps, h, c in whole:
+            steps(t, route, predictions, every_layer, h, c)
+        if lockstep:
+            for layer in each_layer:
+                for steps, h, c in lockstep:
+                    steps(t, route, predictions, layer, h, c)
+        i = histograms.slot(t)
+        histograms.hits[i] = hits
+        histograms.copies[i] = copies
+        histograms.token_done(t)
+    histograms.finish(n_tokens)
+    return [(histograms.of(j), r.admissions, r.prefetch_used) for j, r in enumerate(residencies)]
 
 
 def _static_counts(ids: np.ndarray, resident: np.ndarray) -> np.ndarray:
@@ -269,23 +299,18 @@ def _static_counts(ids: np.ndarray, resident: np.ndarray) -> np.ndarray:
 
 
 def _replay_partition(
-    ids: np.ndarray, candidate: Candidate, cpu_layers: np.ndarray | None, n_experts: int
+    ids: np.ndarray, candidate: Candidate, setup: ReplaySetup, cpu_layers: np.ndarray | None
 ) -> ReplayStats:
     n_tokens, n_layers, k = ids.shape
-    if candidate.kind is Kind.ALL_GPU:
-        cpu_layers = np.zeros(n_layers, dtype=bool)
-    elif candidate.kind is Kind.ALL_CPU:
-        cpu_layers = np.ones(n_layers, dtype=bool)
-    elif cpu_layers is None:
-        raise ValueError(f"{candidate.id} needs its layer set")
+    cpu_layers = cpu_layers_for(candidate.kind, n_layers, layers=cpu_layers)
     counts = np.zeros((n_layers, k + 1, 1), dtype=np.int64)
     counts[cpu_layers, 0, 0] = n_tokens
     counts[~cpu_layers, k, 0] = n_tokens
-    slots = np.where(cpu_layers, 0, n_experts).astype(np.int64)
-    return ReplayStats(candidate.id, counts, n_tokens, slots, 0, 0)
+    slots = np.where(cpu_layers, 0, setup.popularity.shape[1]).astype(np.int64)
+    return ReplayStats(candidate.id, counts, n_tokens, slots, 0, 0, setup, cpu_layers)
 
 
 __all__ = [
     "SCORE_DECAY_PER_TOKEN", "ReplaySetup", "ReplayStats", "allocate_slots", "popularity_order", "replay",
-    "replay_many", "resident_mask",
+    "replay_many", "replay_stepwise", "resident_mask",
 ]

@@ -1,11 +1,11 @@
 """What the replay engines share: the trace as index arrays, a candidate's plan, the
-state histograms they fill, progress ticks, last-use stamp types, the popularity order
-and a pool's first contents.
+state histograms they fill, progress ticks and last-use stamp types.
 
-These pieces are used by the dispatch in `engine.replay` and by every engine module
-(`engine.replay_layer_lru`, `engine.replay_pool`, `engine.replay_score`); they live
-here, below all of them, so that the engines need not import `engine.replay`, which
-imports them (no import cycle). Nothing here replays anything by itself.
+These pieces are used by the dispatch in `engine.replay` and by the vectorised engines
+(`engine.replay_layer_lru`, `engine.replay_pool`); they live here, below all of them, so
+that the engines need not import `engine.replay`, which imports them (no import cycle).
+Nothing here replays anything by itself; the rules themselves, the popularity order and
+the first contents of a cache are `engine.residency`'s.
 """
 
 from __future__ import annotations
@@ -22,11 +22,6 @@ def _stamp_type(n_stamps: int) -> tuple[type, int]:
     largest value marks an expert that is not resident."""
     dtype = np.int32 if n_stamps < np.iinfo(np.int32).max - 1 else np.int64
     return dtype, int(np.iinfo(dtype).max)
-
-
-def popularity_order(popularity: np.ndarray) -> np.ndarray:
-    """[L, E] expert ids per layer, most popular first (ties: lower id first)."""
-    return np.argsort(-popularity, axis=1, kind="stable")
 
 
 # --- planning: what a candidate's replay depends on --------------------------------
@@ -59,15 +54,6 @@ class _Ticks:
     def __call__(self, t: int, n_tokens: int) -> None:
         if self.progress is not None and t % self.EVERY == 0:
             self.progress(self.index * n_tokens + t, self.runs * n_tokens, "replaying")
-
-
-def _histogram(hits: np.ndarray, prefetches: np.ndarray, k: int, budget: int) -> np.ndarray:
-    """hits, prefetches: [T, L] per step (prefetches: copies issued during the step)."""
-    n_layers = hits.shape[1]
-    width = (k + 1) * (budget + 1)
-    flat = np.arange(n_layers)[None, :] * width + hits.astype(np.int64) * (budget + 1) + prefetches
-    counts = np.bincount(flat.ravel(), minlength=n_layers * width)
-    return counts.reshape(n_layers, k + 1, budget + 1).astype(np.int64)
 
 
 class _Histograms:
@@ -120,7 +106,7 @@ class _Trace:
         self.n_tokens, self.n_layers, self.k = ids.shape
         self.width = width
         self.ids = ids.astype(np.intp)
-        self.pred = self.first = None
+        self.pred = self.first = self.route_keys = None
         if width:
             pred = predicted[:, :, :width].astype(np.intp)
             # Duplicates within a row: only the first occurrence takes part.
@@ -131,6 +117,8 @@ class _Trace:
     def add_keys(self, n_experts: int) -> None:
         """Add what a pool indexes by: keys number an expert across layers, layer * E +
         expert; pred_keys[t, l] are the keys layer l predicts (rows 0..L-2)."""
+        if self.route_keys is not None:
+            return
         n_layers, width = self.n_layers, self.width
         layer_base = (np.arange(n_layers, dtype=np.intp) * n_experts)[None, :, None]
         self.route_keys = self.ids + layer_base  # [T, L, k]
@@ -152,16 +140,3 @@ class _Trace:
             return route, None
         predicted = np.where(self.pred_first[t], self.pred_keys[t], -1).tolist()
         return route, [[key for key in row if key >= 0] for row in predicted]
-
-
-# --- a pool's first contents (LRU and score pools alike) -----------------------------
-
-
-def _initial_pool(popularity: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The pool's first contents, least recently used first: the least routed expert
-    of any layer goes first (ties: the higher key)."""
-    n_layers, n_experts = popularity.shape
-    order = popularity_order(popularity)
-    keep = np.arange(n_experts)[None, :] < slots[:, None]
-    keys = (np.arange(n_layers)[:, None] * n_experts + order)[keep]
-    return keys[np.lexsort((-keys, popularity.ravel()[keys]))]

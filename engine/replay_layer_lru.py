@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace, _stamp_type, popularity_order
+from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace, _stamp_type
+from engine.residency import popularity_order
 
 
 # --- per-layer LRU caches: every layer of every candidate at once -----------------

@@ -1,23 +1,22 @@
-"""LRU pools (one cache shared by all layers), batched and step by step.
+"""LRU pools (one cache shared by all layers), several candidates a token at a time.
 
 `_PoolLru` replays the pools of several candidates a token at a time with numpy, from
 the state at the start of the token, then corrects in Python the few experts evicted
-within the token before the token looks them up. `_PoolSteps` replays one pool one
-step at a time, as the rules read (an OrderedDict); it takes the pools too small or too
-few for `_PoolLru`, and any token `_PoolLru` cannot settle. Both live here, apart from
-the dispatch in `engine.replay` (which picks between them), because they share the
-key layout and the step order, and `_PoolLru` falls back on `_PoolSteps`.
+within the token before the token looks them up. Pools too small or too few for it go
+to the step-wise residency (`engine.residency`, picked by the dispatch in
+`engine.replay`), and so does any token `_PoolLru` cannot settle (`_exact_token`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace, _histogram, _initial_pool, _stamp_type
+from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace, _stamp_type
+from engine.residency import StepwiseResidency, initial_pool
+from engine.residency_caches import LruCache
 
 
 # --- LRU pools: a token at a time ---------------------------------------------------
@@ -93,8 +92,8 @@ class _PoolLru:
     given stay right: one walk in LRU order settles the whole token.
 
     This needs copies never to be cut short (capacity >= predictions + k: smaller
-    pools go to `_PoolSteps`) and enough old residents to evict: a token that runs
-    out of them is replayed step by step (`_exact_token`).
+    pools are replayed step by step) and enough old residents to evict: a token that
+    runs out of them is replayed step by step (`_exact_token`).
     """
 
     def __init__(self, trace: _Trace, plans: list[_Plan]):
@@ -113,7 +112,7 @@ class _PoolLru:
         dtype, self.absent = _stamp_type(n_tokens * self.stride)
         self.stamp = np.full((n_pools, self.n_keys), self.absent, dtype=dtype)
         for j, plan in enumerate(plans):
-            keys = _initial_pool(plan.popularity, plan.slots)
+            keys = initial_pool(plan.popularity, plan.slots)
             self.stamp[j, keys] = np.arange(len(keys)) - len(keys)
         self.prefetched = np.zeros((n_pools, self.n_keys), dtype=bool)
         self.queues = _Queues(self.stamp, self.absent)
@@ -355,101 +354,33 @@ class _PoolLru:
         self.used += (hit & used).sum(axis=(1, 2))
 
     def _exact_token(self, j: int, t: int) -> None:
-        """Pool j through token t one step at a time (`_PoolSteps`), then back to stamps."""
+        """Pool j through token t one step at a time (engine.residency), then back to stamps."""
         trace, stamp_row, flags = self.trace, self.stamp[j], self.prefetched[j]
         resident = np.flatnonzero(stamp_row != self.absent)
-        steps = _PoolSteps(
-            resident[np.argsort(stamp_row[resident])].tolist(), int(self.capacity[j]),
-            self.admit[j].tolist(), np.flatnonzero(flags).tolist(),
-        )
+        pool = LruCache(resident[np.argsort(stamp_row[resident])].tolist())
+        steps = StepwiseResidency([pool], pooled=True, admit=self.admit[j], prefetched=np.flatnonzero(flags).tolist())
         route, predictions = trace.step_keys(t)
-        hits, copies = steps.token(route, predictions)
+        hits, copies = steps.token(t, route, predictions)
         i = self.histograms.slot(t)
         self.histograms.hits[i, j], self.histograms.copies[i, j] = hits, copies
-        self.admitted[j] += steps.admitted
-        self.used[j] += steps.used
+        self.admitted[j] += steps.admissions
+        self.used[j] += steps.prefetch_used
         # What the token touched is the tail of the LRU order: each expert it looks
         # up and finds resident moves to the end, and so does each it brings in.
         looked_up = {key for row in route for key in row}
         looked_up.update(key for row in predictions or () for key in row)
         touched = []
-        for key in reversed(steps.cache):
+        for key in reversed(pool.order):
             if key not in looked_up:
                 break
             touched.append(key)
         after = np.full_like(stamp_row, self.absent)
-        kept = list(steps.cache)
+        kept = list(pool.order)
         after[kept] = stamp_row[kept]
         after[touched[::-1]] = t * self.stride + np.arange(len(touched))
         stamp_row[:] = after
         flags[:] = False
         flags[list(steps.prefetched)] = True
-
-
-class _PoolSteps:
-    """One LRU pool, one step at a time, as the rules read: an OrderedDict, least
-    recently used first. It replays pools too small for `_PoolLru`, pools too few for
-    its numpy work to pay, and any token `_PoolLru` cannot take."""
-
-    def __init__(self, keys: list[int], capacity: int, admit: list[int], prefetched=()):
-        self.cache = OrderedDict.fromkeys(keys)
-        self.capacity = capacity
-        self.admit = admit
-        self.prefetched = set(prefetched)
-        self.admitted = self.used = 0
-
-    def token(self, route: list[list[int]], predictions: list[list[int]] | None) -> tuple[list, list]:
-        """One token: route[l], the keys layer l is routed to; predictions[l], the keys
-        it predicts for layer l+1, first occurrences only (None: no prefetch).
-        Returns each step's hits and copies."""
-        cache, prefetched, capacity, admit = self.cache, self.prefetched, self.capacity, self.admit
-        touch, pop = cache.move_to_end, cache.popitem
-        n_layers = len(route)
-        hits, copies = [0] * n_layers, [0] * n_layers
-        for layer, row in enumerate(route):
-            h = 0
-            for key in row:
-                if key in cache:
-                    touch(key)
-                    h += 1
-                    if key in prefetched:
-                        self.used += 1
-                        prefetched.discard(key)
-            hits[layer] = h
-            n_admit = max(min(admit[h], capacity - h), 0)
-            if n_admit:
-                for key in [key for key in row if key not in cache][:n_admit]:
-                    prefetched.discard(pop(last=False)[0])
-                    cache[key] = None
-                self.admitted += n_admit
-            if predictions is not None and layer + 1 < n_layers:
-                kept, wanted = 0, []
-                for key in predictions[layer]:
-                    if key in cache:
-                        touch(key)  # about to be used: protect it
-                        kept += 1
-                    else:
-                        wanted.append(key)
-                n_copy = max(min(len(wanted), capacity - kept - h - n_admit), 0)
-                for key in wanted[:n_copy]:
-                    prefetched.discard(pop(last=False)[0])
-                    cache[key] = None
-                    prefetched.add(key)
-                copies[layer] = n_copy
-        return hits, copies
-
-
-def _run_pool_steps(trace: _Trace, plan: _Plan, tick: _Ticks) -> tuple[np.ndarray, int, int]:
-    """(counts, admissions, prefetch used) of one pool replayed step by step."""
-    initial = _initial_pool(plan.popularity, plan.slots).tolist()
-    steps = _PoolSteps(initial, len(initial), plan.admit.tolist())
-    hits, copies = [], []
-    for t in range(trace.n_tokens):
-        tick(t, trace.n_tokens)
-        h, c = steps.token(*trace.step_keys(t))
-        hits.append(h)
-        copies.append(c)
-    return _histogram(np.array(hits), np.array(copies), trace.k, plan.width), steps.admitted, steps.used
 
 
 @dataclass

@@ -6,15 +6,17 @@ device slots up to its capacity, the others in (pinned) host memory; the trace's
 replayed token by token, layer by layer; every layer step executed by
 probes.layer_step.LayerStep, the one implementation the combined-schedule probes use too.
 
-Residency follows exactly the rules of engine/replay.py (DESIGN.md §4), one step at a
-time (`ResidencyPlan`): hits are the routed experts resident in a device slot; under
-stage and ready-first a mutable cache admits the copied misses (a device-to-device copy
-from the staging buffer into the evicted expert's slot); while layer l runs, the
-predicted experts of layer l+1 that are not resident are copied host to device into
-the slots of the experts they evict (on LayerStep's prefetch stream on CUDA); LRU or
-decayed-score eviction; per-layer caches or one cross-layer pool. The executor counts
-hits from its own slot table as it runs, so an executed run's histogram can be checked
-against replay's ReplayStats (tests/test_executor.py).
+Residency follows the rules of DESIGN.md §4 one step at a time, as engine.residency
+states them once for replay too (`ResidencyPlan`: what each step hits, admits and
+prefetches, and into which device slot): hits are the routed experts resident in a
+device slot; under stage and ready-first a mutable cache admits the copied misses (a
+device-to-device copy from the staging buffer into the evicted expert's slot); while
+layer l runs, the predicted experts of layer l+1 that are not resident are copied host
+to device into the slots of the experts they evict (on LayerStep's prefetch stream on
+CUDA); LRU or decayed-score eviction; per-layer caches or one cross-layer pool. The
+executor counts hits from its own slot table as it runs and stops if they differ from
+the plan's, so an executed run's histogram can be checked against replay's ReplayStats
+(tests/test_executor.py).
 
 Modes:
 - "functional": both tiers on the CPU (LayerStep's functional mode), every candidate,
@@ -42,14 +44,13 @@ torch is imported lazily.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from engine.policy import Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import SCORE_DECAY_PER_TOKEN, ReplaySetup, allocate_slots, popularity_order
+from engine.policy import Candidate
+from engine.residency import ReplaySetup, ResidencyPlan
 
 HOST_HASH = 2654435761  # spreads (layer, expert) keys over a host pool smaller than the model
 
@@ -64,219 +65,6 @@ class GpuRequired(ExecutionRefused):
 
 class VramBudgetExceeded(ExecutionRefused):
     pass
-
-
-# --- residency: the replay rules, one step at a time (torch-free) ----------------------
-
-
-@dataclass(frozen=True)
-class PlannedStep:
-    hits: tuple[int, ...]  # expert ids of the layer, routing order
-    misses: tuple[int, ...]
-    copy_ids: tuple[int, ...] | None  # ready-first: the misses sent to the copy lane
-    admitted: tuple[tuple[int, int], ...]  # (expert id, device slot) admitted after the step
-    prefetch: tuple[tuple[int, int], ...]  # (key of layer l+1, device slot) copied during the step
-
-
-class _Lru:
-    """Front = least recently used."""
-
-    def __init__(self, keys):
-        self.keys = OrderedDict.fromkeys(keys)
-        self.capacity = len(self.keys)
-
-    def __contains__(self, key):
-        return key in self.keys
-
-    def routed(self, row, t):
-        pass
-
-    def touch(self, key):
-        self.keys.move_to_end(key)
-
-    def insert(self, key):
-        self.keys[key] = None
-
-    def evict(self, protect, t):
-        for victim in self.keys:
-            if victim not in protect:
-                break
-        del self.keys[victim]
-        return victim
-
-
-class _DecayedScore:
-    def __init__(self, popularity, k):
-        decay = SCORE_DECAY_PER_TOKEN
-        profile_tokens = max(popularity.sum(axis=1).max() / k, 1.0)
-        self.value = (popularity / profile_tokens / (1 - decay)).ravel().tolist()
-        self.time = [0] * popularity.size
-
-    def __call__(self, key, t):
-        return self.value[key] * SCORE_DECAY_PER_TOKEN ** (t - self.time[key])
-
-    def routed(self, row, t):
-        for key in row:
-            self.value[key] = self(key, t) + 1.0
-            self.time[key] = t
-
-
-class _ScoreCache:
-    """Evicts the unprotected resident with the lowest decayed score, ties to the lowest key."""
-
-    def __init__(self, keys, score: _DecayedScore):
-        self.keys = set(keys)
-        self.capacity = len(self.keys)
-        self.score = score
-
-    def __contains__(self, key):
-        return key in self.keys
-
-    def routed(self, row, t):
-        self.score.routed(row, t)
-
-    def touch(self, key):
-        pass
-
-    def insert(self, key):
-        self.keys.add(key)
-
-    def evict(self, protect, t):
-        victim = min((key for key in self.keys if key not in protect), key=lambda key: (self.score(key, t), key))
-        self.keys.discard(victim)
-        return victim
-
-
-class ResidencyPlan:
-    """Which experts a candidate holds in device slots, and every step's decisions.
-
-    `initial`: key (layer * E + expert) -> slot; `n_slots`: device slots the candidate
-    needs; `steps(t)`: the planned steps of token t, layer by layer (call in token order:
-    mutable caches advance)."""
-
-    def __init__(self, ids: np.ndarray, predicted: np.ndarray | None, candidate: Candidate, setup: ReplaySetup,
-                 *, cpu_layers: np.ndarray | None = None):
-        self.ids = np.asarray(ids)
-        n_tokens, n_layers, k = self.ids.shape
-        popularity = np.asarray(setup.popularity)
-        n_experts = popularity.shape[1]
-        self.candidate, self.k, self.n_layers, self.n_experts = candidate, k, n_layers, n_experts
-        self.split = None  # ready-first: misses copied per number of hits
-        self.admit = [0] * (k + 1)
-        self.width = 0
-        self.caches: list = []
-        self.pooled = False
-        if candidate.kind is not Kind.MATRIX:
-            if candidate.kind is Kind.ALL_GPU:
-                cpu_layers = np.zeros(n_layers, dtype=bool)
-            elif candidate.kind is Kind.ALL_CPU:
-                cpu_layers = np.ones(n_layers, dtype=bool)
-            elif cpu_layers is None:
-                raise ValueError(f"{candidate.id} needs its layer set (cpu_layers)")
-            self.slots = np.where(np.asarray(cpu_layers, dtype=bool), 0, n_experts).astype(np.int64)
-            resident = [list(range(n_experts)) if s else [] for s in self.slots]
-            self.static = True
-        else:
-            self.slots = allocate_slots(popularity, setup.total_slots, candidate.allocation)
-            order = popularity_order(popularity)
-            resident = [order[l, : self.slots[l]].tolist() for l in range(n_layers)]
-            hits = np.arange(k + 1)
-            if candidate.execution is Execution.READY_FIRST:
-                if setup.admit_per_hits is None:
-                    raise ValueError("ready-first needs the cost model's lane split (admit_per_hits)")
-                self.split = np.minimum(np.asarray(setup.admit_per_hits, dtype=np.int64), k - hits).tolist()
-            if candidate.is_mutable and candidate.copies_misses:
-                self.admit = (k - hits).tolist() if candidate.execution is Execution.STAGE else list(self.split)
-            prefetch = candidate.prefetch and predicted is not None and setup.prefetch_budget > 0
-            width = min(int(setup.prefetch_budget), predicted.shape[2]) if prefetch else 0
-            changes = candidate.is_mutable and (bool(width) or any(self.admit))
-            self.static = not changes
-            if changes:
-                self.width = width
-                self.pred = None if not width else np.asarray(predicted)[:, :, :width]
-                self.pooled = candidate.residency is Residency.POOL
-                lru = candidate.eviction is not Eviction.SCORE
-                score = None if lru else _DecayedScore(popularity, k)
-                if self.pooled:
-                    keys = [l * n_experts + e for l in range(n_layers) for e in resident[l]]
-                    keys.sort(key=lambda key: (popularity.flat[key], -key))  # least routed first
-                    initial = [keys]
-                else:
-                    initial = [[l * n_experts + e for e in resident[l][::-1]] for l in range(n_layers)]
-                self.caches = [_Lru(keys) if lru else _ScoreCache(keys, score) for keys in initial]
-        keys = [l * n_experts + e for l in range(n_layers) for e in resident[l]]
-        self.initial = {key: slot for slot, key in enumerate(keys)}
-        self.n_slots = len(keys)
-        self._resident = set(keys)  # static candidates
-        self.prefetched: set[int] = set()
-        self.admissions = self.prefetch_used = 0
-        self._slot_of = dict(self.initial)  # what the plan believes; the executor keeps its own
-
-    @property
-    def prefetch_columns(self) -> int:
-        return self.width + 1
-
-    def steps(self, t: int) -> list[PlannedStep]:
-        return [self._step(t, l) for l in range(self.n_layers)]
-
-    def _copy_ids(self, misses: list[int], h: int):
-        if self.split is None:
-            return None
-        return tuple(misses[: self.split[h]])
-
-    def _step(self, t: int, l: int) -> PlannedStep:
-        E = self.n_experts
-        row_ids = [int(e) for e in self.ids[t, l]]
-        if self.static:
-            hits = [e for e in row_ids if l * E + e in self._resident]
-            misses = [e for e in row_ids if l * E + e not in self._resident]
-            return PlannedStep(tuple(hits), tuple(misses), self._copy_ids(misses, len(hits)), (), ())
-        cache = self.caches[0] if self.pooled else self.caches[l]
-        row = [l * E + e for e in row_ids]
-        cache.routed(row, t)
-        hits = [key for key in row if key in cache]
-        misses = [key for key in row if key not in cache]
-        h = len(hits)
-        for key in hits:
-            cache.touch(key)
-            if key in self.prefetched:
-                self.prefetch_used += 1
-                self.prefetched.discard(key)
-        n_admit = max(min(self.admit[h], cache.capacity - h), 0)
-        admitted = []
-        for key in misses[:n_admit]:
-            victim = cache.evict(set(row), t)
-            self.prefetched.discard(victim)
-            cache.insert(key)
-            cache.touch(key)
-            slot = self._slot_of.pop(victim)
-            self._slot_of[key] = slot
-            admitted.append((key - l * E, slot))
-        self.admissions += n_admit
-        prefetch = []
-        if self.width and l + 1 < self.n_layers:
-            nxt = self.caches[0] if self.pooled else self.caches[l + 1]
-            wanted = list(dict.fromkeys((l + 1) * E + int(e) for e in self.pred[t, l]))
-            kept = [key for key in wanted if key in nxt]
-            wanted = [key for key in wanted if key not in nxt]
-            for key in kept:
-                nxt.touch(key)
-            in_use = {key for key in row if key in cache} if self.pooled else set()
-            copies = max(min(len(wanted), nxt.capacity - len(kept) - len(in_use)), 0)
-            protect = set(kept) | set(wanted) | in_use
-            for key in wanted[:copies]:
-                victim = nxt.evict(protect, t)
-                self.prefetched.discard(victim)
-                nxt.insert(key)
-                nxt.touch(key)
-                self.prefetched.add(key)
-                slot = self._slot_of.pop(victim)
-                self._slot_of[key] = slot
-                prefetch.append((key, slot))
-        hit_ids = [key - l * E for key in hits]
-        miss_ids = [key - l * E for key in misses]
-        return PlannedStep(tuple(hit_ids), tuple(miss_ids), self._copy_ids(miss_ids, h), tuple(admitted),
-                           tuple(prefetch))
 
 
 # --- the executor -----------------------------------------------------------------------
@@ -493,7 +281,7 @@ class Executor:
                 step.run(execution, self.hidden_of(0, l), device_experts={int(e): slots[slot_of[l * E + int(e)]] for e in hits},
                          host_experts={e: self.host_mats(l * E + e) for e in misses}, hit_ids=[int(e) for e in hits],
                          miss_ids=misses, threads=threads,
-                         copy_ids=plan._copy_ids(misses, len(hits)) if plan.split is not None else None)
+                         copy_ids=plan.copy_ids(misses, len(hits)))
             if shared_ops is not None:  # pragma: no cover
                 for op in set(shared_ops):
                     op.run()

@@ -18,7 +18,8 @@ from engine.policy import Candidate, Eviction, Execution, Kind, Residency, polic
 from engine.quant import get_quantization  # noqa: E402
 from engine.replay import ReplaySetup, replay  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
-from probes.executor import Executor, GpuRequired, ResidencyPlan, VramBudgetExceeded  # noqa: E402
+from engine.residency import ResidencyPlan  # noqa: E402
+from probes.executor import Executor, GpuRequired, VramBudgetExceeded  # noqa: E402
 from probes.layer_step import dense_reference  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 

@@ -1,277 +1,34 @@
-"""The fast replay against a plain reference, on random traces.
+"""Every way of replaying a candidate against the plain reference (tests/replay_reference.py).
 
-`reference_replay` is the replay loop as first written (OrderedDict LRU, a scan of the
-resident set for score eviction), kept here deliberately simple: one step at a time,
-one key at a time. It changes one thing: among equal scores, score eviction takes the
-lowest key, where the first loop took whichever its set happened to yield first.
-engine/replay.py batches, vectorises and shares work between candidates and budgets;
-every count it returns must equal the reference's.
+Four implementations must give the reference's counts, admissions and prefetch used,
+exactly, for every candidate kind: `replay`/`replay_many` (lookups and the vectorised
+engines, batched and shared between candidates and budgets), `replay_stepwise` (the
+step-wise residency of engine/residency.py, which the slow paths run), and the
+executor's `ResidencyPlan`, whose steps are checked here against a slot table kept
+as the executor keeps its own. On random traces, and on real routing when
+../shared/traces is present.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import SCORE_DECAY_PER_TOKEN, ReplaySetup, replay, replay_many
+from engine.replay import ReplaySetup, replay, replay_many, replay_stepwise
+from engine.residency import ResidencyPlan
+from tests.replay_reference import every_candidate, random_case, reference_replay
 
-# --- the reference ------------------------------------------------------------------
-
-
-def reference_replay(ids, predicted, candidate: Candidate, setup: ReplaySetup, cpu_layers=None):
-    """(counts [L, k+1, P+1], admissions, prefetch_used) of one candidate."""
-    n_tokens, n_layers, k = ids.shape
-    popularity = np.asarray(setup.popularity)
-    n_experts = popularity.shape[1]
-    if candidate.kind is not Kind.MATRIX:
-        if candidate.kind is Kind.ALL_GPU:
-            cpu_layers = np.zeros(n_layers, dtype=bool)
-        elif candidate.kind is Kind.ALL_CPU:
-            cpu_layers = np.ones(n_layers, dtype=bool)
-        counts = np.zeros((n_layers, k + 1, 1), dtype=np.int64)
-        counts[cpu_layers, 0, 0] = n_tokens
-        counts[~cpu_layers, k, 0] = n_tokens
-        return counts, 0, 0
-
-    slots = reference_slots(popularity, setup.total_slots, candidate.allocation)
-    order = [sorted(range(n_experts), key=lambda e: -popularity[l, e]) for l in range(n_layers)]  # stable
-    admit = reference_admission(candidate, setup, k)
-    prefetch = candidate.prefetch and predicted is not None and setup.prefetch_budget > 0
-    if not candidate.is_mutable or not (prefetch or any(admit)):
-        counts = np.zeros((n_layers, k + 1, 1), dtype=np.int64)
-        for l in range(n_layers):
-            resident = set(order[l][: slots[l]])
-            for t in range(n_tokens):
-                counts[l, sum(int(e) in resident for e in ids[t, l]), 0] += 1
-        return counts, 0, 0
-
-    pred = predicted[:, :, : setup.prefetch_budget] if prefetch else None
-    pooled = candidate.residency is Residency.POOL
-    if pooled:
-        keys = [l * n_experts + e for l in range(n_layers) for e in order[l][: slots[l]]]
-        keys.sort(key=lambda key: (popularity.flat[key], -key))  # least routed first
-        initial = [keys]
-    else:
-        initial = [[l * n_experts + e for e in order[l][: slots[l]][::-1]] for l in range(n_layers)]
-    if candidate.eviction is Eviction.LRU:
-        caches = [LruCache(keys) for keys in initial]
-    else:
-        score = DecayedScore(popularity, k)
-        caches = [ScoreCache(keys, score) for keys in initial]
-    budget = 0 if pred is None else pred.shape[2]
-    counts = np.zeros((n_layers, k + 1, budget + 1), dtype=np.int64)
-    prefetched: set[int] = set()
-    admissions = used = 0
-    for t in range(n_tokens):
-        for l in range(n_layers):
-            cache = caches[0] if pooled else caches[l]
-            row = [l * n_experts + int(e) for e in ids[t, l]]
-            cache.routed(row, t)
-            hits = [key for key in row if key in cache]
-            misses = [key for key in row if key not in cache]
-            h = len(hits)
-            for key in hits:
-                cache.touch(key)
-                if key in prefetched:
-                    used += 1
-                    prefetched.discard(key)
-            n_admit = min(admit[h], cache.capacity - h)
-            for key in misses[: max(n_admit, 0)]:
-                prefetched.discard(cache.evict(protect=set(row), t=t))
-                cache.insert(key)
-            admissions += max(n_admit, 0)
-            copies = 0
-            if budget and l + 1 < n_layers:
-                nxt = caches[0] if pooled else caches[l + 1]
-                wanted = [key for key in dict.fromkeys((l + 1) * n_experts + int(e) for e in pred[t, l])]
-                kept = [key for key in wanted if key in nxt]
-                wanted = [key for key in wanted if key not in nxt]
-                for key in kept:
-                    nxt.touch(key)  # about to be used: protect it
-                in_use = {key for key in row if key in cache} if pooled else set()  # hits and admitted
-                copies = max(min(len(wanted), nxt.capacity - len(kept) - len(in_use)), 0)
-                for key in wanted[:copies]:
-                    prefetched.discard(nxt.evict(protect=set(kept) | set(wanted) | in_use, t=t))
-                    nxt.insert(key)
-                    prefetched.add(key)
-            counts[l, h, copies] += 1
-    return counts, admissions, used
-
-
-def reference_slots(popularity, total_slots, allocation):
-    n_layers, n_experts = popularity.shape
-    total_slots = min(int(total_slots), n_layers * n_experts)
-    if allocation is Allocation.UNIFORM:
-        return [min(total_slots // n_layers, n_experts)] * n_layers
-    # One slot at a time to the layer whose next most popular expert is routed most
-    # (ties: the lower layer, then its more popular expert).
-    ranked = [sorted(popularity[l], reverse=True) for l in range(n_layers)]
-    cells = sorted(((-ranked[l][r], l, r) for l in range(n_layers) for r in range(n_experts)))
-    slots = [0] * n_layers
-    for _, l, _ in cells[:total_slots]:
-        slots[l] += 1
-    return slots
-
-
-def reference_admission(candidate, setup, k):
-    if not candidate.is_mutable or not candidate.copies_misses:
-        return [0] * (k + 1)
-    if candidate.execution is Execution.STAGE:
-        return [k - h for h in range(k + 1)]
-    return [min(int(a), k - h) for h, a in enumerate(setup.admit_per_hits)]
-
-
-class LruCache:
-    """Front of the OrderedDict = least recently used."""
-
-    def __init__(self, keys):
-        self.keys = OrderedDict.fromkeys(keys)
-        self.capacity = len(self.keys)
-
-    def __contains__(self, key):
-        return key in self.keys
-
-    def routed(self, row, t):
-        pass
-
-    def touch(self, key):
-        self.keys.move_to_end(key)
-
-    def insert(self, key):
-        self.keys[key] = None
-
-    def evict(self, protect, t):
-        # The protected keys were touched this step, so they are never at the front.
-        victim = next(iter(self.keys))
-        assert victim not in protect
-        del self.keys[victim]
-        return victim
-
-
-class DecayedScore:
-    """Every routed expert, resident or not, scores 1 per use; scores decay per token.
-
-    A score is kept as (value, token) and decayed when read; an expert starts from its
-    steady state on the profile, popularity / profile tokens / (1 - decay).
-    """
-
-    def __init__(self, popularity, k):
-        decay = SCORE_DECAY_PER_TOKEN
-        profile_tokens = max(popularity.sum(axis=1).max() / k, 1.0)
-        self.value = (popularity / profile_tokens / (1 - decay)).ravel().tolist()
-        self.time = [0] * popularity.size
-
-    def __call__(self, key, t):
-        return self.value[key] * SCORE_DECAY_PER_TOKEN ** (t - self.time[key])
-
-    def routed(self, row, t):
-        for key in row:
-            self.value[key] = self(key, t) + 1.0
-            self.time[key] = t
-
-
-class ScoreCache:
-    """Evicts the unprotected resident with the lowest decayed score, ties to the lowest key."""
-
-    def __init__(self, keys, score: DecayedScore):
-        self.keys = set(keys)
-        self.capacity = len(self.keys)
-        self.score = score
-
-    def __contains__(self, key):
-        return key in self.keys
-
-    def routed(self, row, t):
-        self.score.routed(row, t)
-
-    def touch(self, key):
-        pass
-
-    def insert(self, key):
-        self.keys.add(key)
-
-    def evict(self, protect, t):
-        victim = min((key for key in self.keys if key not in protect), key=lambda key: (self.score(key, t), key))
-        self.keys.discard(victim)
-        return victim
-
-
-# --- random traces ------------------------------------------------------------------------
-
-
-def random_case(seed: int, *, medium: bool = False):
-    """(ids, predicted or None, popularity, total_slots, prefetch_budget, ready-first split).
-
-    Small cases vary everything: 1-6 layers, 4-32 experts, k up to 8, capacities from 0
-    to everything (smaller than k included), predictions with duplicates and of any
-    width, popularity as counts, small integers (ties) or reals. Medium cases are
-    longer, with pools large enough for the token-at-a-time pool replay.
-    """
-    rng = np.random.default_rng(seed)
-    if medium:
-        n_layers, n_experts = int(rng.integers(4, 13)), int(rng.choice([16, 32, 64]))
-        n_tokens = int(rng.integers(80, 200))
-    else:
-        n_layers, n_experts = int(rng.integers(1, 7)), int(rng.choice([4, 6, 8, 16, 32]))
-        n_tokens = int(rng.integers(1, 40))
-    k = int(rng.integers(1, min(n_experts, 8) + 1))
-    p = 1.0 / np.arange(1, n_experts + 1) ** rng.uniform(0, 1.5)
-    ranks = np.argsort(rng.random((n_layers, n_experts)), axis=1)
-    logits = np.log(p / p.sum())[ranks][None] + rng.gumbel(size=(n_tokens, n_layers, n_experts))
-    ids = np.argsort(-logits, axis=2)[:, :, :k].astype(np.int16)
-    width = int(rng.integers(1, k + 3))
-    predicted = None
-    if rng.random() < 0.8:
-        predicted = rng.integers(0, n_experts, size=(n_tokens, n_layers, width)).astype(np.int16)
-        right = rng.random(predicted.shape) < rng.uniform(0, 1)
-        following = np.concatenate([ids[:, 1:], ids[:, :1]], axis=1)  # the next layer's routing
-        m = min(k, width)
-        predicted[:, :, :m] = np.where(right[:, :, :m], following[:, :, :m], predicted[:, :, :m])
-        predicted[:, -1] = -1
-    kind = rng.integers(0, 4)
-    if kind == 0:
-        popularity = np.stack([np.bincount(ids[:, l].ravel(), minlength=n_experts) for l in range(n_layers)])
-    elif kind == 1:
-        popularity = rng.integers(0, 4, size=(n_layers, n_experts))  # many ties
-    elif kind == 2:
-        popularity = rng.random((n_layers, n_experts))
-    else:  # scores that would underflow: score eviction scans instead of using its heap
-        popularity = rng.random((n_layers, n_experts)) * 1e-300
-    cells = n_layers * n_experts
-    if medium:
-        total = int(rng.integers(cells // 4, cells))
-    else:
-        total = int(rng.choice([0, 1, k - 1, k, k + 1, n_layers * k, cells // 3, cells - 1, cells, cells + 5,
-                                int(rng.integers(0, cells + 1))]))
-    budget = int(rng.integers(0, width + 2))
-    admit = rng.integers(0, k + 1, size=k + 1)
-    if rng.random() < 0.5:
-        admit = np.sort(admit)[::-1]  # the usual shape: fewer copies with more hits
-    return ids, predicted, popularity, max(total, 0), budget, admit
-
-
-def every_candidate(has_predictions: bool) -> list[Candidate]:
-    out = []
-    for residency in Residency:
-        for execution in Execution:
-            for allocation in Allocation:
-                if residency is Residency.FIXED:
-                    out.append(Candidate(Kind.MATRIX, residency, execution, allocation))
-                    continue
-                for eviction in Eviction:
-                    for prefetch in (False, True) if has_predictions else (False,):
-                        out.append(Candidate(Kind.MATRIX, residency, execution, allocation, eviction, prefetch))
-    return out
+STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
 
 
 @pytest.fixture(params=["batched", "steps"])
 def pool_path(request, monkeypatch):
-    """Run a test with pools replayed a token at a time with numpy (`_PoolLru`), then
-    one step at a time (`_PoolSteps`); replay picks by how many pools and layers."""
+    """Run a test with LRU pools replayed a token at a time with numpy (`_PoolLru`), then
+    one step at a time (the step-wise residency); replay picks by how many pools and layers."""
     import engine.replay
 
     monkeypatch.setattr(engine.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
@@ -287,12 +44,81 @@ def assert_same(ids, predicted, setup, candidates, stats):
         assert (got.admissions, got.prefetch_used) == (admissions, used), candidate.id
 
 
+def plan_replay(ids, predicted, candidate, setup, cpu_layers=None):
+    """(counts, admissions, prefetch used) of the executor's plan, executed on a slot
+    table kept here as the executor keeps its own: every step's hits must be what the
+    table holds, and every admission or prefetch must take the slot of an expert that
+    the step may evict."""
+    plan = ResidencyPlan(ids, predicted, candidate, setup, cpu_layers=cpu_layers)
+    n_tokens, n_layers, k = ids.shape
+    n_experts = setup.popularity.shape[1]
+    slot_of = dict(plan.initial)
+    assert sorted(slot_of.values()) == list(range(plan.n_slots))
+    key_at = {slot: key for key, slot in slot_of.items()}
+    ready_first = candidate.kind is Kind.MATRIX and candidate.execution is Execution.READY_FIRST
+
+    def move(key, slot, spared):
+        old = key_at[slot]
+        assert slot_of.pop(old) == slot and old not in spared and key not in slot_of
+        slot_of[key], key_at[slot] = slot, key
+
+    counts = np.zeros((n_layers, k + 1, plan.prefetch_columns), dtype=np.int64)
+    for t in range(n_tokens):
+        for l, step in enumerate(plan.steps(t)):
+            row = [int(e) for e in ids[t, l]]
+            keys = {l * n_experts + e for e in row}
+            hits = [e for e in row if l * n_experts + e in slot_of]
+            assert list(step.hits) == hits and list(step.misses) == [e for e in row if e not in hits]
+            if ready_first:
+                split = min(int(setup.admit_per_hits[len(hits)]), k - len(hits))
+                assert step.copy_ids == tuple(step.misses[:split])
+            else:
+                assert step.copy_ids is None
+            assert [e for e, _ in step.admitted] == list(step.misses[: len(step.admitted)])
+            for e, slot in step.admitted:
+                move(l * n_experts + e, slot, keys)
+            predicted_keys = {key for key, _ in step.prefetch}
+            for key, slot in step.prefetch:
+                assert key // n_experts == l + 1
+                move(key, slot, keys | predicted_keys)
+            counts[l, len(hits), len(step.prefetch)] += 1
+    assert len(slot_of) == plan.n_slots
+    return counts, plan.admissions, plan.prefetch_used
+
+
+def assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_layers=None):
+    """`stats` (from replay or replay_many), the step-wise replay and the executor's plan
+    all equal the reference, for each candidate."""
+    for candidate, got in zip(candidates, stats):
+        layers = cpu_layers if candidate.kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST) else None
+        want = reference_replay(ids, predicted, candidate, setup, cpu_layers=layers)
+        stepwise = replay_stepwise(ids, predicted, candidate, setup, cpu_layers=layers)
+        planned = plan_replay(ids, predicted, candidate, setup, cpu_layers=layers)
+        for how, (counts, admissions, used) in (
+            ("replay", (got.counts, got.admissions, got.prefetch_used)),
+            ("step-wise", (stepwise.counts, stepwise.admissions, stepwise.prefetch_used)),
+            ("plan", planned),
+        ):
+            assert counts.shape == want[0].shape, (how, candidate.id)
+            assert np.array_equal(counts, want[0]), (how, candidate.id)
+            assert (admissions, used) == want[1:], (how, candidate.id)
+        assert np.array_equal(stepwise.slots_per_layer, got.slots_per_layer), candidate.id
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_every_candidate_matches_the_reference_on_small_traces(seed, pool_path):
     ids, predicted, popularity, total, budget, admit = random_case(seed)
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = every_candidate(predicted is not None)
-    assert_same(ids, predicted, setup, candidates, [replay(ids, predicted, c, setup) for c in candidates])
+    stats = [replay(ids, predicted, c, setup) for c in candidates]
+    if pool_path == "steps":
+        assert_same(ids, predicted, setup, candidates, stats)
+        return
+    # Once per trace: every kind, standalone ones too, every way.
+    cpu_layers = np.random.default_rng(seed).random(ids.shape[1]) < 0.5
+    candidates += STANDALONE
+    stats += [replay(ids, predicted, c, setup, cpu_layers=cpu_layers) for c in STANDALONE]
+    assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_layers)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -300,7 +126,11 @@ def test_batched_replays_match_the_reference_on_medium_traces(seed, pool_path):
     ids, predicted, popularity, total, budget, admit = random_case(1000 + seed, medium=True)
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = [c for c in every_candidate(predicted is not None) if c.eviction is not Eviction.SCORE or seed < 2]
-    assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
+    stats = replay_many(ids, predicted, [(c, setup) for c in candidates])
+    if pool_path == "steps":
+        assert_same(ids, predicted, setup, candidates, stats)
+    else:
+        assert_every_way_the_same(ids, predicted, setup, candidates, stats)
 
 
 def test_candidates_of_different_setups_replayed_together_match_the_reference(pool_path):
@@ -336,7 +166,8 @@ def test_pool_lru_with_many_evictions_a_token_matches_the_reference(pool_path):
 
 
 def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
-    # The batched replays fold their per-step counts every 256 tokens.
+    # The replays fold their per-step counts every 256 tokens, and the decayed scores
+    # are computed ahead 256 tokens at a time.
     rng = np.random.default_rng(11)
     n_tokens, n_layers, n_experts, k = 600, 4, 16, 3
     ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
@@ -344,10 +175,28 @@ def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
     popularity = rng.integers(0, 20, size=(n_layers, n_experts))
     setup = ReplaySetup(popularity, 30, k, np.array([2, 1, 1, 0]))
     candidates = [
-        Candidate(Kind.MATRIX, residency, execution, Allocation.NONUNIFORM, Eviction.LRU, prefetch=True)
+        Candidate(Kind.MATRIX, residency, execution, Allocation.NONUNIFORM, eviction, prefetch=True)
         for residency in (Residency.LAYER, Residency.POOL) for execution in (Execution.STAGE, Execution.PARALLEL)
+        for eviction in Eviction
     ]
     assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
+
+
+def test_an_expert_routed_twice_in_a_step_scores_twice():
+    # Not in a valid trace (RoutingTrace refuses it), but replay takes bare arrays: the
+    # decayed scores computed ahead must then add 1 per use, in order, as the plain loop does.
+    # Only prefetch changes these caches (no admissions, which a repeated miss would
+    # make twice), and it evicts by score.
+    ids, predicted, popularity, total, budget, admit = random_case(1010, medium=True)
+    ids = ids.copy()
+    ids[::3, :, -1] = ids[::3, :, 0]  # every third token repeats its first expert in every layer
+    setup = ReplaySetup(popularity, total, budget, admit)
+    candidates = [
+        c for c in every_candidate(True)
+        if c.eviction is Eviction.SCORE and c.prefetch and not c.copies_misses
+    ]
+    assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
+    assert_same(ids, predicted, setup, candidates, [replay_stepwise(ids, predicted, c, setup) for c in candidates])
 
 
 def test_score_eviction_ties_go_to_the_lowest_key():
@@ -368,13 +217,13 @@ def test_score_heap_settles_rounding_ties_as_the_scan_does():
     # differently from the scores themselves. Key 0 holds 0.81 since token 2, key 1
     # holds 1.0 since token 0: at token 2 both score 0.81 exactly, yet key 0 ranks
     # a hair higher. The scan evicts the lower key, 0; so must the heap.
-    from engine.replay_score import _DecayedScores, _ScoreCache
+    from engine.residency_caches import DecayedScores, ScoreCache
 
-    scores = _DecayedScores(np.zeros((1, 2)), k=1, n_tokens=10)
+    scores = DecayedScores(np.zeros((1, 2)), k=1, route_keys=np.zeros((10, 1, 1), dtype=np.intp))
     scores.value, scores.time = [0.9**2, 1.0], [2, 0]
-    scores.rank = [scores._rank(v, t) for v, t in zip(scores.value, scores.time)]
+    scores.rank = [math.log(v) - t * scores.log_decay for v, t in zip(scores.value, scores.time)]
     assert scores(0, 2) == scores(1, 2) and scores.rank[0] > scores.rank[1]
-    assert _ScoreCache([0, 1], scores).evict(set(), 2) == 0
+    assert ScoreCache([0, 1], scores).evict(set(), 2) == 0
 
 
 # --- advise and the budget sweep ---------------------------------------------------------
@@ -392,7 +241,7 @@ def small_request(tokens=40, **kw):
 
 
 def test_advise_shares_replays_without_changing_any_candidate(pool_path):
-    from engine.advise import advise
+    from engine.advise import advise, partition_layers
     from engine.memory import plan_memory
 
     request, cost = small_request(vram_budget_gib=10)
@@ -406,8 +255,17 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
     for estimate in recommendation.estimates:
         candidate = estimate.candidate
         if candidate.kind is not Kind.MATRIX:
+            # What an executor needs comes with the estimate: the layers it keeps on the CPU.
+            layers, _ = partition_layers(candidate.kind, trace.n_layers, memory.gpu_layers(), request.model.moe_blocks)
+            assert np.array_equal(estimate.cpu_layers, layers), candidate.id
+            assert np.array_equal(estimate.stats.counts[:, 0, 0] > 0, layers), candidate.id
             continue
         setup = ReplaySetup(popularity, memory.slots(staging=candidate.copies_misses), k, split)
+        # The estimate carries the setup it was replayed with (validate executes that).
+        assert estimate.cpu_layers is None and estimate.setup.total_slots == setup.total_slots
+        assert estimate.setup.prefetch_budget == k and np.array_equal(estimate.setup.popularity, popularity)
+        if candidate.execution is Execution.READY_FIRST:
+            assert np.array_equal(estimate.setup.admit_per_hits, split)
         assert_same(trace.expert_ids, trace.predicted_ids, setup, [candidate], [estimate.stats])
 
 
@@ -451,3 +309,57 @@ def test_progress_is_reported_while_replaying_and_can_stop_the_work():
 
     with pytest.raises(Stop):
         sweep_budgets(request, cost, [8 * GIB, 12 * GIB], progress=stop)
+
+
+# --- real routing -----------------------------------------------------------------------
+
+
+def previous_token_predictor(ids: np.ndarray) -> np.ndarray:
+    """A next-layer predictor made from the routing itself: at layer l, the experts the
+    previous token chose at layer l + 1 (the first token: the last token's)."""
+    predicted = np.full_like(ids, -1)
+    predicted[:, :-1] = np.roll(ids, 1, axis=0)[:, 1:]
+    return predicted
+
+
+@pytest.mark.shared_traces
+def test_every_way_agrees_on_real_deepseek_routing(shared_traces):
+    from engine.traces.moe_beyond import read_moe_beyond_csv_dir
+
+    trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond", max_files=12)
+    profile, replayed = trace.split(0.5)
+    n_layers, k = replayed.expert_ids.shape[1:]
+    cpu_layers = np.arange(n_layers) < n_layers // 3
+    admit = np.array([3, 3, 2, 2, 1, 1, 0][: k + 1])
+    everything = every_candidate(True)
+    lru = [c for c in everything if c.eviction is not Eviction.SCORE] + STANDALONE
+    score = [c for c in everything if c.eviction is Eviction.SCORE]
+    # Score eviction only on a short stretch: the reference scans the resident set.
+    for tokens, per_layer, candidates in ((80, 12, lru), (80, 40, lru), (24, 12, score)):
+        ids = replayed.expert_ids[:tokens]
+        predicted = previous_token_predictor(ids)
+        setup = ReplaySetup(profile.popularity(), n_layers * per_layer, 4, admit)
+        stats = replay_many(ids, predicted, [(c, setup) for c in candidates if c.kind is Kind.MATRIX])
+        stats += [replay(ids, predicted, c, setup, cpu_layers=cpu_layers) for c in candidates if c.kind is not Kind.MATRIX]
+        assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_layers)
+
+
+@pytest.mark.shared_traces
+def test_every_way_agrees_under_the_real_qwen3_popularity(shared_traces):
+    # The mbolt profile is aggregate (no token order): its routing counts set the
+    # initial contents and the nonuniform slots; the routing replayed is drawn from them.
+    from engine.catalog import get_model
+    from engine.synthetic import SyntheticSettings, popularity_from_mbolt_profile, synthetic_trace
+
+    heat = popularity_from_mbolt_profile(shared_traces / "qwen3-30b-a3b__mbolt-profile" / "coactivation_qwen3-30b-a3b.json")
+    settings = SyntheticSettings(tokens=16, seed=3, popularity=heat, predictor_accuracy=0.7)
+    trace = synthetic_trace(get_model("qwen3-30b-a3b"), settings)
+    ids, predicted = trace.expert_ids, trace.predicted_ids
+    n_layers, k = ids.shape[1:]
+    cpu_layers = np.arange(n_layers) >= n_layers // 2
+    candidates = [c for c in every_candidate(True) if c.eviction is not Eviction.SCORE or c.residency is Residency.LAYER]
+    candidates += STANDALONE
+    setup = ReplaySetup(heat, heat.size // 3, k, np.maximum(k // 2 - np.arange(k + 1), 0))
+    stats = replay_many(ids, predicted, [(c, setup) for c in candidates if c.kind is Kind.MATRIX])
+    stats += [replay(ids, predicted, c, setup, cpu_layers=cpu_layers) for c in STANDALONE]
+    assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_layers)

@@ -42,11 +42,13 @@ class FakeExecutor:
     def __init__(self, *args):
         self.budget = None
         self.calls = []
+        self.given = []  # (candidate, setup, cpu_layers) of every run
 
     def run(self, candidate, trace, setup, *, threads, cpu_layers=None):
         from probes.executor import GpuRequired
 
         self.calls.append((candidate.id, threads, self.budget))
+        self.given.append((candidate, setup, cpu_layers))
         if candidate.kind is not Kind.ALL_CPU:
             raise GpuRequired(f"{candidate.id}: needs a CUDA GPU to execute for real")
         n_tokens, n_layers, k = trace.expert_ids.shape
@@ -93,6 +95,17 @@ def test_validate_json_reports_every_configuration_and_fidelity(fakes, capsys):
     assert doc["probing"]["total_s"] >= 0 and {p["fidelity"] for p in doc["probing"]["runs"]} == {"atomic", "combined"}
     # one executor per model; the weights budget set per configuration
     assert len(fakes) == 1 and {b for _, _, b in fakes[0].calls if b is not None}
+    # each run gets what its estimate replayed: the setup, and a partition's CPU layers
+    kinds = set()
+    for candidate, setup, cpu_layers in fakes[0].given:
+        kinds.add(candidate.kind)
+        assert setup is not None and setup.popularity.shape[0] == 48
+        if candidate.kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST):
+            assert cpu_layers.dtype == bool and cpu_layers.shape == (48,) and 0 < cpu_layers.sum() < 48
+        elif candidate.kind is Kind.MATRIX:
+            assert cpu_layers is None and setup.total_slots > 0
+            assert (setup.admit_per_hits is not None) == (candidate.execution.value == "ready-first")
+    assert {Kind.MATRIX, Kind.PARTITION_FIRST, Kind.ALL_CPU} <= kinds
 
 
 def test_validate_text_and_bad_flags(fakes, capsys):

@@ -117,11 +117,10 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
     from cope_tui.service.pricing import choose_cost_model
     from cope_tui.service.request import build_request
     from engine.accuracy import config_accuracy, summarize
-    from engine.advise import partition_layers, sweep_budgets
+    from engine.advise import sweep_budgets
     from engine.cost_model import AnalyticCostModel
     from engine.memory import GIB, plan_memory
-    from engine.policy import Execution, Kind
-    from engine.replay import ReplaySetup
+    from engine.policy import Kind
 
     started = time.perf_counter()
     cuda, gpu_name = _cuda()
@@ -138,7 +137,7 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
                 model=model_id, quant=args.quant, gpu=args.gpu, cpu=args.cpu, vram_budget_gib=budgets[0],
                 context=args.context, threads=threads, trace=args.trace, tokens=args.tokens, seed=args.seed,
             ))
-            model, quant, k = request.model, request.quant, request.model.top_k
+            model, quant = request.model, request.quant
             analytic = AnalyticCostModel(model, quant, request.platform, context_tokens=request.context_tokens)
             fits = [b for b in budgets
                     if plan_memory(model, quant, vram_budget_bytes=int(b * GIB),
@@ -148,7 +147,7 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
                     notes.append(f"{model.id}: a {b:g} GiB budget cannot hold the non-expert weights; skipped")
             if not fits:
                 continue
-            recs, models_by_f = {}, {}
+            recs = {}
             # Combined first: it probes the schedules as well as the atomic operators, which
             # atomic then reuses from the cache (probed the other way round, combined would
             # find the atomic profile complete and probe no schedule).
@@ -161,15 +160,11 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
                 spent = time.perf_counter() - t0
                 if f != "analytic":
                     probing.append({"model": model.id, "threads": threads, "fidelity": f, "seconds": spent})
-                models_by_f[f] = cm
                 recs[f] = sweep_budgets(request, cm, [int(b * GIB) for b in fits])
             split_from = fidelities[-1]
-            split_cm = models_by_f[split_from]
-            admit = split_cm.state_costs(Execution.READY_FIRST, threads, k, k).copied
             if model.id not in executors:
                 executors[model.id] = _make_executor(model, quant, request.context_tokens, args.mode)
             executor = executors[model.id]
-            popularity = request.profile.popularity()
             for i, b in enumerate(fits):
                 memory = recs[split_from][i].memory
                 executor.budget = memory.vram_budget_bytes - memory.non_expert_bytes - memory.kv_cache_bytes \
@@ -185,14 +180,8 @@ def validate(args, models: list[str], threads_list: list[int], budgets: list[flo
                         row["refused"] = "not run: --max-seconds reached"
                         stopped = True
                         continue
-                    cpu_layers = None
-                    if c.kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST):
-                        cpu_layers = partition_layers(c.kind, model.n_moe_layers, memory.gpu_layers(),
-                                                      request.trace.meta.moe_blocks)[0]
-                    setup = ReplaySetup(popularity, memory.slots(staging=c.copies_misses), k,
-                                        admit if c.execution is Execution.READY_FIRST else None)
-                    try:
-                        result = executor.run(c, request.trace, setup, threads=threads, cpu_layers=cpu_layers)
+                    try:  # what the estimate replayed: its setup and, for a partition, its layers
+                        result = executor.run(c, request.trace, est.setup, threads=threads, cpu_layers=est.cpu_layers)
                     except Exception as exc:  # noqa: BLE001 - refusals and failures are reported per candidate
                         from probes.executor import ExecutionRefused
 
