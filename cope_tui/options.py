@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from engine.errors import CopeInputError
@@ -184,8 +184,8 @@ def option_of(name: str) -> Option:
     raise KeyError(name)
 
 
-def defaults() -> dict[str, Any]:
-    return {f.name: f.default for f in fields(PlanChoices) if f.default is not MISSING}
+def option_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(PlanChoices))
 
 
 # --- command line ---------------------------------------------------------------------

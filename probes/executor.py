@@ -67,6 +67,16 @@ class VramBudgetExceeded(ExecutionRefused):
     pass
 
 
+class OutOfDeviceMemory(ExecutionRefused):
+    """The device ran out of memory while the candidate ran: refused, the run goes on."""
+
+
+def is_out_of_memory(torch: Any, exc: BaseException) -> bool:
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    return (oom is not None and isinstance(exc, oom)) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
 # --- the executor -----------------------------------------------------------------------
 
 
@@ -227,7 +237,24 @@ class Executor:
     def run(self, candidate: Candidate, trace: Any, setup: ReplaySetup, *, threads: int = 1,
             cpu_layers: np.ndarray | None = None, tokens: int | None = None) -> ExecutedRun:
         """Execute `candidate` over `trace` (a RoutingTrace, or anything with expert_ids,
-        predicted_ids and weights) token by token; `tokens`: only the first N."""
+        predicted_ids and weights) token by token; `tokens`: only the first N.
+
+        Raises ExecutionRefused when it cannot run here, OutOfDeviceMemory (one) when the
+        device ran out of memory; the device's cache is emptied then, for the next one."""
+        try:
+            return self._run(candidate, trace, setup, threads=threads, cpu_layers=cpu_layers, tokens=tokens)
+        except ExecutionRefused:
+            raise
+        except Exception as exc:
+            if not is_out_of_memory(self.torch, exc):
+                raise
+            if self.cuda:  # pragma: no cover - needs CUDA
+                self.torch.cuda.empty_cache()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise OutOfDeviceMemory(f"{candidate.id}: refused: out of memory on the device ({first[:160]})") from None
+
+    def _run(self, candidate: Candidate, trace: Any, setup: ReplaySetup, *, threads: int,
+             cpu_layers: np.ndarray | None, tokens: int | None) -> ExecutedRun:
         from probes.layer_step import DeviceSlots, LayerStep, copy_expert
 
         torch = self.torch

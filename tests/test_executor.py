@@ -19,7 +19,7 @@ from engine.quant import get_quantization  # noqa: E402
 from engine.replay import ReplaySetup, replay  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from engine.residency import ResidencyPlan  # noqa: E402
-from probes.executor import Executor, GpuRequired, VramBudgetExceeded  # noqa: E402
+from probes.executor import Executor, GpuRequired, OutOfDeviceMemory, VramBudgetExceeded  # noqa: E402
 from probes.layer_step import dense_reference  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 
@@ -106,6 +106,24 @@ def test_the_vram_budget_is_enforced_by_the_executor():
     assert 0 < run.device_weight_bytes <= need
     # all-on-CPU needs no device at all, whatever the budget
     assert tight.run(Candidate(Kind.ALL_CPU), trace, setup).device_weight_bytes == 0
+
+
+def test_running_out_of_device_memory_refuses_that_candidate_and_the_next_one_runs(monkeypatch):
+    import probes.layer_step as layer_step
+
+    profile, trace = traces(tokens=6)
+    setup = setup_for(profile, 7)
+    runner = Executor(MODEL, QUANT, mode="functional")
+    candidate = Candidate(Kind.MATRIX, execution=Execution.STAGE, residency=Residency.FIXED)
+
+    def no_memory(*args, **kwargs):  # the allocator of a full device
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 1.00 GiB free)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(layer_step.DeviceSlots, "__init__", no_memory)
+        with pytest.raises(OutOfDeviceMemory, match=r"refused: out of memory on the device \(CUDA out of memory"):
+            runner.run(candidate, trace, setup)
+    assert runner.run(candidate, trace, setup).n_tokens == trace.n_tokens  # memory back: it runs
 
 
 def test_timed_runs_without_cuda_refuse_gpu_candidates_and_run_all_cpu(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 from cope_tui import cli
 from cope_tui.service import pricing
-from cope_tui.commands import validate
+from cope_tui.service import ground_truth
 from engine.policy import Kind
 from engine.profile import Measurement
 from probes.runner import GPU_OPERATORS
@@ -67,7 +67,7 @@ def fakes(tmp_path, monkeypatch):
         made.append(FakeExecutor(*args))
         return made[-1]
 
-    monkeypatch.setattr(validate, "EXECUTOR_FACTORY", factory)
+    monkeypatch.setattr(ground_truth, "EXECUTOR_FACTORY", factory)
     return made
 
 
@@ -115,3 +115,59 @@ def test_validate_text_and_bad_flags(fakes, capsys):
     assert "refused" in out and "selection accuracy" in out and "CPU target" in out
     assert cli.main(["validate", "--fidelity", "exact"]) == cli.EXIT_INPUT
     assert cli.main(["validate", "--threads", "0"]) == cli.EXIT_INPUT
+
+
+def test_out_is_rewritten_after_every_configuration_so_a_cut_run_keeps_its_part(fakes, tmp_path, monkeypatch):
+    out = tmp_path / "validate.json"
+    seen = []
+    real = ground_truth._configurations
+
+    def watched(*args, **kwargs):  # what --out holds once each configuration is done, before the next
+        for config in real(*args, **kwargs):
+            yield config
+            doc = json.loads(out.read_text())
+            seen.append((len(doc["configurations"]), doc["complete"]))
+
+    monkeypatch.setattr(ground_truth, "_configurations", watched)
+    assert cli.main(["validate", "--threads", "1,2", "--vram-budgets", "16", "--tokens", "4", "--cpu", "desktop-ddr5",
+                     "--fidelity", "analytic", "--out", str(out)]) == cli.EXIT_OK
+    # each configuration is on disk, marked partial, before the next one starts
+    assert seen == [(1, False), (2, False)]
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is True and len(doc["configurations"]) == 2
+
+
+def test_max_seconds_stops_before_probing_the_next_thread_count(fakes, monkeypatch, capsys):
+    clock = iter(range(0, 10_000, 100))  # every look at the clock: 100 s later
+    monkeypatch.setattr(ground_truth.time, "perf_counter", lambda: float(next(clock)))
+    probed = []
+    real_choose = __import__("cope_tui.service.pricing", fromlist=["x"]).choose_cost_model
+
+    def choose(request, **kw):  # type: ignore[no-untyped-def]
+        probed.append(request.threads)
+        return real_choose(request, **kw)
+
+    monkeypatch.setattr(pricing, "choose_cost_model", choose)
+    assert cli.main(["validate", "--json", "--threads", "1,2", "--vram-budgets", "16", "--tokens", "4",
+                     "--cpu", "desktop-ddr5", "--fidelity", "analytic", "--max-seconds", "150"]) == cli.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert probed == [1]  # thread count 2 was neither probed nor run
+    assert any("2 threads: not probed nor run" in n for n in doc["notes"])
+
+
+def test_a_candidate_that_runs_out_of_memory_is_refused_and_the_rest_still_run(fakes, monkeypatch, capsys):
+    from probes.executor import OutOfDeviceMemory
+
+    def oom_on_stage(self, candidate, trace, setup, *, threads, cpu_layers=None):  # type: ignore[no-untyped-def]
+        if candidate.execution.value == "stage":
+            raise OutOfDeviceMemory(f"{candidate.id}: refused: out of memory on the device (CUDA out of memory)")
+        return original(self, candidate, trace, setup, threads=threads, cpu_layers=cpu_layers)
+
+    original = FakeExecutor.run
+    monkeypatch.setattr(FakeExecutor, "run", oom_on_stage)
+    assert cli.main(["validate", "--json", "--threads", "1", "--vram-budgets", "16", "--tokens", "4",
+                     "--cpu", "desktop-ddr5", "--fidelity", "analytic"]) == cli.EXIT_OK
+    rows = json.loads(capsys.readouterr().out)["configurations"][0]["candidates"]
+    refused = {r["candidate"]: r["refused"] for r in rows}
+    assert any("out of memory" in (v or "") for k, v in refused.items() if "stage" in k)
+    assert next(r for r in rows if r["candidate"] == "all-cpu")["measured_tpot_s"] > 0
