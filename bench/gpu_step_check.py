@@ -62,7 +62,7 @@ def event_time(torch, fn, repeats: int = 50, stream=None) -> float:
     for _ in range(repeats):
         busy_gpu(torch, 1e-3, stream)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        target = stream or torch.cuda.current_stream()
+        target = stream if stream is not None else torch.cuda.current_stream()
         start.record(target)
         fn()
         end.record(target)

@@ -13,6 +13,7 @@ GPU when a GPU lane runs beside it (`default_lane_threads`).
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import weakref
@@ -21,6 +22,19 @@ from functools import cache
 from typing import Any, Callable
 
 _STOP = object()
+# Every worker's queue and thread: stopped and joined at exit, while the interpreter is
+# whole. A worker thread left to end during interpreter shutdown races torch's and
+# OpenMP's teardown, and the C++ runtime aborts the process.
+_LIVE: "weakref.WeakKeyDictionary[threading.Thread, queue.SimpleQueue]" = weakref.WeakKeyDictionary()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for thread, jobs in list(_LIVE.items()):
+        if thread.is_alive():
+            jobs.put(_STOP)
+    for thread in list(_LIVE):
+        thread.join(timeout=10)
 
 
 def _serve(jobs: queue.SimpleQueue, state: dict) -> None:
@@ -52,7 +66,8 @@ class CpuWorker:
         self._state: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self.starts = 0  # threads started: 1 for the life of the worker
-        weakref.finalize(self, self._jobs.put, _STOP)
+        stop = weakref.finalize(self, self._jobs.put, _STOP)
+        stop.atexit = False  # _stop_all stops and joins it then
 
     @property
     def ident(self) -> int | None:
@@ -66,6 +81,7 @@ class CpuWorker:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=_serve, args=(self._jobs, self._state), name=self.name,
                                             daemon=True)
+            _LIVE[self._thread] = self._jobs
             self._thread.start()
             self.starts += 1
 

@@ -22,7 +22,15 @@ BUSY_S = 0.5e-3  # the prelude that keeps the GPU busy while the host queues a t
 MAX_BUSY_S = 4e-3
 
 
-class GraphLane:  # pragma: no cover - needs CUDA
+class _Replay:
+    """A captured step's stand-in off CUDA: replaying runs the step eagerly (so the lane's
+    bookkeeping can be checked on any machine)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.replay = fn
+
+
+class GraphLane:
     """The routed experts a GPU computes in a layer step, each expert one small CUDA graph.
 
     A graph computes one expert on the lane's static input `x` and adds its output times
@@ -34,20 +42,22 @@ class GraphLane:  # pragma: no cover - needs CUDA
     buffer address (it computes whatever expert lies there, so slots refilled by copies
     keep their graphs), all into one memory pool: graphs replay one after another on one
     stream, so their temporaries can share memory. Past `capacity` graphs, experts run
-    eagerly (`eager`)."""
+    eagerly (`eager`). Off CUDA the same bookkeeping runs with eager stand-ins for the
+    graphs (`_Replay`), for tests of the functional mode."""
 
     def __init__(self, kernels: Any, device: str, capacity: int = GRAPH_CAPACITY):
         torch = kernels.torch
         self.torch, self.kernels = torch, kernels
         self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
         hidden = kernels.shape.hidden_size
         self.x = torch.zeros(1, hidden, dtype=torch.bfloat16, device=self.device)
         self.acc = torch.zeros(1, hidden, dtype=torch.float32, device=self.device)
         self.cells = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self.capacity = capacity
         self.graphs: dict[int, tuple[Any, int]] = {}
-        self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream(self.device)
+        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._warm = False
 
     def _body(self, expert: Any, cell: Any) -> None:
@@ -62,7 +72,10 @@ class GraphLane:  # pragma: no cover - needs CUDA
         torch = self.torch
         j = len(self.graphs)
         cell = self.cells[j:j + 1]
-        current = torch.cuda.current_stream(self.device)
+        if not self.cuda:
+            self.graphs[key] = (_Replay(lambda: self._body(expert, cell)), j)
+            return self.graphs[key]
+        current = torch.cuda.current_stream(self.device)  # pragma: no cover - needs CUDA
         self.stream.wait_stream(current)
         with torch.cuda.stream(self.stream):
             if not self._warm:  # cuBLAS handles and workspaces are set up outside any capture
@@ -100,7 +113,9 @@ class GraphLane:  # pragma: no cover - needs CUDA
             return
         torch = self.torch
         values = [float(j) for j, _ in cells_and_weights] + [float(w) for _, w in cells_and_weights]
-        host = torch.tensor(values, dtype=torch.float32).pin_memory()
+        host = torch.tensor(values, dtype=torch.float32)
+        if self.cuda:  # pragma: no cover - needs CUDA
+            host = host.pin_memory()
         dev = host.to(self.device, non_blocking=True)
         self.cells.index_copy_(0, dev[:n].long(), dev[n:])
 

@@ -344,7 +344,7 @@ class ExpertPool:
                     f"({self.shape.bytes_per_weight * 8:.2f} bits per weight as int8 columns) on {device}")
         return f"dense bf16 mat-vec on a byte-equivalent bf16 matrix on {device}"
 
-    def graph_lane(self, device: str = "cuda"):  # pragma: no cover - needs CUDA
+    def graph_lane(self, device: str = "cuda"):
         """The CUDA-graph lane of this pool's experts on `device` (one per device)."""
         from probes.cuda_graphs import GraphLane
 

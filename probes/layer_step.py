@@ -100,11 +100,12 @@ class LayerStep:
 
     `kernels`: an ExpertPool of the model's expert shape; its kernels (`forward`) compute
     every expert, whichever tier holds the weights, so the experts passed to `run` must
-    have its layout. `graphs`: replay CUDA graphs for the GPU lane (default on CUDA).
+    have its layout. `graphs`: the GPU lane as replayed CUDA graphs (default: on CUDA;
+    True in the functional mode runs the lane's bookkeeping with eager stand-ins).
     """
 
     def __init__(self, kernels: ExpertPool, *, gpu_device: str = "cuda", staging_slots: int = 8,
-                 graphs: bool = True):
+                 graphs: bool | None = None):
         import torch
 
         if staging_slots < 1:
@@ -117,7 +118,8 @@ class LayerStep:
             raise RuntimeError(f"gpu_device={gpu_device!r} but CUDA is not available; use 'cpu' for the functional mode")
         self.dev = step_device(torch, self.device)
         self.staging = DeviceSlots(kernels, str(self.device), staging_slots)
-        self.lane = kernels.graph_lane(str(self.device)) if self.cuda and graphs else None
+        use_graphs = self.cuda if graphs is None else bool(graphs)
+        self.lane = kernels.graph_lane(str(self.device)) if use_graphs else None
         self.worker = CpuWorker()
         hidden = kernels.shape.hidden_size
         self.gpu_down_in = torch.zeros(1, kernels.widths[-1], dtype=torch.bfloat16, device=self.device)
@@ -132,7 +134,7 @@ class LayerStep:
 
     def prepare(self, experts) -> None:
         """Capture the GPU lane's graphs of `experts` (device experts) before timing."""
-        if self.lane is not None:  # pragma: no cover - needs CUDA
+        if self.lane is not None:
             self.lane.prepare(experts)
 
     def close(self) -> None:
@@ -143,9 +145,9 @@ class LayerStep:
         """Add weight x expert(x) for each (expert, weight) of `items` on the device: graph
         replays on CUDA (set up by `_lane_plan`), else eager kernels into `acc`."""
         for expert, weight, graph in items:
-            if graph is not None:  # pragma: no cover - needs CUDA
+            if graph is not None:
                 graph.replay()
-            elif self.lane is not None:  # pragma: no cover - past the lane's capacity
+            elif self.lane is not None:  # past the lane's capacity, or a staging slot's later round
                 self.lane.eager(expert, weight)
             else:
                 acc.add_(self.kernels.forward(expert, self._x, self.gpu_down_in).float(), alpha=weight)
@@ -204,7 +206,7 @@ class LayerStep:
         for i, (expert, weight) in enumerate(experts_and_weights):
             graph = None
             usable = eager_from is None or i < eager_from
-            if self.lane is not None and usable and isinstance(expert, Expert):  # pragma: no cover - needs CUDA
+            if self.lane is not None and usable and isinstance(expert, Expert):
                 graph = self.lane.graph(expert)
             out.append((expert, weight, graph))
         return out
@@ -265,7 +267,7 @@ class LayerStep:
 
         start = dev.timing_event()
         t0 = time.perf_counter()
-        if self.lane is not None:  # pragma: no cover - needs CUDA
+        if self.lane is not None:
             self.lane.begin(x)
             self._x, acc = self.lane.x, self.lane.acc
             cells = [(g[1], w) for _e, w, g in resident + staged if g is not None]

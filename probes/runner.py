@@ -7,11 +7,13 @@ included, keeps what it measured and the next run skips it.
 
 With CUDA every operator is measured, the shared layer and the head included, and
 each combined state is one real layer step (probes.layer_step) timed as a whole
-(method "timed-step"). On a machine without a GPU the CPU side is measured for real
-and the GPU-side operators (gpu_experts, h2d_copy, sync, shared_layer, token_head)
-come from the analytic model of the chosen GPU preset, with basis "preset"; a layer
-step that mixes a measured CPU lane with preset GPU lanes has basis "measured+preset"
-and method "composed".
+(method "timed-step"), the GPU side as a runtime runs it: CUDA graphs, CUDA events, the
+GPU kept busy while the host queues a step, one host wait per step. On a machine
+without a GPU the CPU side is measured for real and the GPU-side operators
+(gpu_experts, h2d_copy, sync, shared_layer, token_head) come from the analytic model
+of the chosen GPU preset, with basis "preset" (the profile's GPU name says why when an
+NVIDIA GPU is there but torch cannot use it); a layer step that mixes a measured CPU
+lane with preset GPU lanes has basis "measured+preset" and method "composed".
 
 torch is imported only when something is measured.
 """

@@ -190,3 +190,15 @@ def test_cope_detect_json_carries_the_problem_and_the_warning(monkeypatch, capsy
     assert problem["kind"] == "cpu-build" and problem["fix"].endswith("/whl/cu124")
     assert len(doc["warnings"]) == 1 and problem["message"] in doc["warnings"][0]
     assert doc["platform"]["gpu"]["matched_preset_id"] == "rtx-4090"
+
+
+def test_detect_platform_says_why_the_gpu_was_not_measured(monkeypatch):
+    import probes.detect as detect
+    from engine.platform import Fact
+
+    _cpu_build_machine(monkeypatch)
+    monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda: Fact.measured(1e10, "stub"))
+    p = detect.detect_platform(measure=True)
+    for f in (p.gpu.h2d_pageable_bytes_per_s, p.gpu.h2d_bytes_per_s, p.gpu.mem_bandwidth_bytes_per_s):
+        assert "not measured: an NVIDIA GPU is present" in f.note and "pip install torch" in f.note
+    assert p.gpu.mem_bandwidth_bytes_per_s.basis == "preset"  # the spec sheet's figure stays, said as such

@@ -13,7 +13,7 @@ from engine.cost_model import Lanes, compose_ready_first  # noqa: E402
 from engine.policy import Execution  # noqa: E402
 from engine.quant import get_quantization  # noqa: E402
 from probes.cpu_worker import default_lane_threads  # noqa: E402
-from probes.layer_step import DeviceSlots, LayerStep, dense_reference  # noqa: E402
+from probes.layer_step import DeviceSlots, LayerStep, copy_expert, dense_reference  # noqa: E402
 from probes.operators import ExpertPool, ExpertShape  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 
@@ -198,3 +198,70 @@ def test_a_step_makes_the_host_wait_only_where_the_work_needs_it(execution, miss
     assert step.dev.host_waits - before == waits
     assert result.elapsed_s > 0 and 0 <= result.queued_s
     assert_matches(result.output, dense_reference(pool, {**device, **host}, x, [0, *misses], weights))
+
+
+# --- the GPU lane's bookkeeping (graphs, router-weight cells), with eager stand-ins ------
+
+
+def lane_layer(staging_slots: int = 8):
+    """Device experts as Experts (as on CUDA: slots filled by one copy each), and a lane."""
+    pool, _, x, weights = layer()
+    step = LayerStep(pool, gpu_device="cpu", staging_slots=staging_slots, graphs=True)
+    slots = DeviceSlots(pool, "cpu", 3)
+    for i, e in enumerate((5, 1, 6)):
+        copy_expert(slots[i], pool.experts[e])
+    device = {e: slots[i] for i, e in enumerate((5, 1, 6))}
+    host = {e: pool.experts[e] for e in range(N_EXPERTS) if e not in device}
+    return pool, step, x, weights, device, host
+
+
+@pytest.mark.parametrize("execution", list(Execution))
+def test_the_lane_of_graphs_gives_the_reference_with_each_steps_router_weights(execution):
+    pool, step, x, weights, device, host = lane_layer()
+    assert step.lane is not None
+    for t, (hits, misses) in enumerate((([5, 1], [0, 7]), ([6], [2, 3, 4]), ([5, 1, 6], [0]))):
+        w = {e: weights[e] * (t + 1) for e in weights}  # other weights each step, same graphs
+        result = step.run(execution, x, device_experts=device, host_experts=host, hit_ids=hits, miss_ids=misses,
+                          router_weights=w, threads=1, copy_ids=misses[:1])
+        assert_matches(result.output, dense_reference(pool, {**device, **host}, x, hits + misses, w))
+    assert len(step.lane.graphs) <= 3 + len(step.staging)  # one per slot, captured once
+
+
+def test_a_staging_slot_reused_in_a_later_round_gets_that_rounds_weight():
+    pool, step, x, weights, device, host = lane_layer(staging_slots=2)
+    for execution in (Execution.STAGE, Execution.READY_FIRST):
+        result = step.run(execution, x, device_experts=device, host_experts=host, hit_ids=[5], miss_ids=[0, 2, 3, 4, 7],
+                          router_weights=weights, copy_ids=[0, 2, 3, 4, 7])
+        assert result.copied == (0, 2, 3, 4, 7)
+        assert_matches(result.output, dense_reference(pool, {**device, **host}, x, [5, 0, 2, 3, 4, 7], weights))
+
+
+def test_past_its_capacity_the_lane_runs_experts_eagerly():
+    pool, step, x, weights, device, host = lane_layer()
+    step.lane.capacity = len(step.lane.graphs)  # no room for the device experts' graphs
+    result = step.run(Execution.PARALLEL, x, device_experts=device, host_experts=host, hit_ids=[5, 6], miss_ids=[0],
+                      router_weights=weights, threads=1)
+    assert not {s.buffer.data_ptr() for s in device.values()} & set(step.lane.graphs)
+    assert_matches(result.output, dense_reference(pool, {**device, **host}, x, [5, 6, 0], weights))
+
+
+def test_a_process_with_many_workers_exits_cleanly():
+    """Workers left running at exit are stopped while the interpreter is whole (a thread
+    ending during shutdown made the C++ runtime abort the process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from engine.policy import Execution\n"
+        "from tests.test_layer_step import layer, split\n"
+        "for _ in range(12):\n"
+        "    pool, step, x, w = layer()\n"
+        "    device, host = split(pool, [0])\n"
+        "    step.run(Execution.PARALLEL, x, device_experts=device, host_experts=host, hit_ids=[0], miss_ids=[1, 2],"
+        " threads=1)\n"
+        "print('done')\n"
+    )
+    for _ in range(3):  # the abort was a race: try it more than once
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == "done", (r.returncode, r.stderr[-500:])
