@@ -120,6 +120,31 @@ def diagnose(f: CudaFacts) -> CudaProblem | None:
     return None
 
 
+def cuda_facts_of(torch: Any, n: Any, device_files: list[str]) -> CudaFacts:
+    """The facts from what GPU detection saw (probes.gpu): torch's module, NVML's
+    answer for the device (an NvmlGpuInfo), the /dev/nvidia* files."""
+    if n.available:
+        seen = f"NVML sees {n.name.value!r}" if n.name.known else "NVML sees an NVIDIA device"
+    else:
+        seen = f"{device_files[0]} exists" if device_files else None
+    version = getattr(torch, "version", None)
+    available = False
+    try:
+        available = bool(torch.cuda.is_available()) if torch is not None else False
+    except Exception:  # noqa: BLE001 - a broken install answers no
+        available = False
+    return CudaFacts(
+        nvidia_gpu=seen,
+        torch_version=str(getattr(torch, "__version__", "?")) if torch is not None else None,
+        torch_cuda=getattr(version, "cuda", None),
+        torch_hip=getattr(version, "hip", None),
+        cuda_available=available,
+        driver_cuda=str(n.cuda_driver_version.value) if n.cuda_driver_version.known else None,
+        driver_version=str(n.driver_version.value) if n.driver_version.known else None,
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
 def predicted_usable(f: CudaFacts) -> bool:
     """torch.cuda.is_available() when torch was asked, else what the facts predict."""
     if f.cuda_available is not None:

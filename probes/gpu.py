@@ -372,57 +372,6 @@ def gpu_spec_from(t: TorchGpuInfo, n: NvmlGpuInfo) -> GpuSpec:
     )
 
 
-# --- what detection adds: the diagnosis, the preset's figures -------------------------
-
-
-def cuda_facts_of(torch: Any, n: NvmlGpuInfo, device_files: list[str]):
-    """probes.cuda_check's facts from what detection saw."""
-    from probes.cuda_check import CudaFacts
-
-    if n.available:
-        seen = f"NVML sees {n.name.value!r}" if n.name.known else "NVML sees an NVIDIA device"
-    else:
-        seen = f"{device_files[0]} exists" if device_files else None
-    version = getattr(torch, "version", None)
-    available = False
-    try:
-        available = bool(torch.cuda.is_available()) if torch is not None else False
-    except Exception:  # noqa: BLE001 - a broken install answers no
-        available = False
-    return CudaFacts(
-        nvidia_gpu=seen,
-        torch_version=str(getattr(torch, "__version__", "?")) if torch is not None else None,
-        torch_cuda=getattr(version, "cuda", None),
-        torch_hip=getattr(version, "hip", None),
-        cuda_available=available,
-        driver_cuda=str(n.cuda_driver_version.value) if n.cuda_driver_version.known else None,
-        driver_version=str(n.driver_version.value) if n.driver_version.known else None,
-        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-    )
-
-
-def with_preset_figures(g: GpuSpec) -> GpuSpec:
-    """`g` with the figures detection could not get (memory bandwidth, SM count, PCIe
-    link) from the preset of the same card (engine.gpu_match), basis "preset"."""
-    from dataclasses import replace
-
-    from engine.gpu_match import preset_for_device
-
-    preset = preset_for_device(g.name, g.vram_bytes.value if g.vram_bytes.known else None)  # type: ignore[arg-type]
-    if preset is None:
-        return g
-    changes: dict[str, Any] = {"matched_preset_id": preset.preset_id}
-    for name in ("mem_bandwidth_bytes_per_s", "sm_count", "pcie_gen", "pcie_lanes"):
-        mine, theirs = getattr(g, name), getattr(preset, name)
-        if not mine.known and theirs.known:
-            changes[name] = Fact.preset(theirs.value, f"spec sheet of the {preset.name} (preset {preset.preset_id}), "  # type: ignore[arg-type]
-                                        f"not detected ({mine.note}): {theirs.note}")
-    if not g.h2d_bytes_per_s.known and ("pcie_gen" in changes or "pcie_lanes" in changes):
-        changes["h2d_bytes_per_s"] = derive_h2d_bytes_per_s(changes.get("pcie_gen", g.pcie_gen),
-                                                            changes.get("pcie_lanes", g.pcie_lanes))
-    return replace(g, **changes)
-
-
 def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
                device_files: list[str] | None = None) -> GpuSpec:
     """CUDA device `index` of this machine; never raises.
@@ -451,7 +400,8 @@ def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
             n = NvmlGpuInfo(False, nvml_err, u, u, u, u, u, u, u, u, u)
         from dataclasses import replace
 
-        from probes.cuda_check import diagnose, nvidia_device_files
+        from engine.gpu_match import with_preset_figures
+        from probes.cuda_check import cuda_facts_of, diagnose, nvidia_device_files
 
         files = nvidia_device_files() if device_files is None else list(device_files)
         problem = diagnose(cuda_facts_of(torch, n, files))

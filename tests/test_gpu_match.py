@@ -6,9 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.gpu_match import preset_for_device
+from engine.gpu_match import preset_for_device, with_preset_figures
 from engine.platform import Fact, get_gpu_preset, unknown_gpu
-from probes.gpu import with_preset_figures
 
 GiB = 1024**3
 MiB = 1024**2
