@@ -202,3 +202,29 @@ def test_detect_platform_says_why_the_gpu_was_not_measured(monkeypatch):
     for f in (p.gpu.h2d_pageable_bytes_per_s, p.gpu.h2d_bytes_per_s, p.gpu.mem_bandwidth_bytes_per_s):
         assert "not measured: an NVIDIA GPU is present" in f.note and "pip install torch" in f.note
     assert p.gpu.mem_bandwidth_bytes_per_s.basis == "preset"  # the spec sheet's figure stays, said as such
+
+
+def test_the_keyed_device_is_the_one_cuda_numbers_0(monkeypatch):
+    import probes.cuda_check as cc
+
+    monkeypatch.setattr(cc, "_local_nvml", lambda: nvml_facts(_Nvml()))
+    first, second = cc.nvml_facts(_Nvml()).uuids
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cc.local_device_uuid() == first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert cc.local_device_uuid() == second
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-abcd")
+    assert cc.local_device_uuid() == "MIG-abcd"
+    monkeypatch.setattr(cc, "_local_nvml", lambda: None)
+    assert cc.local_device_uuid() == ""
+
+
+def test_device_files_are_a_sign_of_an_nvidia_gpu(tmp_path, monkeypatch):
+    import probes.cuda_check as cc
+
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "null"):
+        (tmp_path / name).write_text("")
+    assert cc.nvidia_device_files(str(tmp_path)) == [str(tmp_path / "nvidia0")]
+    monkeypatch.setattr(cc, "_local_nvml", lambda: None)
+    facts = cc.local_cuda_facts(str(tmp_path))
+    assert facts.nvidia_gpu == f"{tmp_path / 'nvidia0'} exists" and facts.driver_cuda is None

@@ -130,3 +130,14 @@ def test_a_pool_without_a_size_uses_the_default(monkeypatch):
     shape = ex.ExpertShape.of(model, get_quantization("Q8_0"))
     p = ex.ExpertPool(shape)
     assert p.n_experts == -(-10 * 4096 // shape.expert_bytes)
+
+
+def test_the_gpu_experts_probe_runs_the_lane_one_graph_an_expert():
+    from probes.operators import gpu_experts
+
+    p = pool(n=5)
+    t = gpu_experts(p, 3, 0.02)
+    assert t.median_s > 0 and t.repeats >= 3
+    lane = p.graph_lane("cpu")
+    assert set(lane.graphs) == {e.buffer.data_ptr() for e in p.experts}  # each captured once, before timing
+    assert sorted(j for _, j in lane.graphs.values()) == list(range(5))
