@@ -185,11 +185,12 @@ class Expert:
     as the kernels of older callers expect; `fused` gives the input and down matrices
     as stored; `dense` the bf16 views the CUDA kernel reads."""
 
-    __slots__ = ("buffer", "layout", "_mats", "_fused", "_dense")
+    __slots__ = ("buffer", "layout", "is_cuda", "_mats", "_fused", "_dense")
 
     def __init__(self, buffer, layout: ExpertLayout):
         self.buffer = buffer
         self.layout = layout
+        self.is_cuda = bool(buffer.is_cuda)
         self._mats = self._fused = self._dense = None
 
     @property
@@ -233,10 +234,6 @@ class Expert:
             self._mats = halves + [down]
         return self._mats
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.buffer.device.type == "cuda"
-
     def __iter__(self):
         return iter(self.mats)
 
@@ -245,6 +242,47 @@ class Expert:
 
     def __getitem__(self, i: int):
         return self.mats[i]
+
+
+def experts_of(arena, layout: ExpertLayout) -> list[Expert]:
+    """The experts of an arena [n, layout.nbytes] (one per row), their views made for all
+    rows at once (per expert they would cost more than a small expert's compute)."""
+    import torch
+
+    n, h, lay = arena.shape[0], layout.shape.hidden_size, layout
+    experts = [Expert(arena[i], layout) for i in range(n)]
+    if n == 0:
+        return experts
+
+    def block(offset: int, rows: int, cols: int, dtype):
+        size = torch.empty((), dtype=dtype).element_size()
+        return arena[:, offset:offset + rows * cols * size].view(dtype).view(n, rows, cols)
+
+    def each(t) -> list:
+        return list(t.unbind(0))
+
+    dtype = torch.int8 if lay.int8 else torch.bfloat16
+    w_in, w_down = block(lay.w_in, lay.in_rows, lay.widths[0], dtype), block(lay.w_down, h, lay.widths[-1], dtype)
+    s_in = s_down = None
+    if lay.int8:
+        s_in = block(lay.s_in, 1, lay.in_rows, torch.bfloat16).view(n, lay.in_rows)
+        s_down = block(lay.s_down, 1, h, torch.bfloat16).view(n, h)
+    # The matrices one by one too (gate, up, down): the CPU kernel's inputs.
+    f = layout.shape.ffn_size
+    halves = [(w_in[:, :f], None if s_in is None else s_in[:, :f]), (w_in[:, f:], None if s_in is None else s_in[:, f:])] \
+        if layout.shape.gated else [(w_in, s_in)]
+    columns = [(each(w), [None] * n if sc is None else each(sc)) for w, sc in halves + [(w_down, s_down)]]
+    fused = [(each(w_in), [None] * n if s_in is None else each(s_in)), (each(w_down), [None] * n if s_down is None else each(s_down))]
+    dense = None
+    if arena.device.type == "cuda":  # pragma: no cover - needs CUDA; what the CUDA kernel reads
+        cols = [w if not lay.int8 else w // 2 for w in (lay.widths[0], lay.widths[-1])]
+        dense = (each(block(lay.w_in, lay.in_rows, cols[0], torch.bfloat16)), each(block(lay.w_down, h, cols[1], torch.bfloat16)))
+    for i, e in enumerate(experts):
+        e._fused = tuple((w[i], sc[i]) for w, sc in fused)
+        e._mats = [(w[i], sc[i]) for w, sc in columns]
+        if dense is not None:  # pragma: no cover - needs CUDA
+            e._dense = (dense[0][i], dense[1][i])
+    return experts
 
 
 def copy_expert(dst, src) -> None:
@@ -322,7 +360,7 @@ class ExpertPool:
         fill_expert_bytes(torch, arena, self.layout, seed)
         self.arena = arena if on_host else arena.to(self.device)
         del arena
-        self.experts = [Expert(self.arena[i], self.layout) for i in range(self.n_experts)]
+        self.experts = experts_of(self.arena, self.layout)
         gen = torch.Generator().manual_seed(seed)
         self.x = torch.randn(1, shape.hidden_size, generator=gen).to(torch.bfloat16).to(self.device)
         self.down_in = torch.zeros(1, self.widths[-1], dtype=torch.bfloat16, device=self.device)
@@ -391,14 +429,12 @@ class ExpertPool:
             return torch.nn.functional.linear(_fit(torch, act, w_down.shape[1]), w_down)
         x = self.input_of(x)
         if isinstance(mats, Expert):
-            first, down = mats.fused
-            act = self._activation(self._mv(x, first))
+            mats = mats.mats  # gate and up apart: the CPU kernels' slices of one output cost more
+        down = mats[-1]
+        if self.shape.gated:
+            act = torch.nn.functional.silu(self._mv(x, mats[0])) * self._mv(x, mats[1])
         else:
-            down = mats[-1]
-            if self.shape.gated:
-                act = torch.nn.functional.silu(self._mv(x, mats[0])) * self._mv(x, mats[1])
-            else:
-                act = torch.nn.functional.gelu(self._mv(x, mats[0]))
+            act = torch.nn.functional.gelu(self._mv(x, mats[0]))
         if down_in is None:
             down_in = _fit(torch, act, self.widths[-1])
         else:

@@ -47,7 +47,7 @@ from typing import Any
 
 from engine.policy import Execution
 from probes.cpu_worker import CpuWorker, default_lane_threads
-from probes.experts import Expert, ExpertPool, _fit, copy_expert
+from probes.experts import Expert, ExpertPool, _fit, copy_expert, experts_of
 from probes.step_device import step_device
 
 Mats = Sequence  # one expert: an Expert, or [(weight, scale or None)] per matrix
@@ -83,7 +83,7 @@ class DeviceSlots:
     def __init__(self, kernels: ExpertPool, device: str, slots: int):
         torch = kernels.torch
         self.arena = torch.empty(slots, kernels.layout.nbytes, dtype=torch.uint8, device=device)
-        self.slots = [Expert(self.arena[i], kernels.layout) for i in range(slots)]
+        self.slots = experts_of(self.arena, kernels.layout)
         if slots and torch.device(device).type == "cuda":  # pragma: no cover - needs CUDA
             kernels.graph_lane(device).prepare(self.slots)
 

@@ -144,12 +144,12 @@ class H2DCopier:
     into n staging slots; on CUDA on a copy stream, timed with CUDA events."""
 
     def __init__(self, host_pool: ExpertPool, max_n: int, device: str = "cuda"):
-        from probes.experts import Expert
+        from probes.experts import experts_of
 
         torch = host_pool.torch
         self.torch, self.host = torch, host_pool
         self.arena = torch.empty(max_n, host_pool.layout.nbytes, dtype=torch.uint8, device=device)
-        self.slots = [Expert(self.arena[i], host_pool.layout) for i in range(max_n)]
+        self.slots = experts_of(self.arena, host_pool.layout)
         self.cuda = torch.device(device).type == "cuda"
         self.stream = torch.cuda.Stream(torch.device(device)) if self.cuda else None
         self._next = 0
