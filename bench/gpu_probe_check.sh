@@ -8,7 +8,9 @@
 #   advise.json   `cope advise --fidelity combined --reprobe --probe-budget 120 --json`
 #   profile/      the probe profile it measured (COPE_CACHE_DIR points there)
 #   *.stderr      what each command said on stderr (probe progress)
-# Exits 2 with a message when there is no CUDA device; 124 when a step overran.
+# Exits 2 with a message when there is no CUDA device; 124 when a step overran; 3 when
+# the run finished but a GPU figure was not measured on this GPU (basis "preset": torch
+# could not use the GPU, or a probe fell back), naming each such figure.
 set -u -o pipefail
 
 if [ $# -lt 1 ]; then
@@ -67,14 +69,35 @@ out = Path(sys.argv[1])
 detect = json.loads((out / "detect.json").read_text())
 advise = json.loads((out / "advise.json").read_text())
 cm = advise.get("cost_model", {})
-print("gpu_probe_check: detect:", json.dumps(detect)[:300])
+gpu = detect["platform"]["gpu"]
+print("gpu_probe_check: detect:", gpu.get("name"), {k: (v["value"], v["basis"]) for k, v in gpu.items()
+      if isinstance(v, dict) and "basis" in v and k.endswith("_per_s")})
 print("gpu_probe_check: cost model:", {k: cm.get(k) for k in (
     "fidelity", "states_measured", "states_estimated", "states_partly_preset",
     "schedule_measurements_by_method", "states_with_prefetch_measured", "measured_count", "preset_count")})
-for p in sorted((out / "profile").rglob("*.json")):
+bad = [f"detect: {w}" for w in detect.get("warnings", [])]
+bad += [f"detect: gpu.{k} has basis {v['basis']!r}" for k in ("mem_bandwidth_bytes_per_s", "h2d_bytes_per_s")
+        if (v := gpu.get(k)) and v.get("basis") != "measured"]
+gpu_ops = {"gpu_experts", "h2d_copy", "sync", "shared_layer", "token_head"}
+profiles = sorted((out / "profile").rglob("*.json"))
+if not profiles:
+    bad.append("no probe profile was written")
+for p in profiles:
     doc = json.loads(p.read_text())
-    shared = [m for m in doc["measurements"] if m["operator"] in ("shared_layer", "token_head")]
-    print("gpu_probe_check: profile", p.name, "measurements:", len(doc["measurements"]),
+    ms = doc["measurements"]
+    shared = [m for m in ms if m["operator"] in ("shared_layer", "token_head")]
+    print("gpu_probe_check: profile", p.name, "measurements:", len(ms),
           "shared/head:", [(m["operator"], m["median_s"], m["basis"]) for m in shared])
+    print("gpu_probe_check: kernels:", doc["provenance"].get("kernel_stand_ins"))
+    for m in ms:
+        if (m["operator"] in gpu_ops or m["operator"] == "schedule") and m["basis"] != "measured":
+            bad.append(f"profile {p.name}: {m['operator']} {m['key']} has basis {m['basis']!r}")
+for line in bad[:20]:
+    print("gpu_probe_check: NOT MEASURED ON THIS GPU:", line)
+if bad:
+    print(f"gpu_probe_check: {len(bad)} GPU figure(s) not measured on this GPU")
+    sys.exit(3)
 PY
+rc=$?
 echo "gpu_probe_check: done in $(( $(date +%s) - start ))s; JSON in $out" >&2
+exit $rc

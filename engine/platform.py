@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import Any
 
+from engine.asset_rows import Rows as _Rows
 from engine.assets_io import load_asset_json
 from engine.errors import CopeInputError
 
@@ -26,8 +27,8 @@ PCIE_LANE_BYTES_PER_S: dict[int, float] = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9}
 H2D_EFFICIENCY = 0.8
 
 GPU_ASSET = "gpus.json"
+GPU_FIGURES = ("vram_bytes", "mem_bandwidth_bytes_per_s", "pcie_gen", "pcie_lanes", "sm_count")
 CPU_ASSET = "cpus.json"
-SCHEMA_VERSION = 1
 DEFAULT_CPU_PRESET = "desktop-ddr5"
 
 
@@ -80,8 +81,20 @@ def _spec_to_dict(spec: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(spec):
         v = getattr(spec, f.name)
-        out[f.name] = v.to_dict() if isinstance(v, Fact) else v
+        out[f.name] = v.to_dict() if hasattr(v, "to_dict") else v
     return out
+
+
+@dataclass(frozen=True)
+class CudaProblem:
+    """Why torch cannot use the NVIDIA GPU this machine has (probes.cuda_check)."""
+
+    kind: str  # "cpu-build", "driver-too-old", "rocm-build", "no-torch", "hidden", "cuda-unavailable"
+    message: str  # one line: what is wrong
+    fix: str  # the command (or step) that fixes it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "fix": self.fix}
 
 
 # --- value types ------------------------------------------------------------------
@@ -109,6 +122,11 @@ class GpuSpec:
     h2d_pageable_bytes_per_s: Fact = field(default=_NOT_REPORTED)  # from pageable host memory
     driver_version: Fact = field(default=_NOT_REPORTED)
     cuda_version: Fact = field(default=_NOT_REPORTED)
+    # Detected GPUs only: the preset whose spec sheet filled figures detection lacked,
+    # and why torch cannot use an NVIDIA GPU that is there (None: no such problem).
+    matched_preset_id: str | None = None
+    cuda_problem: CudaProblem | None = None
+    device_names: tuple[str, ...] = ()  # presets: the names NVML and torch report for this card
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)
@@ -184,65 +202,6 @@ def derive_h2d_bytes_per_s(pcie_gen: Fact, pcie_lanes: Fact) -> Fact:
 # --- asset validation -------------------------------------------------------------
 
 
-class _Rows:
-    """Checks the fields of one asset's entries, raising errors that name asset and field."""
-
-    def __init__(self, asset: str, data: Any, list_key: str):
-        self.asset = asset
-        self.path = f"assets/{asset}"
-        if not isinstance(data, dict):
-            self.fail("the top level must be a JSON object")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            self.fail(f"schema_version: expected {SCHEMA_VERSION}, found {version!r}")
-        rows = data.get(list_key)
-        if not isinstance(rows, list) or not rows:
-            self.fail(f"{list_key}: must be a non-empty list")
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                self.fail(f"{list_key}[{i}]: must be a JSON object")
-        self.rows: list[dict[str, Any]] = rows
-        self.list_key = list_key
-
-    def fail(self, message: str) -> None:
-        raise CopeInputError(message, path=self.path)
-
-    def _where(self, i: int, field: str) -> str:
-        row_id = self.rows[i].get("id")
-        label = f"{self.list_key}[{i}]" + (f" ({row_id})" if isinstance(row_id, str) else "")
-        return f"{label}.{field}"
-
-    def text(self, i: int, field: str) -> str:
-        v = self.rows[i].get(field)
-        if not isinstance(v, str) or not v.strip():
-            self.fail(f"{self._where(i, field)}: must be a non-empty string, found {v!r}")
-        return v  # type: ignore[return-value]
-
-    def positive_int(self, i: int, field: str) -> int:
-        v = self.rows[i].get(field)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            self.fail(f"{self._where(i, field)}: must be a positive integer, found {v!r}")
-        return v  # type: ignore[return-value]
-
-    def positive_number(self, i: int, field: str) -> float:
-        v = self.rows[i].get(field)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or v == float("inf"):
-            self.fail(f"{self._where(i, field)}: must be a positive number, found {v!r}")
-        return float(v)  # type: ignore[arg-type]
-
-    def has(self, i: int, field: str) -> bool:
-        return self.rows[i].get(field) is not None
-
-    def unique_ids(self) -> list[str]:
-        ids = [self.text(i, "id") for i in range(len(self.rows))]
-        seen: set[str] = set()
-        for i, row_id in enumerate(ids):
-            if row_id.lower() in seen:
-                self.fail(f"{self._where(i, 'id')}: duplicate id {row_id!r}")
-            seen.add(row_id.lower())
-        return ids
-
-
 @cache
 def gpu_presets() -> dict[str, GpuSpec]:
     """GPU presets from assets/gpus.json, by id (validated once, cached)."""
@@ -250,7 +209,7 @@ def gpu_presets() -> dict[str, GpuSpec]:
     out: dict[str, GpuSpec] = {}
     for i, row_id in enumerate(r.unique_ids()):
         name = r.text(i, "name")
-        source = r.text(i, "source")
+        r.text(i, "source")  # the row's summary; each figure cites its own source below
         vram = r.positive_int(i, "vram_bytes")
         bandwidth = r.positive_number(i, "mem_bandwidth_bytes_per_s")
         gen = r.positive_int(i, "pcie_gen")
@@ -260,8 +219,9 @@ def gpu_presets() -> dict[str, GpuSpec]:
         if lanes not in (1, 2, 4, 8, 16):
             r.fail(f"{r._where(i, 'pcie_lanes')}: must be 1, 2, 4, 8 or 16, found {lanes}")
         sms = r.positive_int(i, "sm_count")
-        pcie_gen = Fact.preset(gen, source)
-        pcie_lanes = Fact.preset(lanes, source)
+        cites = r.sources(i, GPU_FIGURES)
+        pcie_gen = Fact.preset(gen, cites["pcie_gen"])
+        pcie_lanes = Fact.preset(lanes, cites["pcie_lanes"])
         if r.has(i, "h2d_bytes_per_s"):
             h2d = Fact.measured(r.positive_number(i, "h2d_bytes_per_s"), r.text(i, "h2d_source"))
         else:
@@ -269,17 +229,18 @@ def gpu_presets() -> dict[str, GpuSpec]:
         out[row_id] = GpuSpec(
             name=name,
             preset_id=row_id,
-            vram_bytes=Fact.preset(vram, source),
+            vram_bytes=Fact.preset(vram, cites["vram_bytes"]),
             vram_free_bytes=Fact.assumed(
                 vram,
                 "preset: assumed all VRAM is free; a real card loses a few hundred MiB to the "
                 "driver, the CUDA context and the display",
             ),
-            mem_bandwidth_bytes_per_s=Fact.preset(bandwidth, source),
+            mem_bandwidth_bytes_per_s=Fact.preset(bandwidth, cites["mem_bandwidth_bytes_per_s"]),
             pcie_gen=pcie_gen,
             pcie_lanes=pcie_lanes,
             h2d_bytes_per_s=h2d,
-            sm_count=Fact.preset(sms, source),
+            sm_count=Fact.preset(sms, cites["sm_count"]),
+            device_names=r.texts(i, "device_names"),
         )
     return out
 
@@ -341,7 +302,7 @@ def _aliases(preset_id: str, name: str) -> set[str]:
     names |= {re.sub(r"(?i)[\s_-]*\d+\s*gb\b", "", x) for x in names}
     out = {_squash(x) for x in ids}
     out |= {_without_vendor(_squash(x)) for x in names}  # vendor words only off names
-    out |= {a.replace("pcie", "") for a in out}
+    out |= {a.replace("pcie", "").replace("sxm", "") for a in out}  # "h100" is either form factor
     out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d))", "", a) for a in out}
     # The model number alone: "4090", "7950x", "13900k", "9654".
     out |= {re.sub(r"^(rtx|ryzenthreadripper|threadripper|ryzen\d|corei\d|epyc)", "", a) for a in out}

@@ -68,6 +68,11 @@ def detect_platform(
 
     if gpu.name == NO_GPU_NAME:
         return Platform(gpu=gpu, cpu=cpu)  # every GPU figure already says why it is unknown
+    if gpu.cuda_problem is not None:  # an NVIDIA GPU torch cannot use: say why, not just "no CUDA"
+        why = Fact.unknown(f"not measured: {gpu.cuda_problem.message}; fix: {gpu.cuda_problem.fix}")
+        gpu = replace(gpu, h2d_bytes_per_s=_keep(gpu.h2d_bytes_per_s, why), h2d_pageable_bytes_per_s=why,
+                      mem_bandwidth_bytes_per_s=_keep(gpu.mem_bandwidth_bytes_per_s, why))
+        return Platform(gpu=gpu, cpu=cpu)
 
     say("measuring pinned host-to-device bandwidth")
     pinned = measure_h2d_bandwidth(expert_bytes, pinned=True, device=device)

@@ -217,13 +217,32 @@ def _nvml_read(nvml: Any, index: int, uuid: str | None, none: Any) -> NvmlGpuInf
 
     handle = None
     how = ""
+    link = None  # the handle PCIe figures come from: a MIG slice's parent GPU
     if uuid:
-        nvml_uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-        handle, err = call("device", "nvmlDeviceGetHandleByUUID", nvml_uuid)
+        # torch gives the bare UUID; NVML names a whole GPU "GPU-..." and a MIG slice "MIG-...".
+        tries = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
+        errors = []
+        for nvml_uuid in tries:
+            handle, err = call("device", "nvmlDeviceGetHandleByUUID", nvml_uuid)
+            if handle is not None:
+                break
+            errors.append(err)
         if handle is not None:
             how = f"NVML device matched to CUDA device {index} by UUID"
+            mig, _ = call("MIG", "nvmlDeviceIsMigDeviceHandle", handle)
+            if mig:
+                link, err = call("MIG parent", "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
+                parent, _ = call("MIG parent name", "nvmlDeviceGetName", link) if link is not None else (None, None)
+                how = f"NVML MIG instance matched to CUDA device {index} by UUID" + (
+                    f", a slice of {_text(parent)}" if parent else "")
+                if link is None:
+                    notes.append(f"{err}; PCIe figures unknown for this MIG instance")
+        elif all("not found" in str(e).lower() for e in errors):
+            # Not NVML's device `index` instead: for a MIG slice that is its parent GPU,
+            # whose memory and name would be wrong.
+            return none(f"NVML has no device with the UUID CUDA device {index} reports ({'; '.join(errors)})")
         else:
-            notes.append(f"{err}; fell back to NVML index {index}")
+            notes.append(f"{errors[-1]}; fell back to NVML index {index}")
     if handle is None:
         count, err = call("device count", "nvmlDeviceGetCount")
         if err is None and count is not None and int(count) <= index:
@@ -251,10 +270,11 @@ def _nvml_read(nvml: Any, index: int, uuid: str | None, none: Any) -> NvmlGpuInf
     else:
         vram = free = Fact.unknown(err or "memory: nvmlDeviceGetMemoryInfo returned nothing")
 
-    gen_max = fact("PCIe generation", "nvmlDeviceGetMaxPcieLinkGeneration", handle)
-    lanes_max = fact("PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    gen_now = fact("PCIe generation now", "nvmlDeviceGetCurrPcieLinkGeneration", handle)
-    lanes_now = fact("PCIe width now", "nvmlDeviceGetCurrPcieLinkWidth", handle)
+    pcie = link if link is not None else handle
+    gen_max = fact("PCIe generation", "nvmlDeviceGetMaxPcieLinkGeneration", pcie)
+    lanes_max = fact("PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", pcie)
+    gen_now = fact("PCIe generation now", "nvmlDeviceGetCurrPcieLinkGeneration", pcie)
+    lanes_now = fact("PCIe width now", "nvmlDeviceGetCurrPcieLinkWidth", pcie)
     if gen_max.known:
         gen_max = Fact.detected(gen_max.value, "nvmlDeviceGetMaxPcieLinkGeneration: the most this device "
                                 "and this system's slot allow")  # type: ignore[arg-type]
@@ -352,11 +372,14 @@ def gpu_spec_from(t: TorchGpuInfo, n: NvmlGpuInfo) -> GpuSpec:
     )
 
 
-def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT) -> GpuSpec:
+def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
+               device_files: list[str] | None = None) -> GpuSpec:
     """CUDA device `index` of this machine; never raises.
 
     `torch` and `nvml` default to importing the real modules; pass module-like objects
-    (or None for "absent") to simulate a machine.
+    (or None for "absent") to simulate a machine; `device_files`: the /dev/nvidia*
+    files (default: this machine's). An NVIDIA GPU that torch cannot use is said in
+    `cuda_problem`, with the fix; figures detection lacks come from the card's preset.
     """
     try:
         if torch is _IMPORT:
@@ -375,7 +398,14 @@ def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT) -> 
         if nvml is None and nvml_err:
             u = Fact.unknown(nvml_err)
             n = NvmlGpuInfo(False, nvml_err, u, u, u, u, u, u, u, u, u)
-        return gpu_spec_from(t, n)
+        from dataclasses import replace
+
+        from engine.gpu_match import with_preset_figures
+        from probes.cuda_check import cuda_facts_of, diagnose, nvidia_device_files
+
+        files = nvidia_device_files() if device_files is None else list(device_files)
+        problem = diagnose(cuda_facts_of(torch, n, files))
+        return replace(with_preset_figures(gpu_spec_from(t, n)), cuda_problem=problem)
     except Exception as exc:  # never raise: detection is advice, not a precondition
         from engine.platform import unknown_gpu
 

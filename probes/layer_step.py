@@ -9,64 +9,83 @@ step as a whole.
 
 - sequential: the GPU computes the hits, then (the GPU done) the CPU computes the
   misses; the CPU's sum is copied back and added.
-- parallel: the GPU computes the hits while a CPU thread computes the misses; merged.
+- parallel: the GPU computes the hits while the CPU lane computes the misses; merged.
 - stage: the misses' weights are copied through a bounded device staging buffer
   (`staging_slots` experts; more misses go in rounds that reuse the slots), then the
   GPU computes hits and misses.
 - ready-first: the GPU starts on the hits at once; the misses named in `copy_ids` (or,
   without them, as many as the greedy of engine.cost_model.compose_ready_first sends
   to the copy lane for the given measured `lanes`) are copied one by one and computed
-  on the GPU as each arrives, the others on a CPU thread; merged.
+  on the GPU as each arrives, the others on the CPU lane; merged.
+
+As a runtime runs it: on CUDA each expert of the GPU lane is one replayed CUDA graph
+(probes.cuda_graphs.GraphLane), an expert moves host to device as one copy (its one
+buffer), the CPU lane runs on one persistent worker thread (probes.cpu_worker), and the
+step is timed with CUDA events from its start to the end of its last GPU work. The host
+waits only where the work needs it: the CPU lane for the hidden state, and (with
+`sync`, the default) once at the end. A caller that runs many steps per token passes
+`sync=False` and waits once per token; `StepResult.elapsed_s` then waits when read.
 
 Prefetch copies (weights of the next layer's predicted experts into device slots) are
 issued on their own stream at the start of the step and run under it; by default the
-step waits for them too, so its time is what the next layer sees.
+step's end waits for them too (on the GPU), so its time is what the next layer sees.
 
 `gpu_device` is a parameter: "cuda" (or "cuda:N") for real; "cpu" is a functional mode
 in which both tiers run on the CPU and streams are not used, so every strategy can be
-checked against `dense_reference` on any machine.
+checked against `dense_reference` on any machine. Both modes go through the same
+control flow (probes.step_device), which counts the host's waits.
 
 torch is imported lazily.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.policy import Execution
-from probes.operators import ExpertPool, _fit, threads_set
+from probes.cpu_worker import CpuWorker, default_lane_threads
+from probes.experts import Expert, ExpertPool, _fit, copy_expert, experts_of
+from probes.step_device import step_device
 
-Mats = Sequence  # one expert: [(weight, scale or None)] per matrix, as ExpertPool.experts holds
+Mats = Sequence  # one expert: an Expert, or [(weight, scale or None)] per matrix
+GPU_BESIDE = (Execution.PARALLEL, Execution.READY_FIRST)
+
+__all__ = ["DeviceSlots", "LayerStep", "StepResult", "copy_expert", "dense_reference"]
 
 
 @dataclass(frozen=True)
 class StepResult:
     output: Any  # float32 [1, hidden_size] on the GPU device: Σ router weight x expert output
-    elapsed_s: float  # the whole step, prefetch copies included when waited for
     gpu_ids: tuple[int, ...]  # computed on the device: the hits, then the copied misses
     cpu_ids: tuple[int, ...]  # computed on the CPU
     copied: tuple[int, ...]  # misses whose weights were copied host to device
     prefetched: int  # prefetch copies issued
     prefetch_event: Any = None  # CUDA event of the prefetch copies (None: none, or waited for)
+    timing: Any = field(default=None, compare=False, repr=False)  # (device, start, end)
+    queued_s: float = 0.0  # host time from the step's start until its GPU work was queued
+
+    @property
+    def elapsed_s(self) -> float:
+        """The whole step, prefetch copies included when waited for (reading it waits
+        for the step's end when the step was run without `sync`)."""
+        dev, start, end = self.timing
+        return dev.elapsed_s(start, end)
 
 
 class DeviceSlots:
-    """`slots` experts' worth of device memory, shaped like `kernels`' experts, that
-    host experts are copied into (the staging buffer; prefetch destinations)."""
+    """`slots` experts' worth of device memory in one arena, laid out like `kernels`'
+    experts, that host experts are copied into (the staging buffer; prefetch and
+    resident slots). On CUDA each slot's graph is captured at once, before timing."""
 
     def __init__(self, kernels: ExpertPool, device: str, slots: int):
         torch = kernels.torch
-        template = kernels.experts[0]
-        self.slots = [
-            [(torch.empty_like(w, device=device), None if s is None else torch.empty_like(s, device=device))
-             for w, s in template]
-            for _ in range(slots)
-        ]
+        self.arena = torch.empty(slots, kernels.layout.nbytes, dtype=torch.uint8, device=device)
+        self.slots = experts_of(self.arena, kernels.layout)
+        if slots and torch.device(device).type == "cuda":  # pragma: no cover - needs CUDA
+            kernels.graph_lane(device).prepare(self.slots)
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -75,24 +94,18 @@ class DeviceSlots:
         return self.slots[i]
 
 
-def copy_expert(dst: Mats, src: Mats) -> None:
-    """Copy one expert's matrices (asynchronously on the current stream when the source
-    is page-locked and the destination a CUDA device)."""
-    for (dw, ds), (sw, ss) in zip(dst, src):
-        dw.copy_(sw, non_blocking=True)
-        if ds is not None:
-            ds.copy_(ss, non_blocking=True)
-
-
 class LayerStep:
-    """Runs layer steps on one device pair, reusing its buffers and streams.
+    """Runs layer steps on one device pair, reusing its buffers, streams, graphs and
+    CPU worker.
 
     `kernels`: an ExpertPool of the model's expert shape; its kernels (`forward`) compute
     every expert, whichever tier holds the weights, so the experts passed to `run` must
-    have its matrix shapes and kernel kind.
+    have its layout. `graphs`: the GPU lane as replayed CUDA graphs (default: on CUDA;
+    True in the functional mode runs the lane's bookkeeping with eager stand-ins).
     """
 
-    def __init__(self, kernels: ExpertPool, *, gpu_device: str = "cuda", staging_slots: int = 8):
+    def __init__(self, kernels: ExpertPool, *, gpu_device: str = "cuda", staging_slots: int = 8,
+                 graphs: bool | None = None):
         import torch
 
         if staging_slots < 1:
@@ -103,90 +116,100 @@ class LayerStep:
         self.cuda = self.device.type == "cuda"
         if self.cuda and not torch.cuda.is_available():
             raise RuntimeError(f"gpu_device={gpu_device!r} but CUDA is not available; use 'cpu' for the functional mode")
-        self.staging = DeviceSlots(kernels, gpu_device, staging_slots)
-        widths = kernels.widths
-        self.gpu_down_in = torch.zeros(1, widths[-1], dtype=torch.bfloat16, device=self.device)
-        self.cpu_down_in = torch.zeros(1, widths[-1], dtype=torch.bfloat16)
+        self.dev = step_device(torch, self.device)
+        self.staging = DeviceSlots(kernels, str(self.device), staging_slots)
+        use_graphs = self.cuda if graphs is None else bool(graphs)
+        self.lane = kernels.graph_lane(str(self.device)) if use_graphs else None
+        self.worker = CpuWorker()
         hidden = kernels.shape.hidden_size
-        if self.cuda:  # pragma: no cover - needs CUDA
-            self.copy_stream = torch.cuda.Stream(self.device)
-            self.prefetch_stream = torch.cuda.Stream(self.device)
-            self.sync_stream = torch.cuda.Stream(self.device)
-            self.x_host = torch.empty(1, hidden, dtype=torch.bfloat16).pin_memory()
-        else:
-            self.copy_stream = self.prefetch_stream = self.sync_stream = None
-            self.x_host = torch.empty(1, hidden, dtype=torch.bfloat16)
+        self.gpu_down_in = torch.zeros(1, kernels.widths[-1], dtype=torch.bfloat16, device=self.device)
+        self.cpu_down_in = torch.zeros(1, kernels.widths[-1], dtype=torch.bfloat16)
+        self.x_host = self.dev.host_buffer(1, hidden, dtype=torch.bfloat16)
+        self.sum_host = self.dev.host_buffer(1, hidden, dtype=torch.float32)
+        self.sum_dev = torch.zeros(1, hidden, dtype=torch.float32, device=self.device)
 
-    # --- streams (no-ops in the functional mode) ---------------------------------------
-    def _on(self, stream):
-        return self.torch.cuda.stream(stream) if stream is not None else nullcontext()
+    def warm(self, threads: int) -> None:
+        """Start the CPU worker and its threads before timing."""
+        self.worker.warm(threads)
 
-    def _record(self, stream=None):
-        if not self.cuda:
-            return None
-        event = self.torch.cuda.Event()  # pragma: no cover - needs CUDA
-        event.record(stream if stream is not None else self.torch.cuda.current_stream(self.device))  # pragma: no cover
-        return event  # pragma: no cover
+    def prepare(self, experts) -> None:
+        """Capture the GPU lane's graphs of `experts` (device experts) before timing."""
+        if self.lane is not None:
+            self.lane.prepare(experts)
 
-    def _wait(self, event, stream=None) -> None:
-        if event is not None:  # pragma: no cover - needs CUDA
-            (stream if stream is not None else self.torch.cuda.current_stream(self.device)).wait_event(event)
-
-    def _synchronize(self) -> None:
-        if self.cuda:  # pragma: no cover - needs CUDA
-            self.torch.cuda.synchronize(self.device)
+    def close(self) -> None:
+        self.worker.close()
 
     # --- lanes -------------------------------------------------------------------------
-    def _gpu_resident(self, acc, ids, experts, x, weights) -> None:
-        for e in ids:
-            acc.add_(self.kernels.forward(experts[e], x, self.gpu_down_in).float(), alpha=weights(e))
+    def _gpu_experts(self, acc, items) -> None:
+        """Add weight x expert(x) for each (expert, weight) of `items` on the device: graph
+        replays on CUDA (set up by `_lane_plan`), else eager kernels into `acc`."""
+        for expert, weight, graph in items:
+            if graph is not None:
+                graph.replay()
+            elif self.lane is not None:  # past the lane's capacity, or a staging slot's later round
+                self.lane.eager(expert, weight)
+            else:
+                acc.add_(self.kernels.forward(expert, self._x, self.gpu_down_in).float(), alpha=weight)
 
     def _hidden_to_host(self, x):
-        """x [1, hidden] to the host, on a side stream after what was queued before it:
-        (host tensor, event to wait for on the host)."""
-        if not self.cuda:
-            return x.to(self.torch.bfloat16), None
-        ready = self._record()  # pragma: no cover - needs CUDA
-        self._wait(ready, self.sync_stream)  # pragma: no cover
-        with self._on(self.sync_stream):  # pragma: no cover
+        """x [1, hidden] to the host after what was queued before it: an event to wait for
+        on the host before x_host is read."""
+        dev = self.dev
+        ready = dev.record()
+        dev.wait(ready, dev.sync_stream)
+        with dev.on(dev.sync_stream):
             self.x_host.copy_(x, non_blocking=True)
-        return self.x_host, self._record(self.sync_stream)  # pragma: no cover
+        return dev.record(dev.sync_stream)
 
-    def _cpu_lane(self, ids, experts, x_host, x_event, weights, threads):
+    def _cpu_lane(self, ids, experts, x_event, weights):
         torch = self.torch
-        if x_event is not None:  # pragma: no cover - needs CUDA
-            x_event.synchronize()
+        self.dev.host_wait(x_event)
         acc = torch.zeros(1, self.kernels.shape.hidden_size, dtype=torch.float32)
-        with threads_set(threads):
-            for e in ids:
-                acc.add_(self.kernels.forward(experts[e], x_host, self.cpu_down_in).float(), alpha=weights(e))
-        return acc
+        for e in ids:
+            acc.add_(self.kernels.forward(experts[e], self.x_host, self.cpu_down_in).float(), alpha=weights(e))
+        self.sum_host.copy_(acc)
+        return True
 
-    def _copied_lane(self, acc, ids, host, x, weights, *, wait_all_first: bool, before=()) -> None:
+    def _copied_lane(self, acc, ids, host, staged, *, wait_all_first: bool, before=()) -> None:
         """Copy the experts `ids` through the staging slots and compute them on the device
         (after `before`, resident experts computed once the copies they wait for are in).
         `wait_all_first`: a round's copies all land before its compute starts (stage);
         otherwise each expert is computed as soon as its own copy is in (ready-first)."""
+        dev = self.dev
         n_slots = len(self.staging)
         freed: list = [None] * n_slots
         for start in range(0, len(ids), n_slots):
             chunk = ids[start:start + n_slots]
             arrived = []
             for i, e in enumerate(chunk):
-                self._wait(freed[i], self.copy_stream)
-                with self._on(self.copy_stream):
+                dev.wait(freed[i], dev.copy_stream)
+                with dev.on(dev.copy_stream):
                     copy_expert(self.staging[i], host[e])
-                arrived.append(self._record(self.copy_stream))
+                arrived.append(dev.record(dev.copy_stream))
             if wait_all_first:
                 for event in arrived:
-                    self._wait(event)
+                    dev.wait(event)
                 if start == 0 and before:
-                    self._gpu_resident(acc, *before)
-            for i, e in enumerate(chunk):
+                    self._gpu_experts(acc, before)
+            for i, _e in enumerate(chunk):
                 if not wait_all_first:
-                    self._wait(arrived[i])
-                acc.add_(self.kernels.forward(self.staging[i], x, self.gpu_down_in).float(), alpha=weights(e))
-                freed[i] = self._record()
+                    dev.wait(arrived[i])
+                self._gpu_experts(acc, [staged[start + i]])
+                freed[i] = dev.record()
+
+    def _lane_plan(self, experts_and_weights, eager_from: int | None = None):
+        """[(expert, weight, (graph, cell) or None)], the graphs captured now (before
+        timing). Items from `eager_from` on run eagerly: a staging slot reused in a later
+        round would need its graph's router weight changed within the step."""
+        out = []
+        for i, (expert, weight) in enumerate(experts_and_weights):
+            graph = None
+            usable = eager_from is None or i < eager_from
+            if self.lane is not None and usable and isinstance(expert, Expert):
+                graph = self.lane.graph(expert)
+            out.append((expert, weight, graph))
+        return out
 
     # --- the step ----------------------------------------------------------------------
     def run(
@@ -199,17 +222,21 @@ class LayerStep:
         hit_ids: Sequence[int],
         miss_ids: Sequence[int],
         router_weights: Mapping[int, float] | None = None,
-        threads: int = 1,
+        threads: int | None = None,
         prefetch: Sequence[tuple[Mats, Mats]] = (),
         copy_ids: Sequence[int] | None = None,
         lanes: Any = None,
         wait_prefetch: bool = True,
+        sync: bool = True,
     ) -> StepResult:
         """One layer step. `x`: the hidden state [1, hidden_size] on the GPU device;
         `device_experts[e]` for every hit, `host_experts[e]` for every miss;
-        `prefetch`: (host source, device destination) pairs copied during the step;
-        `copy_ids` / `lanes`: ready-first's lane split, given or greedy (see module doc)."""
+        `threads`: the CPU lane's (default: every core, less one when a GPU lane runs
+        beside it); `prefetch`: (host source, device destination) pairs copied during
+        the step; `copy_ids` / `lanes`: ready-first's lane split, given or greedy (see
+        module doc); `sync`: wait for the step's end before returning."""
         torch = self.torch
+        dev = self.dev
         execution = Execution(execution)
         hits, misses = [int(e) for e in hit_ids], [int(e) for e in miss_ids]
         if set(hits) & set(misses):
@@ -228,65 +255,71 @@ class LayerStep:
         elif execution is Execution.READY_FIRST:
             to_copy = self.ready_first_split(len(hits), misses, copy_ids, lanes)
         on_cpu = [e for e in misses if e not in set(to_copy)]
+        if threads is None:
+            threads = default_lane_threads(self.cuda and execution in GPU_BESIDE)
 
+        # Set-up, not timed: graphs looked up (captured when new), router weights staged.
+        resident = self._lane_plan([(device_experts[e], weights(e)) for e in hits])
+        n_slots = len(self.staging)
+        staged = self._lane_plan([(self.staging[i % n_slots], weights(e)) for i, e in enumerate(to_copy)],
+                                 eager_from=n_slots)
         x = x.to(self.device)
-        acc = torch.zeros(1, self.kernels.shape.hidden_size, dtype=torch.float32, device=self.device)
-        self._synchronize()
-        t0 = time.perf_counter()
 
+        start = dev.timing_event()
+        t0 = time.perf_counter()
+        if self.lane is not None:
+            self.lane.begin(x)
+            self._x, acc = self.lane.x, self.lane.acc
+            cells = [(g[1], w) for _e, w, g in resident + staged if g is not None]
+            self.lane.set_weights(cells)
+            resident = [(e, w, None if g is None else g[0]) for e, w, g in resident]
+            staged = [(e, w, None if g is None else g[0]) for e, w, g in staged]
+        else:
+            self._x = x
+            acc = torch.zeros(1, self.kernels.shape.hidden_size, dtype=torch.float32, device=self.device)
+        # Copies into slots must follow whatever read or filled those slots before.
+        dev.follow(dev.copy_stream)
         prefetch_event = None
         if prefetch:
-            start = self._record()
-            self._wait(start, self.prefetch_stream)
-            with self._on(self.prefetch_stream):
+            dev.follow(dev.prefetch_stream)
+            with dev.on(dev.prefetch_stream):
                 for src, dst in prefetch:
                     copy_expert(dst, src)
-            prefetch_event = self._record(self.prefetch_stream)
+            prefetch_event = dev.record(dev.prefetch_stream)
 
-        cpu_sum = None
+        cpu_job = None
         if execution is Execution.SEQUENTIAL:
-            self._gpu_resident(acc, hits, device_experts, x, weights)
+            self._gpu_experts(acc, resident)
             if on_cpu:
-                self._synchronize()
-                x_host, x_event = self._hidden_to_host(x)
-                cpu_sum = self._cpu_lane(on_cpu, host_experts, x_host, x_event, weights, threads)
+                x_event = self._hidden_to_host(self._x)
+                cpu_job = self.worker.submit(lambda: self._cpu_lane(on_cpu, host_experts, x_event, weights), threads)
         elif execution is Execution.STAGE:
             if to_copy:
-                self._copied_lane(acc, to_copy, host_experts, x, weights, wait_all_first=True,
-                                  before=(hits, device_experts, x, weights))
+                self._copied_lane(acc, to_copy, host_experts, staged, wait_all_first=True, before=resident)
             else:
-                self._gpu_resident(acc, hits, device_experts, x, weights)
-        else:  # parallel, ready-first: a CPU thread beside the GPU
-            box: dict[str, Any] = {}
-            worker = None
+                self._gpu_experts(acc, resident)
+        else:  # parallel, ready-first: the CPU lane beside the GPU
             if on_cpu:
-                x_host, x_event = self._hidden_to_host(x)
-
-                def cpu_work():
-                    try:
-                        box["sum"] = self._cpu_lane(on_cpu, host_experts, x_host, x_event, weights, threads)
-                    except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-                        box["error"] = exc
-
-                worker = threading.Thread(target=cpu_work, name="cope-cpu-lane", daemon=True)
-                worker.start()
-            self._gpu_resident(acc, hits, device_experts, x, weights)
+                x_event = self._hidden_to_host(self._x)
+                cpu_job = self.worker.submit(lambda: self._cpu_lane(on_cpu, host_experts, x_event, weights), threads)
+            self._gpu_experts(acc, resident)
             if to_copy:
-                self._copied_lane(acc, to_copy, host_experts, x, weights, wait_all_first=False)
-            if worker is not None:
-                worker.join()
-                if "error" in box:
-                    raise box["error"]
-                cpu_sum = box["sum"]
-        if cpu_sum is not None:
-            acc.add_(cpu_sum.to(self.device))
+                self._copied_lane(acc, to_copy, host_experts, staged, wait_all_first=False)
+        queued_s = time.perf_counter() - t0
+        if cpu_job is not None:
+            cpu_job.result()  # re-raises the lane's error on this thread
+            self.sum_dev.copy_(self.sum_host, non_blocking=True)
+            output = acc + self.sum_dev
+        else:
+            output = acc.clone() if self.lane is not None else acc
         if prefetch_event is not None and wait_prefetch:
-            prefetch_event.synchronize()  # pragma: no cover - needs CUDA
+            dev.wait(prefetch_event)
             prefetch_event = None
-        self._synchronize()
-        elapsed = time.perf_counter() - t0
-        return StepResult(acc, elapsed, tuple(hits) + tuple(to_copy), tuple(on_cpu), tuple(to_copy),
-                          len(prefetch), prefetch_event)
+        end = dev.timing_event()
+        if sync:
+            dev.host_wait(end)
+        return StepResult(output, tuple(hits) + tuple(to_copy), tuple(on_cpu), tuple(to_copy), len(prefetch),
+                          prefetch_event, (dev, start, end), queued_s)
 
     @staticmethod
     def ready_first_split(n_hits: int, misses: Sequence[int], copy_ids: Sequence[int] | None, lanes: Any) -> list[int]:
@@ -307,22 +340,22 @@ class LayerStep:
 
 
 def dense_reference(kernels: ExpertPool, experts: Mapping[int, Mats], x, ids: Sequence[int],
-                    router_weights: Mapping[int, float] | None = None):
+                    router_weights: Mapping[int, float] | None = None, device_ids: Sequence[int] = ()):
     """The MoE output for routing `ids` in float32 on the CPU, from the dequantized weights
-    with plain matrix products (none of the kernels): float32 [1, hidden_size]."""
+    with plain matrix products (none of the kernels): float32 [1, hidden_size].
+    `device_ids`: experts a CUDA device computed (they read their bytes as bf16)."""
     import torch
 
     table = router_weights or {}
     x = x.detach().to("cpu").float()
-    widths = kernels.widths
+    on_device = {int(e) for e in device_ids}
     out = torch.zeros(1, kernels.shape.hidden_size, dtype=torch.float32)
-    xin = _fit(torch, x, widths[0])
     for e in ids:
-        mats = kernels.dequantized(experts[int(e)])
+        mats = kernels.dequantized(experts[int(e)], device_kernel=int(e) in on_device)
+        xin = _fit(torch, x, mats[0].shape[1])
         if kernels.shape.gated:
             act = torch.nn.functional.silu(xin @ mats[0].T) * (xin @ mats[1].T)
         else:
             act = torch.nn.functional.gelu(xin @ mats[0].T)
-        out += float(table.get(int(e), 1.0)) * (_fit(torch, act, widths[-1]) @ mats[-1].T)
+        out += float(table.get(int(e), 1.0)) * (_fit(torch, act, mats[-1].shape[1]) @ mats[-1].T)
     return out
-

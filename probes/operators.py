@@ -1,60 +1,38 @@
-"""Expert operators with a model's real shapes and byte sizes, and their timing.
+"""Operators with a model's real shapes and byte sizes, and their timing.
 
-An expert is gate, up (when gated) and down matrices at batch 1. llama.cpp's batch-1
-kernels are memory-bound: what matters is the bytes streamed. So each matrix is stored
-so that it holds the quantized expert's bytes:
-- torch's weight-only int8 kernel (`torch._weight_int8pack_mm`) where the device has
-  it: an int8 matrix [out, in'] with in' = in x bits-per-weight / 8 (Q8_0: 8.5 bpw,
-  in' a little wider than in; Q4_K_M: ~4.9 bpw, narrower), so the mat-vec streams the
-  quantized matrix's bytes;
-- otherwise a byte-equivalent dense bf16 matrix (in' = in x bpw / 16).
-`kernel_stand_in()` says which, for the profile's provenance.
+The routed experts (their byte layout, pools and kernels) are in probes.experts; this
+module times them (`time_repeats`, `cpu_experts`, `gpu_experts`, `H2DCopier`,
+`gpu_sync`) and holds what every candidate pays besides its routed experts: one
+block's shared work (`SharedLayerOp`) and the per-token head (`TokenHeadOp`).
 
-Experts come from a pool of distinct weights larger than the caches (by default
-4 x the last-level cache on the CPU), used in rotation, so repeated timing streams from
-memory as decode does.
+On CUDA the GPU-side operators run as a runtime runs them: captured CUDA graphs, timed
+with CUDA events behind a busy GPU (probes.cuda_graphs), one host wait per repeat; the
+weights of the shared work are byte-equivalent bf16 matrices there (torch's CUDA int8
+weight-only kernel is no runtime's kernel; see probes.experts).
 
 torch is imported lazily, inside functions.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-DEFAULT_LLC_BYTES = 32 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ExpertShape:
-    hidden_size: int
-    ffn_size: int
-    gated: bool
-    expert_bytes: int  # one routed expert under the quantization
-    quantization: str
-
-    @classmethod
-    def of(cls, model: Any, quant: Any) -> ExpertShape:
-        return cls(
-            hidden_size=model.hidden_size,
-            ffn_size=model.expert_ffn_size,
-            gated=getattr(model, "gated_experts", True),
-            expert_bytes=model.expert_bytes(quant),
-            quantization=quant.name,
-        )
-
-    @property
-    def n_matrices(self) -> int:
-        return 3 if self.gated else 2
-
-    @property
-    def bytes_per_weight(self) -> float:
-        return self.expert_bytes / (self.n_matrices * self.hidden_size * self.ffn_size)
+from probes.experts import (  # noqa: F401 - re-exported: the operators' public names
+    DEFAULT_LLC_BYTES,
+    ExpertPool,
+    ExpertShape,
+    _fit,
+    _int8pack_works,
+    copy_expert,
+    default_pool_bytes,
+    last_level_cache_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -62,21 +40,6 @@ class Timing:
     median_s: float
     spread_s: float  # interquartile range
     repeats: int
-
-
-def last_level_cache_bytes(sys_root: str = "/sys") -> int:
-    """The largest CPU cache sysfs reports for cpu0, or 32 MiB when unreadable."""
-    best = 0
-    for index in sorted(Path(sys_root, "devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            text = (index / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best, int(digits) * mult)
-    return best or DEFAULT_LLC_BYTES
 
 
 def time_repeats(
@@ -122,142 +85,6 @@ def _iqr(times: list[float]) -> float:
     return q[2] - q[0]
 
 
-def _int8pack_works(torch: Any, device: str) -> bool:
-    if not hasattr(torch, "_weight_int8pack_mm"):
-        return False
-    try:
-        x = torch.zeros(1, 64, dtype=torch.bfloat16, device=device)
-        w = torch.zeros(16, 64, dtype=torch.int8, device=device)
-        s = torch.ones(16, dtype=torch.bfloat16, device=device)
-        torch._weight_int8pack_mm(x, w, s)
-        return True
-    except Exception:  # noqa: BLE001 - not implemented on this device
-        return False
-
-
-class ExpertPool:
-    """Distinct random experts of `shape` on `device`, computed in rotation at batch 1."""
-
-    def __init__(self, shape: ExpertShape, device: str = "cpu", *, pool_bytes: int | None = None,
-                 min_experts: int = 1, seed: int = 0, pin: bool = False, int8: bool | None = None):
-        """`pin`: host weights in page-locked memory (for asynchronous copies to a CUDA
-        device); `int8`: force the kernel choice (default: int8 where the device has it),
-        so a host pool and a device pool can hold interchangeable experts."""
-        import torch
-
-        self.torch = torch
-        self.shape = shape
-        self.device = device
-        self.int8 = _int8pack_works(torch, device) if int8 is None else bool(int8)
-        if pool_bytes is None:
-            pool_bytes = 4 * last_level_cache_bytes() if device == "cpu" else 256 * 1024**2
-        self.n_experts = max(min_experts, math.ceil(pool_bytes / shape.expert_bytes))
-        gen = torch.Generator().manual_seed(seed)
-        h, f = shape.hidden_size, shape.ffn_size
-        # (out, in) of each matrix; `in` widened or narrowed to the quantized bytes.
-        dims = ([(f, h), (f, h)] if shape.gated else [(f, h)]) + [(h, f)]
-        per_byte = shape.bytes_per_weight if self.int8 else shape.bytes_per_weight / 2
-        # Multiples of 32: torch's int8 weight-only kernel is wrong for other widths
-        # (within 32 columns of the exact byte size; under 1% on real shapes).
-        self.widths = [max(32, 32 * round(cols * per_byte / 32)) for _, cols in dims]
-        self.experts = []
-        for _ in range(self.n_experts):
-            mats = []
-            for (rows, _), width in zip(dims, self.widths):
-                if self.int8:
-                    w = torch.randint(-127, 128, (rows, width), dtype=torch.int8, generator=gen)
-                    s = (torch.rand(rows, generator=gen) * 0.01).to(torch.bfloat16)
-                    mats.append((_placed(w, device, pin), _placed(s, device, pin)))
-                else:
-                    w = (torch.randn(rows, width, generator=gen) * 0.02).to(torch.bfloat16)
-                    mats.append((_placed(w, device, pin), None))
-            self.experts.append(mats)
-        self.x = torch.randn(1, self.widths[0], generator=gen).to(torch.bfloat16).to(device)
-        self.down_in = torch.zeros(1, self.widths[-1], dtype=torch.bfloat16, device=device)
-        self._next = 0
-
-    @property
-    def bytes(self) -> int:
-        return self.n_experts * self.shape.expert_bytes
-
-    def kernel_stand_in(self) -> str:
-        if self.int8:
-            return (f"torch._weight_int8pack_mm on a byte-equivalent int8 matrix "
-                    f"({self.shape.bytes_per_weight * 8:.2f} bits per weight as int8 columns) on {self.device}")
-        return f"dense bf16 mat-vec on a byte-equivalent bf16 matrix on {self.device}"
-
-    def _mv(self, x, mat):
-        w, s = mat
-        if s is not None:
-            return self.torch._weight_int8pack_mm(x, w, s)
-        return x @ w.T
-
-    def expert(self, index: int, x=None):
-        """One expert on input `x` (default: the pool's hidden state)."""
-        mats = self.experts[index % self.n_experts]
-        return self.forward(mats, self.x if x is None else x, self.down_in)
-
-    def input_of(self, x):
-        """The hidden state [1, hidden_size] as the kernels' input [1, widths[0]]: cut or
-        zero-padded to the byte-equivalent width (unchanged when already that wide)."""
-        return _fit(self.torch, x, self.widths[0])
-
-    def forward(self, mats, x, down_in=None):
-        """One expert with weights `mats` (any expert of this shape, on x's device) on
-        the hidden state `x` ([1, hidden_size] or [1, widths[0]]): [1, hidden_size].
-
-        `down_in`: a [1, widths[-1]] zero-initialised buffer on x's device that the
-        activation is written into (no allocation); None allocates one. One buffer
-        per thread of execution: it is written on every call."""
-        torch = self.torch
-        x = self.input_of(x)
-        if self.shape.gated:
-            act = torch.nn.functional.silu(self._mv(x, mats[0])) * self._mv(x, mats[1])
-        else:
-            act = torch.nn.functional.gelu(self._mv(x, mats[0]))
-        if down_in is None:
-            down_in = _fit(torch, act, self.widths[-1])
-        else:
-            width = min(act.shape[1], down_in.shape[1])
-            down_in[:, :width] = act[:, :width]
-        return self._mv(down_in, mats[-1])
-
-    def dequantized(self, mats) -> list:
-        """The float32 matrices [out, in'] that `mats` stand for (int8 times its scale),
-        for a dense reference computed without these kernels."""
-        out = []
-        for w, s in mats:
-            w = w.detach().to("cpu").float()
-            out.append(w * s.detach().to("cpu").float()[:, None] if s is not None else w)
-        return out
-
-    def run(self, n: int, ids=None):
-        """n experts (the next n of the rotation, or `ids` mapped onto the pool), summed."""
-        if ids is None:
-            ids = range(self._next, self._next + n)
-            self._next = (self._next + n) % self.n_experts
-        out = None
-        for i in ids:
-            y = self.expert(int(i))
-            out = y if out is None else out + y
-        return out
-
-
-def _placed(t, device: str, pin: bool):
-    t = t.to(device)
-    return t.pin_memory() if pin and t.device.type == "cpu" else t
-
-
-def _fit(torch: Any, x, width: int):
-    """x [1, n] cut or zero-padded to [1, width]."""
-    n = x.shape[1]
-    if n == width:
-        return x
-    if n > width:
-        return x[:, :width]
-    return torch.nn.functional.pad(x, (0, width - n))
-
-
 class threads_set:
     """`with threads_set(t):` torch.set_num_threads(t), restored afterwards."""
 
@@ -283,45 +110,97 @@ def cpu_experts(pool: ExpertPool, n: int, threads: int, budget_s: float, **kw) -
         return time_repeats(lambda: pool.run(n), budget_s, **kw)
 
 
-def _cuda_sync(torch: Any) -> Callable[[], None]:
-    return torch.cuda.synchronize
+def gpu_experts(pool: ExpertPool, n: int, budget_s: float, **kw) -> Timing:
+    """n routed experts on the GPU (pool on a CUDA device), batch 1, as a step's GPU lane
+    computes them: the hidden state in, router weights staged, one graph replay each;
+    CUDA events behind a busy GPU. (A pool on the CPU runs the same lane with eager
+    stand-ins, wall clock: for tests.)"""
+    lane = pool.graph_lane(pool.device)
+    lane.prepare(pool.experts)
+    cursor = [0]
+
+    def step() -> None:
+        ids = [(cursor[0] + i) % pool.n_experts for i in range(n)]
+        cursor[0] = (cursor[0] + n) % pool.n_experts
+        found = [(pool.experts[i], lane.graph(pool.experts[i])) for i in ids]
+        lane.begin(pool.x)
+        lane.set_weights([(g[1], 1.0 / n) for _, g in found if g is not None])
+        for expert, g in found:
+            if g is None:
+                lane.eager(expert, 1.0 / n)
+            else:
+                g[0].replay()
+
+    if not lane.cuda:
+        return time_repeats(step, budget_s, **kw)
+    from probes.cuda_graphs import time_cuda  # pragma: no cover - needs CUDA
+
+    return time_cuda(pool.torch, step, budget_s, **kw)  # pragma: no cover
 
 
-def gpu_experts(pool: ExpertPool, n: int, budget_s: float, **kw) -> Timing:  # pragma: no cover - needs CUDA
-    """n routed experts on the GPU (pool on a cuda device), batch 1."""
-    return time_repeats(lambda: pool.run(n), budget_s, sync=_cuda_sync(pool.torch), **kw)
+class H2DCopier:
+    """Copies of n experts host to device as a layer step copies its misses: one copy
+    per expert (its one buffer), from the host pool (page-locked for CUDA) in rotation,
+    into n staging slots; on CUDA on a copy stream, timed with CUDA events."""
 
+    def __init__(self, host_pool: ExpertPool, max_n: int, device: str = "cuda"):
+        from probes.experts import experts_of
 
-class H2DCopier:  # pragma: no cover - needs CUDA
-    """Copies of n experts' bytes from pinned host memory through a device staging buffer."""
-
-    def __init__(self, expert_bytes: int, max_n: int, device: str = "cuda"):
-        import torch
-
-        self.torch = torch
-        self.expert_bytes = expert_bytes
-        self.host = torch.empty(expert_bytes * max_n, dtype=torch.uint8).pin_memory()
-        self.staging = torch.empty(expert_bytes * max_n, dtype=torch.uint8, device=device)
+        torch = host_pool.torch
+        self.torch, self.host = torch, host_pool
+        self.arena = torch.empty(max_n, host_pool.layout.nbytes, dtype=torch.uint8, device=device)
+        self.slots = experts_of(self.arena, host_pool.layout)
+        self.cuda = torch.device(device).type == "cuda"
+        self.stream = torch.cuda.Stream(torch.device(device)) if self.cuda else None
+        self._next = 0
 
     def copy(self, n: int) -> None:
-        size = n * self.expert_bytes
-        self.staging[:size].copy_(self.host[:size], non_blocking=True)
+        for i in range(n):
+            copy_expert(self.slots[i], self.host.experts[self._next])
+            self._next = (self._next + 1) % self.host.n_experts
 
     def time(self, n: int, budget_s: float, **kw) -> Timing:
-        return time_repeats(lambda: self.copy(n), budget_s, sync=_cuda_sync(self.torch), **kw)
+        if not self.cuda:
+            return time_repeats(lambda: self.copy(n), budget_s, **kw)
+        from probes.cuda_graphs import time_cuda  # pragma: no cover - needs CUDA
+
+        torch = self.torch  # pragma: no cover
+
+        def on_copy_stream() -> None:  # pragma: no cover
+            with torch.cuda.stream(self.stream):
+                self.copy(n)
+
+        return time_cuda(torch, on_copy_stream, budget_s, stream=self.stream, **kw)  # pragma: no cover
 
 
 def gpu_sync(hidden_size: int, budget_s: float, device: str = "cuda", **kw) -> Timing:  # pragma: no cover
-    """Hidden state to the CPU and a result back, with the stream syncs."""
+    """The hand-over a CPU lane costs a layer step, as the step does it: the hidden state
+    to page-locked host memory on a side stream, the host's wait for it, the CPU's sum
+    back and added on the device; wall clock, as the host waits."""
     import torch
 
     x = torch.randn(1, hidden_size, dtype=torch.bfloat16, device=device)
-    host = torch.empty(1, hidden_size, dtype=torch.bfloat16).pin_memory()
+    x_host = torch.zeros(1, hidden_size, dtype=torch.bfloat16).pin_memory()
+    sum_host = torch.zeros(1, hidden_size, dtype=torch.float32).pin_memory()
+    sum_dev = torch.zeros(1, hidden_size, dtype=torch.float32, device=device)
+    acc = torch.zeros(1, hidden_size, dtype=torch.float32, device=device)
+    side = torch.cuda.Stream(torch.device(device))
 
     def step():
-        host.copy_(x)
-        x.copy_(host, non_blocking=True)
-        torch.cuda.synchronize()
+        ready = torch.cuda.Event()
+        ready.record()
+        side.wait_event(ready)
+        with torch.cuda.stream(side):
+            x_host.copy_(x, non_blocking=True)
+        arrived = torch.cuda.Event()
+        arrived.record(side)
+        arrived.synchronize()
+        sum_host[0, 0] = float(x_host[0, 0])
+        sum_dev.copy_(sum_host, non_blocking=True)
+        acc.add_(sum_dev)
+        done = torch.cuda.Event()
+        done.record()
+        done.synchronize()
 
     return time_repeats(step, budget_s, **kw)
 
@@ -367,7 +246,7 @@ class SharedLayerOp:
         self.moe = block in model.moe_blocks
         a = model.attention
         hidden = model.hidden_size
-        int8 = _int8pack_works(torch, device)
+        int8 = _int8pack_works(torch, device) and torch.device(device).type == "cpu"
         attn_params = a.params(hidden)
         bpw = quant.non_expert_bytes(attn_params) / attn_params
         if a.kind == "mla":
@@ -403,6 +282,12 @@ class SharedLayerOp:
         self.norm = torch.ones(hidden, dtype=torch.bfloat16, device=device)
         self._next = 0
         self.kernel = ("int8 weight-only" if int8 else "dense bf16") + f" byte-equivalent projections, F16 KV cache of {self.kv_tokens} tokens"
+        self.graphs = None
+        if torch.device(device).type == "cuda":  # pragma: no cover - needs CUDA
+            pool = torch.cuda.graph_pool_handle()
+            self.graphs = [_capture(torch, device, functools.partial(self._forward, parts), pool)
+                           for parts in self.copies]
+            self.kernel += ", one CUDA graph per block"
 
     def _rms(self, x):
         torch = self.torch
@@ -410,9 +295,18 @@ class SharedLayerOp:
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16) * self.norm
 
     def run(self):
-        torch = self.torch
-        parts = self.copies[self._next]
+        """One block's shared work on the next copy: a graph replay on CUDA (its output
+        is the graph's static tensor), eager elsewhere."""
+        i = self._next
         self._next = (self._next + 1) % len(self.copies)
+        if self.graphs is not None:  # pragma: no cover - needs CUDA
+            graph, out = self.graphs[i]
+            graph.replay()
+            return out
+        return self._forward(self.copies[i])
+
+    def _forward(self, parts):
+        torch = self.torch
         x = self.x
         h = self._rms(x)
         proj = _matvec(torch, h, parts["in"])
@@ -442,27 +336,71 @@ class TokenHeadOp:
         gen = torch.Generator().manual_seed(seed)
         hidden, vocab = model.hidden_size, model.vocab_size
         params = model.head_params()
-        int8 = _int8pack_works(torch, device)
+        int8 = _int8pack_works(torch, device) and torch.device(device).type == "cpu"
         self.head = _byte_matrix(torch, vocab, hidden, quant.non_expert_bytes(params) / params, int8, device, gen)
         # The embedding table stays in host memory unless tied (llama.cpp); one row is read.
         self.embedding = torch.randn(min(vocab, 4096), hidden, generator=gen).to(torch.bfloat16)
         self.device = device
         self._token = 0
+        self.graph = None
+        if torch.device(device).type == "cuda":  # pragma: no cover - needs CUDA
+            # The host's part stays outside the graph: the embedding row into page-locked
+            # memory, its copy in, the token's copy out and the one wait of the token.
+            self.row_host = torch.zeros(1, hidden, dtype=torch.bfloat16).pin_memory()
+            self.row_dev = torch.zeros(1, hidden, dtype=torch.bfloat16, device=device)
+            self.token_host = torch.zeros(1, dtype=torch.int64).pin_memory()
+            self.graph, self.token_dev = _capture(torch, device, lambda: self._token_of(self.row_dev),
+                                                  torch.cuda.graph_pool_handle())
+
+    def _token_of(self, row):
+        torch = self.torch
+        x = row.float()
+        x = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+        return torch.argmax(_matvec(torch, x, self.head), dim=-1)
 
     def run(self) -> int:
         torch = self.torch
-        row = self.embedding[self._token % self.embedding.shape[0]].view(1, -1).to(self.device, non_blocking=True)
-        x = row.float()
-        x = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
-        logits = _matvec(torch, x, self.head)
-        self._token = int(torch.argmax(logits, dim=-1).item())
-        return self._token
+        row = self.embedding[self._token % self.embedding.shape[0]].view(1, -1)
+        if self.graph is None:
+            self._token = int(self._token_of(row.to(self.device)).item())
+            return self._token
+        self.row_host.copy_(row)  # pragma: no cover - needs CUDA; the last run waited, so it is free
+        self.row_dev.copy_(self.row_host, non_blocking=True)  # pragma: no cover
+        self.graph.replay()  # pragma: no cover
+        self.token_host.copy_(self.token_dev, non_blocking=True)  # pragma: no cover
+        done = torch.cuda.Event()  # pragma: no cover
+        done.record()  # pragma: no cover
+        done.synchronize()  # pragma: no cover
+        self._token = int(self.token_host[0])  # pragma: no cover
+        return self._token  # pragma: no cover
+
+
+def _capture(torch: Any, device: str, fn: Callable[[], Any], pool: Any):  # pragma: no cover - needs CUDA
+    """(CUDA graph of `fn`, its output tensor): warmed up on a side stream, then captured
+    there into `pool` (graphs of one operator replay one after another, so their
+    temporaries can share it; their outputs stay alive)."""
+    dev = torch.device(device)
+    side = torch.cuda.Stream(dev)
+    current = torch.cuda.current_stream(dev)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    current.wait_stream(side)
+    return graph, out
 
 
 def shared_layer_time(model: Any, quant: Any, kv_tokens: int, budget_s: float, device: str = "cuda",
-                      *, sync: Callable[[], None] | None = None, **kw) -> tuple[Timing, str]:
+                      **kw) -> tuple[Timing, str]:
     """The mean over the model's blocks of one block's shared work: each kind of block
-    (MoE or dense; sliding-window attention or full) timed once, weighted by its count."""
+    (MoE or dense; sliding-window attention or full) timed once, weighted by its count;
+    on CUDA each block a graph replay timed with CUDA events behind a busy GPU."""
     kinds: dict[tuple[bool, int], list[int]] = {}
     for block in range(model.n_blocks):
         kinds.setdefault((block in model.moe_blocks, model.kv_read_bytes_per_layer(block, kv_tokens)), []).append(block)
@@ -472,7 +410,12 @@ def shared_layer_time(model: Any, quant: Any, kv_tokens: int, budget_s: float, d
     kernel = ""
     for blocks in kinds.values():
         op = SharedLayerOp(model, quant, blocks[0], kv_tokens, device, **kw)
-        t = time_repeats(op.run, share, sync=sync)
+        if op.graphs is not None:  # pragma: no cover - needs CUDA
+            from probes.cuda_graphs import time_cuda
+
+            t = time_cuda(op.torch, op.run, share)
+        else:
+            t = time_repeats(op.run, share)
         weight = len(blocks) / model.n_blocks
         total += weight * t.median_s
         spread += weight * t.spread_s

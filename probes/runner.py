@@ -7,11 +7,13 @@ included, keeps what it measured and the next run skips it.
 
 With CUDA every operator is measured, the shared layer and the head included, and
 each combined state is one real layer step (probes.layer_step) timed as a whole
-(method "timed-step"). On a machine without a GPU the CPU side is measured for real
-and the GPU-side operators (gpu_experts, h2d_copy, sync, shared_layer, token_head)
-come from the analytic model of the chosen GPU preset, with basis "preset"; a layer
-step that mixes a measured CPU lane with preset GPU lanes has basis "measured+preset"
-and method "composed".
+(method "timed-step"), the GPU side as a runtime runs it: CUDA graphs, CUDA events, the
+GPU kept busy while the host queues a step, one host wait per step. On a machine
+without a GPU the CPU side is measured for real and the GPU-side operators
+(gpu_experts, h2d_copy, sync, shared_layer, token_head) come from the analytic model
+of the chosen GPU preset, with basis "preset" (the profile's GPU name says why when an
+NVIDIA GPU is there but torch cannot use it); a layer step that mixes a measured CPU
+lane with preset GPU lanes has basis "measured+preset" and method "composed".
 
 torch is imported only when something is measured.
 """
@@ -150,7 +152,7 @@ class LocalProber:
 
     def __init__(self, model: Any, quant: Any, preset: PresetGpu, *, pool_bytes: int | None = None,
                  cuda: bool | None = None, context_tokens: int | None = None):
-        from probes.operators import ExpertPool, ExpertShape, _int8pack_works
+        from probes.operators import ExpertPool, ExpertShape
 
         import torch
 
@@ -162,15 +164,14 @@ class LocalProber:
                                   else getattr(preset.analytic, "context_tokens", 4096))
         self.shape = ExpertShape.of(model, quant)
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
-        int8 = None
-        if self.cuda:  # pragma: no cover - needs CUDA
-            # Host and device experts must be interchangeable (a copied miss runs on the GPU).
-            int8 = _int8pack_works(torch, "cpu") and _int8pack_works(torch, "cuda")
+        # Host and device pools share one layout (the CPU kernel's), so a copied miss is
+        # the same bytes on the GPU; the GPU reads them with its own kernel.
         self.cpu_pool = ExpertPool(self.shape, "cpu", pool_bytes=pool_bytes, min_experts=model.top_k,
-                                   pin=self.cuda, int8=int8)
+                                   pin=self.cuda)
         self.gpu_pool = None
         if self.cuda:  # pragma: no cover - needs CUDA
-            self.gpu_pool = ExpertPool(self.shape, "cuda", pool_bytes=pool_bytes, min_experts=model.top_k, int8=int8)
+            self.gpu_pool = ExpertPool(self.shape, "cuda", pool_bytes=pool_bytes, min_experts=model.top_k,
+                                       int8=self.cpu_pool.int8)
         self.kernel_stand_ins = {quant.name: "CPU: " + self.cpu_pool.kernel_stand_in()}
         if self.gpu_pool is not None:  # pragma: no cover
             self.kernel_stand_ins[quant.name] += "; GPU: " + self.gpu_pool.kernel_stand_in()
@@ -181,13 +182,19 @@ class LocalProber:
         self._sync_s: float | None = None
         self._step = None
         self._prefetch_slots = None
+        self._copier = None
         self._cursor = [0, 0]  # rotation through the device and host pools
+        self._warm_threads: set[int] = set()
 
     @property
     def gpu_name(self) -> str:
         if self.cuda:  # pragma: no cover
             return self.torch.cuda.get_device_name(0)
-        return f"none: GPU figures from the {self.preset.analytic.platform.gpu.name} preset"
+        from probes.cuda_check import diagnose, local_cuda_facts
+
+        text = f"none: GPU figures from the {self.preset.analytic.platform.gpu.name} preset"
+        problem = diagnose(local_cuda_facts())
+        return text if problem is None else f"{text}; {problem.message} (fix: {problem.fix})"
 
     @property
     def driver(self) -> str:
@@ -220,21 +227,20 @@ class LocalProber:
     def _measure_gpu(self, operator, key, share_s):  # pragma: no cover - needs CUDA
         from probes import operators as ops
 
-        sync = self.torch.cuda.synchronize
         if operator == "gpu_experts":
             t = ops.gpu_experts(self.gpu_pool, key["n"], share_s)
         elif operator == "h2d_copy":
-            copier = ops.H2DCopier(self.shape.expert_bytes, key["n"])
-            t = copier.time(key["n"], share_s)
+            if self._copier is None or len(self._copier.slots) < key["n"]:
+                self._copier = ops.H2DCopier(self.cpu_pool, max(key["n"], self.model.top_k))
+            t = self._copier.time(key["n"], share_s)
         elif operator == "sync":
             t = ops.gpu_sync(self.shape.hidden_size, share_s)
         elif operator == "shared_layer":
             # Decode attends to half the context on average (as the analytic model says).
-            t, _kernel = ops.shared_layer_time(self.model, self.quant, self.context_tokens // 2, share_s, "cuda",
-                                              sync=sync)
+            t, _kernel = ops.shared_layer_time(self.model, self.quant, self.context_tokens // 2, share_s, "cuda")
         elif operator == "token_head":
             head = ops.TokenHeadOp(self.model, self.quant, "cuda")
-            t = ops.time_repeats(head.run, share_s, sync=sync)
+            t = ops.time_repeats(head.run, share_s)  # each run waits for its token, as sampling does
         else:
             raise ValueError(f"{operator} is not a GPU-side operator")
         return Measurement(operator, key, t.median_s, t.spread_s, t.repeats)
@@ -290,6 +296,10 @@ class LocalProber:
         k = self.model.top_k
         if self._step is None:
             self._step = LayerStep(self.gpu_pool, gpu_device=device, staging_slots=max(1, min(k, STAGING_SLOTS)))
+            self._step.prepare(self.gpu_pool.experts)
+        if threads not in self._warm_threads:
+            self._step.warm(threads)
+            self._warm_threads.add(threads)
         if p and (self._prefetch_slots is None or len(self._prefetch_slots) < p):
             self._prefetch_slots = DeviceSlots(self.gpu_pool, device, p)
         n_dev, n_host = self.gpu_pool.n_experts, self.cpu_pool.n_experts
@@ -300,18 +310,29 @@ class LocalProber:
         x = torch.randn(1, self.shape.hidden_size, generator=gen).to(torch.bfloat16).to(device)
         lanes = self.lanes(threads) if execution is Execution.READY_FIRST else None
 
+        prelude = None
+        if self._step.cuda:  # pragma: no cover - needs CUDA
+            from probes.cuda_graphs import BusyPrelude
+
+            prelude = BusyPrelude(torch)
+
         def step():
+            if prelude is not None:  # pragma: no cover - the GPU busy while the host queues the step
+                prelude()
             d0, h0 = self._cursor
             hits = [(d0 + i) % n_dev for i in range(h)]
             misses = [n_dev + (h0 + i) % n_host for i in range(m)]
             sources = [host[n_dev + (h0 + m + i) % n_host] for i in range(p)]
             self._cursor = [(d0 + h) % n_dev, (h0 + m + p) % n_host]
             ids = hits + misses
-            return self._step.run(
+            result = self._step.run(
                 execution, x, device_experts=resident, host_experts=host, hit_ids=hits, miss_ids=misses,
                 router_weights={e: weights[i] for i, e in enumerate(ids)}, threads=threads,
                 prefetch=[(src, self._prefetch_slots[i]) for i, src in enumerate(sources)], lanes=lanes,
             )
+            if prelude is not None:  # pragma: no cover
+                prelude.host_took(result.queued_s)
+            return result
 
         t = ops.time_repeats(step, share_s, timer=lambda result: result.elapsed_s)
         return Measurement("schedule", key, t.median_s, t.spread_s, t.repeats, basis="measured", method="timed-step")
@@ -320,15 +341,25 @@ class LocalProber:
 # --- profiles for `cope advise` --------------------------------------------------------
 
 
-def hardware_key(request: Any) -> dict:
-    """What the profile depends on besides the model shape (no torch needed)."""
+def hardware_key(request: Any, cuda: Any = None) -> dict:
+    """What the profile depends on besides the model shape, without importing torch:
+    the platform planned for, and the device the probes measure on, by its NVML UUID,
+    the torch build and whether CUDA works (torch.cuda.is_available() when torch is
+    imported, else what probes.cuda_check predicts), so a profile measured without CUDA
+    is never reused as one measured with it. `cuda`: (CudaFacts, device UUID) for tests."""
+    from probes.cuda_check import local_cuda_facts, local_device_uuid, predicted_usable
+
+    facts, uuid = cuda if cuda is not None else (local_cuda_facts(), local_device_uuid())
     p = request.platform
     return {
         "cpu": p.cpu.name,
         "cpu_preset": p.cpu.preset_id or "",
         "gpu": p.gpu.name,
         "gpu_preset": p.gpu.preset_id or "",
-        "cuda_device_visible": Path("/dev/nvidia0").exists(),
+        "gpu_uuid": uuid,
+        "torch": facts.torch_version or "",
+        "torch_cuda": facts.torch_cuda or "",
+        "cuda_available": predicted_usable(facts),
         "context_tokens": int(request.context_tokens),
     }
 

@@ -192,6 +192,64 @@ def test_nvml_unsupported_call_makes_only_that_figure_unknown():
     assert n.pcie_gen_max.value == 4 and n.vram_free_bytes.value == 23 * GIB
 
 
+class FakeMigNvml(FakeNvml):
+    """An H100 split by MIG: CUDA device 0 is a 1g.10gb slice, which NVML knows only as
+    "MIG-<uuid>"; PCIe queries are answered for the parent GPU alone."""
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls.append(uuid)
+        if uuid != "MIG-1234abcd-0000":
+            raise FakeNVMLError("Not Found")
+        return "mig0"
+
+    def nvmlDeviceIsMigDeviceHandle(self, h):
+        return h == "mig0"
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h):
+        return "handle0"
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H100 80GB HBM3 MIG 1g.10gb" if h == "mig0" else "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        gib = 10 if h == "mig0" else 80
+        return SimpleNamespace(total=gib * GIB, free=(gib - 1) * GIB, used=GIB)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        if h == "mig0":
+            raise FakeNVMLError("Not Supported")
+        return 5
+
+
+def test_a_mig_slice_is_found_by_its_mig_uuid_not_taken_for_its_parent():
+    nvml = FakeMigNvml()
+    n = nvml_gpu_info(nvml, 0, uuid="1234abcd-0000")
+    assert nvml.calls[:2] == ["GPU-1234abcd-0000", "MIG-1234abcd-0000"]
+    assert n.available and "MIG instance" in n.why and "slice of NVIDIA H100 80GB HBM3" in n.why
+    assert n.name.value == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    assert n.vram_bytes.value == 10 * GIB and n.vram_free_bytes.value == 9 * GIB  # the slice's, not the card's
+    assert n.pcie_gen_max.value == 5  # the link is the parent's
+
+
+def test_a_uuid_nvml_does_not_know_falls_back_to_nothing():
+    class Unknown(FakeMigNvml):
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            raise FakeNVMLError("Not Found")
+
+    n = nvml_gpu_info(Unknown(), 0, uuid="1234abcd-0000")
+    assert not n.available and "no device with the UUID" in n.why
+    assert not n.vram_bytes.known  # not the 80 GiB of NVML's device 0
+
+
+def test_a_detected_mig_slice_keeps_its_own_memory_and_borrows_no_preset():
+    torch = fake_torch()
+    props = torch.cuda.get_device_properties(0)
+    props.name, props.total_memory, props.multi_processor_count = "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10 * GIB, 16
+    g = detect_gpu(torch=torch, nvml=FakeMigNvml())
+    assert g.vram_bytes.value == 10 * GIB and g.vram_free_bytes.value == 9 * GIB
+    assert g.matched_preset_id is None and g.cuda_problem is None
+
+
 # --- detect_gpu: the merged GpuSpec -------------------------------------------------
 
 
@@ -228,27 +286,38 @@ def test_no_gpu_every_figure_unknown_with_both_reasons():
 def test_nvml_absent_cuda_present_keeps_torch_figures(no_pynvml):
     g = detect_gpu(torch=fake_torch())  # nvml imported for real: ImportError
     assert g.name == "NVIDIA GeForce RTX 4090"
-    assert g.vram_bytes.value == 24 * GIB and g.sm_count.value == 128
+    assert g.vram_bytes.value == 24 * GIB and g.sm_count.value == 128 and g.sm_count.basis == "detected"
     assert g.vram_free_bytes.value == 20 * GIB and "mem_get_info" in g.vram_free_bytes.note  # torch fallback
-    for f in (g.pcie_gen, g.pcie_lanes, g.driver_version):
-        assert not f.known and "could not be imported" in f.note and "nvidia-ml-py" in f.note
-    assert not g.h2d_bytes_per_s.known  # no link figures to derive it from
-    assert g.cuda_version.value == "12.4"
+    assert not g.driver_version.known and "could not be imported" in g.driver_version.note
+    # The link comes from the card's spec sheet, saying why it was not detected.
+    assert g.matched_preset_id == "rtx-4090"
+    for f, value in ((g.pcie_gen, 4), (g.pcie_lanes, 16)):
+        assert f.basis == "preset" and f.value == value
+        assert "could not be imported" in f.note and "nvidia.com" in f.note
+    assert g.h2d_bytes_per_s.basis == "assumed" and "gen4 x16" in g.h2d_bytes_per_s.note
+    assert g.cuda_version.value == "12.4" and g.cuda_problem is None
 
 
 def test_nvml_init_error_with_cuda_keeps_torch_figures():
     g = detect_gpu(torch=fake_torch(), nvml=FakeNvml(fail_init=True))
-    assert g.sm_count.value == 128
-    assert not g.pcie_gen.known and "Driver Not Loaded" in g.pcie_gen.note
+    assert g.sm_count.value == 128 and g.sm_count.basis == "detected"
+    assert g.pcie_gen.basis == "preset" and "Driver Not Loaded" in g.pcie_gen.note
+    assert not g.driver_version.known and "Driver Not Loaded" in g.driver_version.note
 
 
 def test_cpu_only_torch_with_nvml_still_names_the_card():
     g = detect_gpu(torch=fake_torch(cuda_version=None), nvml=FakeNvml())
     assert g.name == "NVIDIA GeForce RTX 4090" and g.name != NO_GPU_NAME
     assert g.vram_bytes.value == 24 * GIB and g.vram_bytes.note.startswith("nvmlDeviceGetMemoryInfo")
-    assert g.pcie_gen.value == 4
-    assert not g.sm_count.known and "CPU-only build" in g.sm_count.note
+    assert g.pcie_gen.value == 4 and g.pcie_gen.basis == "detected"
+    assert g.sm_count.basis == "preset" and "CPU-only build" in g.sm_count.note  # from the card's spec sheet
+    assert g.mem_bandwidth_bytes_per_s.basis == "preset" and g.mem_bandwidth_bytes_per_s.value == 1008e9
     assert g.cuda_version.value == "12.4" and "highest CUDA version the driver supports" in g.cuda_version.note
+    # The card is there, torch cannot use it: said, with the line that fixes it.
+    assert g.cuda_problem.kind == "cpu-build"
+    assert "NVIDIA GeForce RTX 4090" in g.cuda_problem.message and "CPU-only" in g.cuda_problem.message
+    assert g.cuda_problem.fix == ("pip uninstall -y torch && pip install torch --index-url "
+                                  "https://download.pytorch.org/whl/cu124")
 
 
 def test_torch_absent_and_nvml_absent(monkeypatch, no_pynvml):

@@ -31,16 +31,24 @@ GiB = 1024**3
 
 GPU_IDS = {
     "rtx-3060-12gb",
+    "rtx-3080",
     "rtx-3090",
     "rtx-4060-ti-16gb",
     "rtx-4070-ti-super",
     "rtx-4080",
     "rtx-4090",
+    "rtx-5060-ti-16gb",
+    "rtx-5070-ti",
     "rtx-5080",
     "rtx-5090",
+    "rtx-a6000",
+    "rtx-pro-6000",
     "a100-40gb",
     "a100-80gb",
     "h100-pcie",
+    "h100-sxm",
+    "h200",
+    "b200",
     "l40s",
 }
 
@@ -66,7 +74,8 @@ def test_all_gpu_presets_load_with_positive_figures_and_a_source():
         for fact in (g.vram_bytes, g.mem_bandwidth_bytes_per_s, g.pcie_gen, g.pcie_lanes, g.sm_count):
             assert fact.basis == "preset"
             assert fact.value > 0
-            assert "nvidia" in fact.note.lower()  # the source names the vendor's page
+            assert "https://" in fact.note and "nvidia" in fact.note.lower()  # each figure cites its source
+        assert g.device_names, pid  # a detected card can find its preset
         assert g.h2d_bytes_per_s.value > 0
         assert g.vram_free_bytes.value == g.vram_bytes.value
         assert g.vram_free_bytes.basis == "assumed" and g.vram_free_bytes.note
@@ -84,6 +93,14 @@ def test_all_gpu_presets_load_with_positive_figures_and_a_source():
         ("a100-80gb", 80 * GiB, 1935e9, 4, 16, 108),
         ("h100-pcie", 80 * GiB, 2000e9, 5, 16, 114),
         ("l40s", 48 * GiB, 864e9, 4, 16, 142),
+        ("h100-sxm", 80 * GiB, 3350e9, 5, 16, 132),
+        ("h200", 141 * GiB, 4800e9, 5, 16, 132),
+        ("b200", 180 * GiB, 8000e9, 5, 16, 148),
+        ("rtx-pro-6000", 96 * GiB, 1792e9, 5, 16, 188),
+        ("rtx-a6000", 48 * GiB, 768e9, 4, 16, 84),
+        ("rtx-3080", 10 * GiB, 760e9, 4, 16, 68),
+        ("rtx-5060-ti-16gb", 16 * GiB, 448e9, 5, 8, 36),
+        ("rtx-5070-ti", 16 * GiB, 896e9, 5, 16, 70),
     ],
 )
 def test_gpu_preset_matches_spec_sheet(pid, vram_bytes, bandwidth, gen, lanes, sms):
@@ -127,7 +144,12 @@ def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
         ("4060 Ti", "rtx-4060-ti-16gb"),
         ("RTX 4070 Ti SUPER", "rtx-4070-ti-super"),
         ("NVIDIA H100 PCIe", "h100-pcie"),
-        ("h100", "h100-pcie"),
+        ("h100 sxm", "h100-sxm"),
+        ("H200", "h200"),
+        ("b200", "b200"),
+        ("RTX PRO 6000", "rtx-pro-6000"),
+        ("A6000", "rtx-a6000"),
+        ("5060 Ti", "rtx-5060-ti-16gb"),
         ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
         ("A100 80GB", "a100-80gb"),
         ("L40S", "l40s"),
@@ -147,6 +169,8 @@ def test_gpu_lookup_unknown_lists_known_ids():
 def test_gpu_lookup_ambiguous():
     with pytest.raises(CopeInputError, match="ambiguous.*a100-40gb.*a100-80gb"):
         get_gpu_preset("A100")
+    with pytest.raises(CopeInputError, match="ambiguous.*h100-pcie.*h100-sxm"):
+        get_gpu_preset("h100")
 
 
 # --- CPU presets ------------------------------------------------------------------
@@ -218,7 +242,16 @@ def test_corrupt_gpu_asset_names_asset_and_field(monkeypatch, fresh_presets, cha
     with pytest.raises(CopeInputError) as err:
         gpu_presets()
     msg = str(err.value)
-    assert "gpus.json" in msg and field in msg and "rtx-3090" in msg
+    assert "gpus.json" in msg and field in msg and data["gpus"][1]["id"] in msg
+
+
+@pytest.mark.parametrize("sources", [None, "https://nvidia.com", {"vram_bytes": "https://a"},
+                                     {k: "the vendor said so" for k in plat.GPU_FIGURES}])
+def test_a_gpu_figure_without_its_source_is_refused(monkeypatch, fresh_presets, sources):
+    data = _gpu_data_with(sources=sources)
+    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    with pytest.raises(CopeInputError, match=r"gpus\.json.*sources"):
+        gpu_presets()
 
 
 def test_corrupt_asset_top_level(monkeypatch, fresh_presets):

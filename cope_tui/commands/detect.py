@@ -23,14 +23,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"cope: {msg}", file=sys.stderr, flush=True)
 
     platform = detect_platform(measure=not args.no_measure, progress=say)
+    warnings = platform_warnings(platform)
+    for line in warnings:
+        say(f"warning: {line}")
     if args.json:
         import orjson
 
-        doc = {"schema_version": 1, "platform": platform.to_dict()}
+        doc = {"schema_version": 1, "platform": platform.to_dict(), "warnings": warnings}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(_render_platform(platform))
+        sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform))
     return EXIT_OK
+
+
+def platform_warnings(platform) -> list[str]:  # type: ignore[no-untyped-def]
+    """One line per thing that makes the measured figures less than they could be: an
+    NVIDIA GPU torch cannot use (the GPU side then comes from a preset), with its fix."""
+    problem = platform.gpu.cuda_problem
+    if problem is None:
+        return []
+    return [f"{problem.message}; the GPU figures will come from a preset, not this GPU. Fix: {problem.fix}"]
 
 
 def _format_fact(name: str, value: object) -> str:
@@ -53,7 +65,9 @@ def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
 
     lines: list[str] = []
     for title, spec in (("GPU", platform.gpu), ("CPU", platform.cpu)):
-        lines.append(f"{title}: {spec.name}" + (f" (preset {spec.preset_id})" if spec.preset_id else ""))
+        matched = getattr(spec, "matched_preset_id", None)
+        lines.append(f"{title}: {spec.name}" + (f" (preset {spec.preset_id})" if spec.preset_id else "")
+                     + (f" (spec sheet: preset {matched})" if matched else ""))
         facts = [(f.name, getattr(spec, f.name)) for f in fields(spec) if isinstance(getattr(spec, f.name), Fact)]
         notes = {fact.note for _, fact in facts}
         if facts and not any(fact.known for _, fact in facts) and len(notes) == 1:
