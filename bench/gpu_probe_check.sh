@@ -62,42 +62,7 @@ if [ $rc -ne 0 ]; then
   exit $rc
 fi
 
-"$py" - "$out" <<'PY' >&2
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-detect = json.loads((out / "detect.json").read_text())
-advise = json.loads((out / "advise.json").read_text())
-cm = advise.get("cost_model", {})
-gpu = detect["platform"]["gpu"]
-print("gpu_probe_check: detect:", gpu.get("name"), {k: (v["value"], v["basis"]) for k, v in gpu.items()
-      if isinstance(v, dict) and "basis" in v and k.endswith("_per_s")})
-print("gpu_probe_check: cost model:", {k: cm.get(k) for k in (
-    "fidelity", "states_measured", "states_estimated", "states_partly_preset",
-    "schedule_measurements_by_method", "states_with_prefetch_measured", "measured_count", "preset_count")})
-bad = [f"detect: {w}" for w in detect.get("warnings", [])]
-bad += [f"detect: gpu.{k} has basis {v['basis']!r}" for k in ("mem_bandwidth_bytes_per_s", "h2d_bytes_per_s")
-        if (v := gpu.get(k)) and v.get("basis") != "measured"]
-gpu_ops = {"gpu_experts", "h2d_copy", "sync", "shared_layer", "token_head"}
-profiles = sorted((out / "profile").rglob("*.json"))
-if not profiles:
-    bad.append("no probe profile was written")
-for p in profiles:
-    doc = json.loads(p.read_text())
-    ms = doc["measurements"]
-    shared = [m for m in ms if m["operator"] in ("shared_layer", "token_head")]
-    print("gpu_probe_check: profile", p.name, "measurements:", len(ms),
-          "shared/head:", [(m["operator"], m["median_s"], m["basis"]) for m in shared])
-    print("gpu_probe_check: kernels:", doc["provenance"].get("kernel_stand_ins"))
-    for m in ms:
-        if (m["operator"] in gpu_ops or m["operator"] == "schedule") and m["basis"] != "measured":
-            bad.append(f"profile {p.name}: {m['operator']} {m['key']} has basis {m['basis']!r}")
-for line in bad[:20]:
-    print("gpu_probe_check: NOT MEASURED ON THIS GPU:", line)
-if bad:
-    print(f"gpu_probe_check: {len(bad)} GPU figure(s) not measured on this GPU")
-    sys.exit(3)
-PY
+"$py" bench/gpu_basis_check.py "$out" "$out/profile" >&2
 rc=$?
 echo "gpu_probe_check: done in $(( $(date +%s) - start ))s; JSON in $out" >&2
 exit $rc

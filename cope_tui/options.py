@@ -135,8 +135,8 @@ class PlanChoices:
         None, flag="--quant", label="Quant", group="model", app_choices=lambda: _quantizations(), hint="model's usual",
         help="quantization, e.g. Q4_K_M (default: the model's usual one)")
     gpu: str | None = _option(
-        None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(),
-        help="GPU preset to plan for (see `cope presets`)")
+        None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(), hint="this machine's",
+        help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one)")
     cpu: str | None = _option(
         None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",
         help="CPU preset (default: this machine's CPU)")

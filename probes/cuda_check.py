@@ -120,13 +120,21 @@ def diagnose(f: CudaFacts) -> CudaProblem | None:
     return None
 
 
-def cuda_facts_of(torch: Any, n: Any, device_files: list[str]) -> CudaFacts:
+def cuda_facts_of(torch: Any, n: Any, device_files: list[str], *, torch_unloaded: bool = False) -> CudaFacts:
     """The facts from what GPU detection saw (probes.gpu): torch's module, NVML's
-    answer for the device (an NvmlGpuInfo), the /dev/nvidia* files."""
+    answer for the device (an NvmlGpuInfo), the /dev/nvidia* files. `torch_unloaded`:
+    torch was deliberately not imported; its build comes from its package files and
+    whether CUDA works stays unasked (None)."""
     if n.available:
         seen = f"NVML sees {n.name.value!r}" if n.name.known else "NVML sees an NVIDIA device"
     else:
         seen = f"{device_files[0]} exists" if device_files else None
+    driver = dict(driver_cuda=str(n.cuda_driver_version.value) if n.cuda_driver_version.known else None,
+                  driver_version=str(n.driver_version.value) if n.driver_version.known else None,
+                  visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if torch_unloaded:
+        built, cuda, hip = _torch_build_without_import()
+        return CudaFacts(seen, built, cuda, hip, None, **driver)
     version = getattr(torch, "version", None)
     available = False
     try:

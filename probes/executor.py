@@ -137,8 +137,8 @@ class Executor:
 
     `mode`: "timed" or "functional"; `gpu_device`: "cuda" (timed with CUDA) or "cpu";
     `host_pool_bytes`: distinct host experts (default: every expert in functional mode,
-    else the probes' pool, >= 4x the last-level cache, with (layer, expert) keys spread
-    over it); `context_tokens`: for the shared attention work (decode attends to half).
+    else the probes' pool: at least 1 GiB and 4x the last-level caches, with (layer,
+    expert) keys spread over it); `context_tokens`: for the shared attention work (decode attends to half).
     """
 
     def __init__(self, model: Any, quant: Any, *, mode: str = "timed", gpu_device: str | None = None,
@@ -168,7 +168,8 @@ class Executor:
         self.n_keys = L * E
         int8 = None
         if self.cuda:  # pragma: no cover - needs CUDA
-            int8 = _int8pack_works(torch, "cpu") and _int8pack_works(torch, "cuda")
+            # The host tier's kernel decides the layout; the device reads the same bytes as bf16.
+            int8 = _int8pack_works(torch, "cpu")
         if host_pool_bytes is None and mode == "functional":
             host_pool_bytes, min_experts = 1, self.n_keys
         else:
@@ -257,7 +258,6 @@ class Executor:
              cpu_layers: np.ndarray | None, tokens: int | None) -> ExecutedRun:
         from probes.layer_step import DeviceSlots, LayerStep, copy_expert
 
-        torch = self.torch
         ids = np.asarray(trace.expert_ids)
         predicted = getattr(trace, "predicted_ids", None)
         weights = getattr(trace, "weights", None)
@@ -266,42 +266,53 @@ class Executor:
             predicted = None if predicted is None else np.asarray(predicted)[:tokens]
             weights = None if weights is None else np.asarray(weights)[:tokens]
         n_tokens, n_layers, k = ids.shape
-        E = self.model.n_routed_experts
         if n_layers != self.model.n_moe_layers or k != self.model.top_k:
             raise ValueError(f"the trace is {n_layers} layers top-{k}; the model {self.model.n_moe_layers} top-{self.model.top_k}")
         plan = ResidencyPlan(ids, predicted, candidate, setup, cpu_layers=cpu_layers)
         self.check(plan, candidate)
-        execution = candidate.execution
         uses_device = self.needs_device(plan, candidate)
 
         step = LayerStep(self.host, gpu_device=self.device, staging_slots=self.staging_slots)
-        slots = DeviceSlots(self.host, self.device, plan.n_slots) if plan.n_slots else []
-        allocated = sum(expert_tensor_bytes(s) for s in getattr(slots, "slots", [])) + \
-            sum(expert_tensor_bytes(s) for s in step.staging.slots)
-        if self.budget is not None and uses_device and allocated > self.budget:  # pragma: no cover - check() guards
-            raise VramBudgetExceeded(f"{candidate.id}: allocated {allocated} bytes, over {self.budget}")
-        key_at: dict[int, int] = {}
-        for key, slot in plan.initial.items():
-            copy_expert(slots[slot], self.host_mats(key))
-            key_at[slot] = key
-        slot_of = dict(plan.initial)
-        if self.cuda:  # pragma: no cover
-            torch.cuda.synchronize()
+        try:
+            slots = DeviceSlots(self.host, self.device, plan.n_slots) if plan.n_slots else []
+            allocated = sum(expert_tensor_bytes(s) for s in getattr(slots, "slots", [])) + \
+                sum(expert_tensor_bytes(s) for s in step.staging.slots)
+            if self.budget is not None and uses_device and allocated > self.budget:  # pragma: no cover - check() guards
+                raise VramBudgetExceeded(f"{candidate.id}: allocated {allocated} bytes, over {self.budget}")
+            key_at: dict[int, int] = {}
+            for key, slot in plan.initial.items():
+                copy_expert(slots[slot], self.host_mats(key))
+                key_at[slot] = key
+            step.dev.host_wait(step.dev.timing_event())  # the initial contents are in place before timing
+            return self._replay(candidate, plan, step, slots, key_at, ids, weights, threads,
+                                allocated if uses_device else 0)
+        finally:
+            step.close()  # the persistent CPU worker ends with the run
 
+    def _replay(self, candidate, plan, step, slots, key_at, ids, weights, threads,  # type: ignore[no-untyped-def]
+                device_weight_bytes: int) -> ExecutedRun:
+        """The timed (or functional) replay, token by token. On CUDA the host waits once
+        per token (the head's sampled token); the steps, shared blocks and head are timed
+        with CUDA events, read after that wait."""
+        from probes.layer_step import copy_expert
+
+        n_tokens, n_layers, k = ids.shape
+        E = self.model.n_routed_experts
+        execution = candidate.execution
+        dev = step.dev
+        slot_of = dict(plan.initial)
         shared_ops = head = None
         if self.mode == "timed" and self.cuda:  # pragma: no cover - needs CUDA
             shared_ops, head = self._gpu_side()
 
-        def sync():
-            if self.cuda:  # pragma: no cover
-                torch.cuda.synchronize()
-
-        def router(t, l):
+        def router(t, l):  # type: ignore[no-untyped-def]
             if weights is None:
                 return None
             return {int(e): float(w) for e, w in zip(ids[t, l], weights[t, l])}
 
         if self.warmup and self.mode == "timed":
+            step.warm(threads)
+            step.prepare([slots[i] for i in range(len(slots))])  # every resident slot's graphs, before timing
             for l in range(n_layers):  # kernels and lanes warm; residency untouched
                 hits = [e for e in ids[0, l] if l * E + int(e) in slot_of]
                 misses = [int(e) for e in ids[0, l] if l * E + int(e) not in slot_of]
@@ -313,52 +324,47 @@ class Executor:
                 for op in set(shared_ops):
                     op.run()
                 head.run()
-            sync()
+            dev.host_wait(dev.timing_event())
 
         counts = np.zeros((n_layers, k + 1, plan.prefetch_columns), dtype=np.int64)
         token_s = np.zeros(n_tokens)
         token_experts_s = np.zeros(n_tokens)
-        experts_total = shared_total = head_total = 0.0
+        shared_total = head_total = 0.0
         outputs = {} if self.keep_outputs else None
         moe_index = {b: i for i, b in enumerate(self.model.moe_blocks)}
         blocks = range(self.model.n_blocks) if shared_ops is not None else self.model.moe_blocks
         admissions = 0
         for t in range(n_tokens):
             planned = plan.steps(t)
+            results, shared_spans, head_span = [], [], None
             t0 = time.perf_counter()
             for block in blocks:
                 if shared_ops is not None:  # pragma: no cover - needs CUDA
-                    s0 = time.perf_counter()
+                    start = dev.timing_event()
                     shared_ops[block].run()
-                    sync()
-                    shared_total += time.perf_counter() - s0
+                    shared_spans.append((start, dev.timing_event()))
                 l = moe_index.get(block)
                 if l is None:
                     continue
                 p = planned[l]
-                e0 = time.perf_counter()
                 row = [int(e) for e in ids[t, l]]
                 hits = [e for e in row if l * E + e in slot_of]  # from the executor's own slot table
                 misses = [e for e in row if l * E + e not in slot_of]
                 if tuple(hits) != p.hits:  # pragma: no cover - a bug in the plan
                     raise AssertionError(f"token {t} layer {l}: resident {hits}, planned {p.hits}")
-                pairs = []
-                for key, slot in p.prefetch:
-                    pairs.append((self.host_mats(key), slots[slot]))
+                pairs = [(self.host_mats(key), slots[slot]) for key, slot in p.prefetch]
                 result = step.run(
                     execution, self.hidden_of(t, l),
                     device_experts={e: slots[slot_of[l * E + e]] for e in hits},
                     host_experts={e: self.host_mats(l * E + e) for e in misses},
                     hit_ids=hits, miss_ids=misses, router_weights=router(t, l), threads=threads,
-                    prefetch=pairs, copy_ids=p.copy_ids,
+                    prefetch=pairs, copy_ids=p.copy_ids, sync=not self.cuda,
                 )
+                results.append(result)
                 for e, slot in p.admitted:  # already on the device: staging -> the evicted slot
-                    copied = list(result.copied)
-                    i = copied.index(e)
-                    if i < len(step.staging):
-                        copy_expert(slots[slot], step.staging[i])
-                    else:  # pragma: no cover - staging smaller than k
-                        copy_expert(slots[slot], self.host_mats(l * E + e))
+                    i = list(result.copied).index(e)
+                    # The copy stream follows the step, so the staged weights are there to copy.
+                    copy_expert(slots[slot], step.staging[i] if i < len(step.staging) else self.host_mats(l * E + e))
                     slot_of.pop(key_at[slot], None)
                     slot_of[l * E + e] = slot
                     key_at[slot] = l * E + e
@@ -367,24 +373,24 @@ class Executor:
                     slot_of.pop(key_at[slot], None)
                     slot_of[key] = slot
                     key_at[slot] = key
-                sync()
-                token_experts_s[t] += time.perf_counter() - e0
                 counts[l, len(hits), len(p.prefetch)] += 1
                 if outputs is not None:
                     outputs[(t, l)] = result.output.detach().float().cpu()
             if head is not None:  # pragma: no cover - needs CUDA
-                h0 = time.perf_counter()
-                head.run()
-                sync()
-                head_total += time.perf_counter() - h0
-            sync()
+                start = dev.timing_event()
+                head.run()  # waits for the sampled token: the token's one host wait
+                head_span = (start, dev.timing_event())
+            dev.host_wait(dev.timing_event())
             token_s[t] = time.perf_counter() - t0
+            token_experts_s[t] = sum(r.elapsed_s for r in results)
+            shared_total += sum(dev.elapsed_s(a, b) for a, b in shared_spans)
+            head_total += dev.elapsed_s(*head_span) if head_span is not None else 0.0
         mode = "functional" if self.mode == "functional" else ("timed-cuda" if self.cuda else "timed-cpu")
         gpu_side = "functional" if self.mode == "functional" else ("executed" if self.cuda else "not executed")
         experts_total = float(token_experts_s.sum())
         return ExecutedRun(
             candidate.id, mode, n_tokens, token_s, token_experts_s, experts_total / n_tokens, shared_total / n_tokens,
-            head_total / n_tokens, gpu_side, counts, admissions, plan.prefetch_used, allocated if uses_device else 0,
+            head_total / n_tokens, gpu_side, counts, admissions, plan.prefetch_used, device_weight_bytes,
             plan.n_slots, threads, outputs,
         )
 

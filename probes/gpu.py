@@ -21,6 +21,7 @@ from typing import Any
 from engine.platform import Fact, GpuSpec, derive_h2d_bytes_per_s
 
 _IMPORT = object()  # sentinel: import the real module
+UNLOADED = object()  # sentinel for `torch`: do not load it; read its build from the package files
 NO_GPU_NAME = "no GPU detected"
 
 
@@ -377,12 +378,17 @@ def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
     """CUDA device `index` of this machine; never raises.
 
     `torch` and `nvml` default to importing the real modules; pass module-like objects
-    (or None for "absent") to simulate a machine; `device_files`: the /dev/nvidia*
-    files (default: this machine's). An NVIDIA GPU that torch cannot use is said in
-    `cuda_problem`, with the fix; figures detection lacks come from the card's preset.
+    (or None for "absent") to simulate a machine, or `torch=UNLOADED` to detect through
+    NVML alone without loading torch (planning, the app's start); `device_files`: the
+    /dev/nvidia* files (default: this machine's). An NVIDIA GPU that torch cannot use
+    is said in `cuda_problem`, with the fix; figures detection lacks come from the
+    card's preset.
     """
     try:
-        if torch is _IMPORT:
+        unloaded = torch is UNLOADED
+        if unloaded:
+            torch, torch_err = None, "torch not loaded (detected through NVML alone)"
+        elif torch is _IMPORT:
             torch, torch_err = import_torch()
         else:
             torch_err = None if torch is not None else "torch is not available"
@@ -404,7 +410,7 @@ def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
         from probes.cuda_check import cuda_facts_of, diagnose, nvidia_device_files
 
         files = nvidia_device_files() if device_files is None else list(device_files)
-        problem = diagnose(cuda_facts_of(torch, n, files))
+        problem = diagnose(cuda_facts_of(torch, n, files, torch_unloaded=unloaded))
         return replace(with_preset_figures(gpu_spec_from(t, n)), cuda_problem=problem)
     except Exception as exc:  # never raise: detection is advice, not a precondition
         from engine.platform import unknown_gpu

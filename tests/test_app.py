@@ -707,3 +707,38 @@ async def test_measure_this_machine_shows_the_measured_cpu_bandwidth():
         assert app.notices[-1] == ("information",
                                    "Measured this machine: the CPU figures are now measured; recomputing")
         assert not [n for n in app.notices if n[0] == "error"]
+
+
+async def test_the_app_starts_on_the_detected_gpu_and_warns_when_torch_cannot_use_it():
+    from dataclasses import replace as with_fields
+
+    from engine.gpu_match import with_preset_figures
+    from engine.platform import CudaProblem, Fact
+
+    detected = with_fields(
+        with_preset_figures(with_fields(unknown_gpu("not asked"), name="NVIDIA GeForce RTX 4090",
+                                        vram_bytes=Fact.measured(24 * 2**30, "NVML"),
+                                        vram_free_bytes=Fact.measured(23 * 2**30, "NVML"))),
+        cuda_problem=CudaProblem("cpu-build", "an NVIDIA GPU is present but torch 2.13.0 is a CPU-only build",
+                                 "pip uninstall -y torch && pip install torch --index-url https://x/cu124"))
+    from dataclasses import replace
+
+    app = make_app(replace(make_services(), detect_gpu=lambda: detected))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        gpu = app.advice.request.platform.gpu
+        assert gpu.name == "NVIDIA GeForce RTX 4090" and app.advice.request.vram_budget_bytes == 24 * 2**30
+        await pilot.press("1")
+        await pilot.pause()
+        shown = text_of(app, "#detected-gpu")
+        assert "this machine: NVIDIA GeForce RTX 4090" in shown
+        assert "warning: an NVIDIA GPU is present but torch 2.13.0 is a CPU-only build" in shown
+        assert "fix: pip uninstall -y torch" in shown
+        assert "RTX 4090" in text_of(app, "#gpu-title")
+        # Naming a preset plans for it; clearing the choice goes back to this machine's GPU.
+        app.query_one("#gpu").value = "rtx-3090"
+        await settle(pilot)
+        assert app.advice.request.platform.gpu.preset_id == "rtx-3090"
+        app.query_one("#gpu").clear()
+        await settle(pilot)
+        assert app.advice.request.platform.gpu.name == "NVIDIA GeForce RTX 4090"

@@ -461,3 +461,17 @@ def test_real_gpu_detection_and_measurements():
     assert g.h2d_pageable_bytes_per_s.basis == "measured" and g.h2d_pageable_bytes_per_s.value > 0
     assert g.mem_bandwidth_bytes_per_s.basis == "measured" and g.mem_bandwidth_bytes_per_s.value > 0
     json.dumps(p.to_dict())
+
+
+# --- detection without loading torch (planning, the app's start) -------------------------
+
+
+def test_nvml_alone_names_the_card_fills_its_preset_and_judges_the_installed_torch_build():
+    from probes.gpu import UNLOADED
+
+    g = detect_gpu(torch=UNLOADED, nvml=FakeNvml())
+    assert g.name == "NVIDIA GeForce RTX 4090" and g.vram_bytes.value == 24 * GIB
+    assert g.matched_preset_id == "rtx-4090" and g.mem_bandwidth_bytes_per_s.basis == "preset"
+    # The torch installed here is a CPU-only build: said without loading it, with the fix.
+    assert g.cuda_problem is not None and g.cuda_problem.kind == "cpu-build"
+    assert "CPU-only build" in g.cuda_problem.message and "pip install torch --index-url" in g.cuda_problem.fix

@@ -205,3 +205,45 @@ def test_an_input_error_keeps_its_message_apart_from_its_place():
     assert str(exc) == "prompts.txt:3: holds no prompt" and exc.message == "holds no prompt"
     moved = exc.relabelled("org/repo/prompts.txt")
     assert str(moved) == "org/repo/prompts.txt: holds no prompt" and moved.path == "org/repo/prompts.txt"
+
+
+# --- planning for the GPU this machine has ------------------------------------------------
+
+
+def _detected(name="NVIDIA GeForce RTX 4090", vram_gib=24, bandwidth=True):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from engine.gpu_match import with_preset_figures
+    from engine.platform import Fact, unknown_gpu
+
+    gpu = replace(unknown_gpu("not asked"), name=name, vram_bytes=Fact.measured(vram_gib * 2**30, "NVML"),
+                  vram_free_bytes=Fact.measured(vram_gib * 2**30, "NVML"))
+    return with_preset_figures(gpu) if bandwidth else gpu
+
+
+def test_with_no_gpu_named_the_plan_is_for_the_detected_gpu_and_says_so():
+    request = build_request(FAST, detect_gpu=_detected)
+    gpu = request.platform.gpu
+    assert gpu.name == "NVIDIA GeForce RTX 4090" and gpu.preset_id is None and gpu.matched_preset_id == "rtx-4090"
+    assert request.vram_budget_bytes == 24 * 2**30
+    note = next(n for n in request.notes if n.startswith("assumed GPU:"))
+    assert "detected on this machine" in note and "rtx-4090 spec sheet" in note and "--gpu PRESET" in note
+
+
+def test_a_named_preset_wins_over_the_detected_gpu():
+    def never():  # type: ignore[no-untyped-def]
+        raise AssertionError("detection is not needed when --gpu names a card")
+
+    request = build_request(FAST.with_(gpu="rtx-3090"), detect_gpu=never)
+    assert request.platform.gpu.preset_id == "rtx-3090"
+
+
+def test_no_gpu_or_one_without_figures_plans_for_the_default_preset_and_says_why():
+    from engine.platform import unknown_gpu
+
+    none = build_request(FAST, detect_gpu=lambda: unknown_gpu("NVML is not available"))
+    assert none.platform.gpu.preset_id == "rtx-4060-ti-16gb"
+    assert any("no GPU detected: NVML is not available" in n for n in none.notes)
+    odd = build_request(FAST, detect_gpu=lambda: _detected("NVIDIA Mystery 9000", 48, bandwidth=False))
+    assert odd.platform.gpu.preset_id == "rtx-4060-ti-16gb"
+    assert any("NVIDIA Mystery 9000 was detected, but COPE has no memory-bandwidth figure" in n for n in odd.notes)

@@ -101,9 +101,16 @@ class CopeApp(Workers, App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.compute(self.choices)
-        if self.services.detect_gpu is not None:
-            self.detect_gpu()
+        self.compute(self.choices)  # detects this machine's GPU first (this_gpu), and plans for it
+
+    def this_gpu(self):  # type: ignore[no-untyped-def]
+        """This machine's GPU: detected once (NVML, no torch), or as last measured."""
+        if self.detected_gpu is None:
+            from engine.platform import unknown_gpu
+
+            detect = self.services.detect_gpu
+            self.detected_gpu = detect() if detect is not None else unknown_gpu("GPU detection is off")
+        return self.detected_gpu
 
     def panes(self):  # type: ignore[no-untyped-def]
         return [self.query_one(cls) for cls in (HardwarePane, ModelPane, TracePane, ProbesPane, ResultsPane,

@@ -15,9 +15,9 @@ def _detect_cpu():  # type: ignore[no-untyped-def]
 
 def _detect_gpu():  # type: ignore[no-untyped-def]
     # NVML only: cheap, and torch stays unimported until the person asks to measure.
-    from probes.gpu import detect_gpu
+    from probes.gpu import UNLOADED, detect_gpu
 
-    return detect_gpu(torch=None)
+    return detect_gpu(torch=UNLOADED)
 
 
 def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]

@@ -55,9 +55,9 @@ class Workers:
                 self.cpu_spec = self.services.detect_cpu()
             if request is not None and pricing is not None:
                 advice = service.advise_with(request, pricing, progress=progress, cancel=cancel)
-            else:
+            else:  # the app never probes unasked: no fidelity, no reprobe
                 advice = service.plan(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
-                                      progress=progress, cancel=cancel)
+                                      detect_gpu=self.this_gpu, progress=progress, cancel=cancel)
         except Cancelled:
             return
         except Exception as exc:  # noqa: BLE001 - shown in a notification, never a traceback
@@ -94,15 +94,6 @@ class Workers:
             return
         if not cancel.is_set():
             self.post_message(SweepReady(points))
-
-    @work(thread=True, exclusive=True, group="detect", exit_on_error=False)
-    def detect_gpu(self) -> None:
-        try:
-            gpu = self.services.detect_gpu()
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(WorkFailed("detect", why(exc)))
-            return
-        self.post_message(GpuDetected(gpu))
 
     @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
     def measure(self, expert_bytes: int) -> None:

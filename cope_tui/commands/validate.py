@@ -72,21 +72,25 @@ def settings_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def
     )
 
 
+def _writer(path: str):  # type: ignore[no-untyped-def]
+    """Writes the report so far to `path`, atomically, each time it is called."""
+    import orjson
+
+    from engine.files import atomic_write_text
+
+    def write(report) -> None:  # type: ignore[no-untyped-def]
+        doc = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+        atomic_write_text(path, doc + "\n")
+
+    return write
+
+
 def run(args: argparse.Namespace) -> int:
     from cope_tui.commands.output import write_json
     from cope_tui.service.ground_truth import run_ground_truth
 
     settings = settings_from_args(args)
-    on_config = None
-    if args.out:
-        from engine.files import atomic_write_text
-
-        def on_config(report):  # type: ignore[no-untyped-def]
-            import orjson
-
-            doc = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-            atomic_write_text(args.out, doc + "\n")
-
+    on_config = _writer(args.out) if args.out else None
     report = run_ground_truth(settings, on_config=on_config, say=_say)
     if on_config is not None:
         on_config(report)

@@ -45,13 +45,14 @@ def plan(
     choices: PlanChoices,
     *,
     detect_cpu=None,  # type: ignore[no-untyped-def]
+    detect_gpu=None,  # type: ignore[no-untyped-def]
     probe_progress: Progress | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> Advice:
     """Build the request, choose its cost model (probing only when a measured fidelity is
     asked for and not cached), rank every candidate."""
-    request = build_request(choices, detect_cpu=detect_cpu)
+    request = build_request(choices, detect_cpu=detect_cpu, detect_gpu=detect_gpu)
     pricing = choose_cost_model(request, fidelity=choices.fidelity, probe_budget_s=choices.probe_budget_s,
                                 reprobe=choices.reprobe, progress=probe_progress, cancel=cancel)
     return advise_with(request, pricing, progress=progress, cancel=cancel)

@@ -11,7 +11,7 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from engine.advise import AdviseRequest
 from engine.errors import CopeInputError
 from engine.memory import GIB
-from engine.platform import Platform, get_cpu_preset, get_gpu_preset, platform_from
+from engine.platform import GpuSpec, Platform, get_cpu_preset, get_gpu_preset, platform_from
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
@@ -23,8 +23,9 @@ from engine.traces import load_any_trace
 SYNTHETIC_ZIPF = 0.7
 
 
-def build_request(args: PlanChoices, *, detect_cpu=None) -> AdviseRequest:
-    """`detect_cpu` is called only when no CPU preset is named (tests pass a stub)."""
+def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> AdviseRequest:
+    """`detect_cpu` / `detect_gpu` are called only when no CPU / GPU preset is named
+    (default: this machine's, the GPU through NVML without loading torch; tests pass stubs)."""
     check_choices(args)
     assumed: list[str] = []
 
@@ -50,7 +51,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None) -> AdviseRequest:
             assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
         quant = get_quantization(quant_name)
 
-    platform = _platform(args, assumed, detect_cpu)
+    platform = _platform(args, assumed, detect_cpu, detect_gpu)
 
     gpu_vram = platform.gpu.vram_bytes
     if args.vram_budget_gib is not None:
@@ -96,11 +97,8 @@ def load_model(arg: str, *, gguf_file: str | None = None):
     return resolve_model(arg, gguf_file=gguf_file)
 
 
-def _platform(args: PlanChoices, assumed: list[str], detect_cpu) -> Platform:
-    gpu_name = args.gpu or DEFAULT_GPU
-    if args.gpu is None:
-        assumed.append(f"GPU: the {get_gpu_preset(DEFAULT_GPU).name} preset (no --gpu given)")
-    get_gpu_preset(gpu_name)  # fail early with the list of presets
+def _platform(args: PlanChoices, assumed: list[str], detect_cpu, detect_gpu) -> Platform:
+    gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
     detected = None
     if args.cpu is None:
         if detect_cpu is None:
@@ -108,10 +106,37 @@ def _platform(args: PlanChoices, assumed: list[str], detect_cpu) -> Platform:
         detected = detect_cpu()
     else:
         get_cpu_preset(args.cpu)
-    platform = platform_from(gpu_name, args.cpu, detected)
+    platform = platform_from(None, args.cpu, detected, detected_gpu=gpu)
     if not platform.cpu.mem_bandwidth_bytes_per_s.known or platform.cpu.mem_bandwidth_bytes_per_s.basis == "assumed":
         assumed.append("CPU memory bandwidth: " + platform.cpu.mem_bandwidth_bytes_per_s.note)
     return platform
+
+
+def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-untyped-def]
+    """The GPU of this machine when it can be planned for (its VRAM known, and its memory
+    bandwidth measured or from the preset of the same card), else the default preset;
+    the assumption says which, and why."""
+    if detect_gpu is None:
+        from probes.gpu import UNLOADED  # noqa: PLC0415
+        from probes.gpu import detect_gpu as detect
+
+        def detect_gpu():  # type: ignore[no-untyped-def]
+            return detect(torch=UNLOADED)  # NVML alone: the headless path never loads torch to plan
+    gpu = detect_gpu()
+    default = get_gpu_preset(DEFAULT_GPU)
+    other = "--gpu PRESET plans for another card"
+    if gpu.vram_bytes.known and gpu.mem_bandwidth_bytes_per_s.known:
+        bandwidth = gpu.mem_bandwidth_bytes_per_s
+        source = (f"the {gpu.matched_preset_id} spec sheet" if bandwidth.basis == "preset" else bandwidth.basis)
+        assumed.append(f"GPU: {gpu.name}, detected on this machine ({int(gpu.vram_bytes.value) / GIB:.1f} GiB; "
+                       f"memory bandwidth {float(bandwidth.value) / 1e9:.0f} GB/s from {source}); {other}")
+        return gpu
+    if gpu.vram_bytes.known:
+        assumed.append(f"GPU: the {default.name} preset: this machine's {gpu.name} was detected, but COPE has no "
+                       f"memory-bandwidth figure for it ({gpu.mem_bandwidth_bytes_per_s.note}); {other}")
+    else:
+        assumed.append(f"GPU: the {default.name} preset (no GPU detected: {gpu.vram_bytes.note}); {other}")
+    return default
 
 
 def _default_threads(platform: Platform) -> int:

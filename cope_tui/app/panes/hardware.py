@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Static
@@ -40,9 +41,13 @@ class HardwarePane(VerticalScroll):
             vram = detected.vram_bytes
             from cope_tui.app.widgets.facts import fmt_value
 
-            text = f"this machine: {detected.name}"
+            text = Text(f"this machine: {detected.name}")
             if vram.known:
-                text += f", {fmt_value('vram_bytes', vram.value)} ({vram.basis})"
+                text.append(f", {fmt_value('vram_bytes', vram.value)} ({vram.basis})")
+            problem = detected.cuda_problem
+            if problem is not None:  # the GPU is there, torch cannot use it: say so and how to fix it
+                text.append("\nwarning: ", style="bold yellow")
+                text.append(f"{problem.message}\n  fix: {problem.fix}")
             self.query_one("#detected-gpu", Static).update(text)
         else:
             self.query_one("#detected-gpu", Static).update("this machine's GPU: not detected yet")
