@@ -36,7 +36,8 @@ from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from probes.host import detect_cpu  # noqa: E402
 from probes.operators import threads_set  # noqa: E402
 from engine.cost_models import build_cost_model  # noqa: E402
-from probes.runner import LocalProber, PresetGpu, ensure_profile  # noqa: E402
+from probes.local_prober import LocalProber, PresetGpu  # noqa: E402
+from probes.runner import ensure_profile  # noqa: E402
 
 MODEL = "qwen3-30b-a3b"
 TOKENS = 24

@@ -219,7 +219,7 @@ def main() -> int:
     from engine.platform import platform_from
     from engine.quant import get_quantization
     from probes.experts import ExpertShape
-    from probes.runner import LocalProber, PresetGpu
+    from probes.local_prober import LocalProber, PresetGpu
 
     start = time.perf_counter()
     say("torch", f"{torch.__version__} CUDA {torch.version.cuda}", torch.cuda.get_device_name(0))

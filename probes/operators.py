@@ -24,14 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from probes.experts import (  # noqa: F401 - re-exported: the operators' public names
-    DEFAULT_LLC_BYTES,
     ExpertPool,
     ExpertShape,
     _fit,
     _int8pack_works,
     copy_expert,
-    default_pool_bytes,
-    last_level_cache_bytes,
 )
 
 

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from engine.policy import Execution  # noqa: E402
 from engine.quant import get_quantization  # noqa: E402
 from probes import experts as ex  # noqa: E402
+from probes import pool_size  # noqa: E402
 from probes.layer_step import LayerStep, dense_reference  # noqa: E402
 from probes.operators import H2DCopier  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
@@ -108,7 +109,7 @@ def test_the_copy_probe_and_the_stage_step_copy_alike(copies):
 
 
 def test_the_host_pool_is_at_least_a_gibibyte_and_4x_the_machines_last_level_cache(tmp_path):
-    assert ex.default_pool_bytes("cpu", str(tmp_path)) == ex.MIN_HOST_POOL_BYTES >= GiB  # sysfs unreadable
+    assert pool_size.default_pool_bytes("cpu", str(tmp_path)) == pool_size.MIN_HOST_POOL_BYTES >= GiB  # sysfs unreadable
     cpu = tmp_path / "devices/system/cpu"
     # 16 CPUs, 12 L3 instances of 32 MiB (a 12-CCD EPYC's 384 MiB), private L2s.
     for c in range(16):
@@ -118,10 +119,10 @@ def test_the_host_pool_is_at_least_a_gibibyte_and_4x_the_machines_last_level_cac
             d.mkdir(parents=True)
             for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
                 (d / name).write_text(f"{value}\n")
-    assert ex.last_level_cache_bytes(str(tmp_path)) == 32 * 1024**2  # cpu0's view: one CCD
-    assert ex.total_last_level_cache_bytes(str(tmp_path)) == 12 * 32 * 1024**2
-    assert ex.default_pool_bytes("cpu", str(tmp_path)) == 4 * 12 * 32 * 1024**2  # 1.5 GiB
-    assert ex.default_pool_bytes("cuda") == ex.DEVICE_POOL_BYTES
+    assert pool_size.last_level_cache_bytes(str(tmp_path)) == 32 * 1024**2  # cpu0's view: one CCD
+    assert pool_size.total_last_level_cache_bytes(str(tmp_path)) == 12 * 32 * 1024**2
+    assert pool_size.default_pool_bytes("cpu", str(tmp_path)) == 4 * 12 * 32 * 1024**2  # 1.5 GiB
+    assert pool_size.default_pool_bytes("cuda") == pool_size.DEVICE_POOL_BYTES
 
 
 def test_a_pool_without_a_size_uses_the_default(monkeypatch):

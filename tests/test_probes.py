@@ -23,14 +23,9 @@ from engine.profile_io import load_profile  # noqa: E402
 from engine.quant import get_quantization  # noqa: E402
 from engine.replay import ReplayStats  # noqa: E402
 from probes import operators as ops  # noqa: E402
-from probes.runner import (  # noqa: E402
-    GPU_OPERATORS,
-    LocalProber,
-    PresetGpu,
-    ensure_profile,
-    profile_key,
-    run_plan,
-)
+from probes import pool_size  # noqa: E402
+from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu  # noqa: E402
+from probes.runner import ensure_profile, profile_key, run_plan  # noqa: E402
 from probes.profile_cache import ProfileWriter, load_cached  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 
@@ -101,7 +96,7 @@ def test_time_repeats_stops_once_the_spread_is_small():
 
 
 def test_last_level_cache_falls_back_when_sysfs_is_missing(tmp_path):
-    assert ops.last_level_cache_bytes(str(tmp_path)) == ops.DEFAULT_LLC_BYTES
+    assert pool_size.last_level_cache_bytes(str(tmp_path)) == pool_size.DEFAULT_LLC_BYTES
 
 
 @pytest.mark.gpu

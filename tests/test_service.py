@@ -19,7 +19,7 @@ from engine.cost_models import Fidelity, build_cost_model
 from engine.errors import CopeInputError
 from engine.profile import Measurement
 from engine.progress import Cancelled
-from probes.runner import GPU_OPERATORS
+from probes.local_prober import GPU_OPERATORS
 
 FAST = PlanChoices(tokens=60, cpu="desktop-ddr5", threads=2)
 

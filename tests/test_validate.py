@@ -13,7 +13,7 @@ from cope_tui.service import pricing
 from cope_tui.service import ground_truth
 from engine.policy import Kind
 from engine.profile import Measurement
-from probes.runner import GPU_OPERATORS
+from probes.local_prober import GPU_OPERATORS
 
 
 class FakeProber:
