@@ -9,8 +9,10 @@ never a traceback.
 from __future__ import annotations
 
 import threading
+from typing import Any, Callable
 
 from textual import work
+from textual.message import Message
 from textual.worker import get_current_worker
 
 from cope_tui.app.messages import (
@@ -41,59 +43,49 @@ def why(exc: BaseException) -> str:
 class Workers:
     """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`."""
 
+    def _deliver(self, task: str, job: Callable[[threading.Event], Any], done: Callable[[Any], Message]) -> None:
+        """Run `job(cancel)` in this worker and post `done(result)`; a cancelled job posts
+        nothing, a failed one a WorkFailed line."""
+        cancel = get_current_worker().cancelled_event
+        try:
+            result = job(cancel)
+        except Cancelled:
+            return
+        except Exception as exc:  # noqa: BLE001 - shown as one line, never a traceback
+            if not cancel.is_set():
+                self.post_message(WorkFailed(task, why(exc)))
+            return
+        if not cancel.is_set():
+            self.post_message(done(result))
+
     @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
     def compute(self, choices: PlanChoices, request=None, pricing: Pricing | None = None) -> None:  # type: ignore[no-untyped-def]
         """Rank for `choices`; with `request` and `pricing`, reprice that request instead."""
-        cancel = get_current_worker().cancelled_event
 
         def progress(done: int, total: int, label: str) -> None:
             if done % 8 == 0:
                 self.post_message(Progress("advice", done, total, label))
 
-        try:
+        def job(cancel: threading.Event) -> service.Advice:
             if self.cpu_spec is None:
                 self.cpu_spec = self.services.detect_cpu()
             if request is not None and pricing is not None:
-                advice = service.advise_with(request, pricing, progress=progress, cancel=cancel)
-            else:  # the app never probes unasked: no fidelity, no reprobe
-                advice = service.plan(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
-                                      detect_gpu=self.this_gpu, progress=progress, cancel=cancel)
-        except Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001 - shown in a notification, never a traceback
-            if not cancel.is_set():
-                self.post_message(WorkFailed("advice", why(exc)))
-            return
-        if not cancel.is_set():
-            self.post_message(AdviceReady(advice, choices))
+                return service.advise_with(request, pricing, progress=progress, cancel=cancel)
+            # The app never probes unasked: no fidelity, no reprobe.
+            return service.plan(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
+                                detect_gpu=self.this_gpu, progress=progress, cancel=cancel)
+
+        self._deliver("advice", job, lambda advice: AdviceReady(advice, choices))
 
     @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
     def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:
-        cancel = get_current_worker().cancelled_event
-        try:
-            result = service.estimate_command(advice, command, cancel=cancel)
-        except Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not cancel.is_set():
-                self.post_message(WorkFailed("estimate", why(exc)))
-            return
-        if not cancel.is_set():
-            self.post_message(CommandEstimated(result))
+        self._deliver("estimate", lambda cancel: service.estimate_command(advice, command, cancel=cancel),
+                      CommandEstimated)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def sweep(self, advice: service.Advice) -> None:
-        cancel = get_current_worker().cancelled_event
-        try:
-            points = service.sweep(advice, self.services.sweep_points, cancel=cancel)
-        except Cancelled:
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not cancel.is_set():
-                self.post_message(WorkFailed("sweep", why(exc)))
-            return
-        if not cancel.is_set():
-            self.post_message(SweepReady(points))
+        self._deliver("sweep", lambda cancel: service.sweep(advice, self.services.sweep_points, cancel=cancel),
+                      SweepReady)
 
     @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
     def measure(self, expert_bytes: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Select
 
 from cope_tui.app.panes import Apply
@@ -18,12 +18,15 @@ from cope_tui.options import AppOption, PlanChoices, app_options
 from engine.errors import CopeInputError
 
 
-class OptionsRow(Horizontal):
+class OptionsRow(Vertical):
+    """One line an option (label, then its field), so any terminal width reads well."""
+
     DEFAULT_CSS = """
     OptionsRow { height: auto; margin-top: 1; }
-    OptionsRow Label { padding: 0 1 0 0; }
-    OptionsRow Select { width: 1fr; max-width: 40; margin-right: 1; }
-    OptionsRow Input { width: 12; margin-right: 1; }
+    OptionsRow Horizontal { height: auto; }
+    OptionsRow Label { width: 17; }
+    OptionsRow Select { width: 1fr; max-width: 48; }
+    OptionsRow Input { width: 16; }
     """
 
     def __init__(self, group: str, *, apply_on_change: bool = True, id: str | None = None) -> None:
@@ -33,12 +36,13 @@ class OptionsRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         for opt in self.options:
-            yield Label(opt.label)
-            if opt.choices is not None:
-                yield Select(list(opt.choices), id=opt.widget_id, allow_blank=True, prompt=opt.hint or "default",
-                             compact=True)
-            else:
-                yield Input(placeholder=opt.hint, id=opt.widget_id, compact=True)
+            with Horizontal():
+                yield Label(opt.label)
+                if opt.choices is not None:
+                    yield Select(list(opt.choices), id=opt.widget_id, allow_blank=True, prompt=opt.hint or "default",
+                                 compact=True)
+                else:
+                    yield Input(placeholder=opt.hint, id=opt.widget_id, compact=True)
 
     def _widget(self, opt: AppOption) -> Any:
         return self.query_one(f"#{opt.widget_id}")
@@ -88,18 +92,16 @@ class OptionsRow(Horizontal):
     def _option_of(self, widget_id: str | None) -> AppOption | None:
         return next((o for o in self.options if o.widget_id == widget_id), None)
 
-    def on_select_changed(self, event: Select.Changed) -> None:
-        opt = self._option_of(event.select.id)
+    def _field_done(self, event: Select.Changed | Input.Submitted, widget_id: str | None) -> None:
+        opt = self._option_of(widget_id)
         if opt is None:
             return
         event.stop()
         if self.apply_on_change:
             self._apply(opt)
 
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self._field_done(event, event.select.id)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        opt = self._option_of(event.input.id)
-        if opt is None:
-            return
-        event.stop()
-        if self.apply_on_change:
-            self._apply(opt)
+        self._field_done(event, event.input.id)
