@@ -19,6 +19,7 @@ from cope_tui.app.messages import (
     GpuDetected,
     ProbesFinished,
     Progress,
+    RuntimesFound,
     SweepReady,
     TraceRecorded,
     WorkFailed,
@@ -103,6 +104,15 @@ class Workers:
             self.post_message(WorkFailed("detect", why(exc)))
             return
         self.post_message(GpuDetected(gpu))
+
+    @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
+    def find_runtimes(self) -> None:
+        try:
+            scan = self.services.scan_runtimes()
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("runtimes", why(exc)))
+            return
+        self.post_message(RuntimesFound(scan))
 
     @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
     def measure(self, expert_bytes: int) -> None:

@@ -1,10 +1,11 @@
-"""`cope detect`: this machine's GPU and CPU, each figure with its basis."""
+"""`cope detect`: this machine's GPU and CPU, each figure with its basis, and the runtimes it has."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from cope_tui.commands.detect_runtimes import add_runtime_flags, render_runtimes, scan_for
 from cope_tui.exit_codes import EXIT_OK
 
 
@@ -12,6 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     det = sub.add_parser("detect", help="detect this machine's GPU and CPU, and measure bandwidths")
     det.add_argument("--json", action="store_true", help="one JSON document on stdout")
     det.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements (a few seconds)")
+    add_runtime_flags(det)
 
     det.set_defaults(run=run)
 
@@ -23,13 +25,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"cope: {msg}", file=sys.stderr, flush=True)
 
     platform = detect_platform(measure=not args.no_measure, progress=say)
+    scan = scan_for(args)
     if args.json:
         import orjson
 
-        doc = {"schema_version": 1, "platform": platform.to_dict()}
+        doc = {"schema_version": 1, "platform": platform.to_dict(), "runtimes": scan.to_dict()}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(_render_platform(platform))
+        sys.stdout.write(_render_platform(platform) + render_runtimes(scan))
     return EXIT_OK
 
 

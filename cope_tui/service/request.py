@@ -51,6 +51,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None) -> AdviseRequest:
         quant = get_quantization(quant_name)
 
     platform = _platform(args, assumed, detect_cpu)
+    platform = with_ram(platform, args.ram_gib, assumed)
 
     gpu_vram = platform.gpu.vram_bytes
     if args.vram_budget_gib is not None:
@@ -111,6 +112,25 @@ def _platform(args: PlanChoices, assumed: list[str], detect_cpu) -> Platform:
     platform = platform_from(gpu_name, args.cpu, detected)
     if not platform.cpu.mem_bandwidth_bytes_per_s.known or platform.cpu.mem_bandwidth_bytes_per_s.basis == "assumed":
         assumed.append("CPU memory bandwidth: " + platform.cpu.mem_bandwidth_bytes_per_s.note)
+    return platform
+
+
+def with_ram(platform: Platform, ram_gib: float | None, assumed: list[str]) -> Platform:
+    """The platform with `--ram-gib` as its RAM; without it, a preset's typical RAM is
+    recorded as an assumption (the host-memory check uses it)."""
+    from dataclasses import replace
+
+    from engine.platform import Fact
+
+    cpu = platform.cpu
+    if ram_gib is not None:
+        ram = Fact.assumed(int(ram_gib * GIB), f"given with --ram-gib {ram_gib:g}")
+        return replace(platform, cpu=replace(cpu, ram_bytes=ram, ram_available_bytes=ram))
+    if cpu.ram_bytes.known and cpu.ram_bytes.basis == "preset":
+        assumed.append(f"RAM: {int(cpu.ram_bytes.value) / GIB:.0f} GiB, typical for the {cpu.name} preset "
+                       "(--ram-gib to give yours)")
+    elif not cpu.ram_bytes.known:
+        assumed.append(f"RAM: unknown ({cpu.ram_bytes.note}), so host memory is not checked; --ram-gib to give it")
     return platform
 
 
