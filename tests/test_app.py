@@ -149,7 +149,7 @@ async def test_default_opens_on_ranked_results_without_any_action():
         assert now is not None and now.runtime == "llama.cpp" and not now.installed
         ranks = table_column(app, 0)
         now_rank = str([e.candidate.id for e in rec.estimates].index(now.row.id) + 1)
-        assert ranks[0] == now_rank and "(run now)" in table_column(app, 3)[0]
+        assert ranks[0] == "▶" + now_rank
         assert [int(r) for r in ranks[1:]] == sorted(int(r) for r in ranks[1:]) and now_rank not in ranks[1:]
         summary = text_of(app, "#results-summary")
         assert "SYNTHETIC" in summary and "Qwen3-30B-A3B" in summary

@@ -127,8 +127,9 @@ class ResultsPane(Vertical):
             where = runs_on_text(row)
             figures = (f"{e.tpot_s * 1e3:.2f}", f"{e.tokens_per_s:.1f}", f"{baseline.tpot_s / e.tpot_s:.2f}",
                        f"{e.vram_used_bytes / GIB:.2f}", f"{e.stats.hit_rate:.1%}")
-            rank = Text(f"{rank_of[row.id]}", style="bold green" if row is pinned else "")
-            tail = (" (run now)" if row is pinned else "") + (" (base)" if e is baseline else "")
+            # The run-now row: pinned on top, its rank marked.
+            rank = Text(f"▶{rank_of[row.id]}", style="bold green") if row is pinned else Text(str(rank_of[row.id]))
+            tail = " (base)" if e is baseline else ""
             tail += f" (+{row.group_size - 1} same)" if row.group_size > 1 else ""
             if self.compact:
                 table.add_row(rank, compact_id(e.candidate.id) + tail, *figures,
