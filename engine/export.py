@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from engine.errors import CopeInputError
-from engine.files import atomic_write, atomic_write_text
+from engine.files import atomic_write_text
 from engine.fork_profile import fork_profile_csv
 from engine.host_memory import RamFit
 from engine.model import ModelSpec
@@ -282,7 +282,7 @@ def expert_regexes(export: Export) -> list[str]:
 
 __all__ = [
     "BINARIES", "EXPS_REGEX_TAIL", "FLAG_TABLE", "FORK_ARCHS", "MIN_GPU_LAYERS_FLAG", "OFFLOAD_ENV", "Export",
-    "ExportPlan", "Flag", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES", "atomic_write",
+    "ExportPlan", "Flag", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
     "command_file_text", "export_candidate", "export_for", "expert_regexes", "flag_args", "fork_profile_csv",
     "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "runs_where", "write_export",
 ]

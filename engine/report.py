@@ -25,7 +25,9 @@ Shape (all times in seconds, sizes in bytes):
       # identical_to: the candidate id standing for the same placement, or null;
       # ram_refused: why it is never recommended for lack of RAM, or null
 }
-Version 2 replaced the string "recommendation" (the fastest estimate's id) by the object.
+`cope advise` adds "runtimes": {"found": [...], "notes": [...]}, what it looked for
+(probes/runtimes.py). Version 2 replaced the string "recommendation" (the fastest
+estimate's id) by the object.
 """
 
 from __future__ import annotations

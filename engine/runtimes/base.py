@@ -116,6 +116,8 @@ class RuntimeImpl(Protocol):
 
     def support(self, candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan) -> Support: ...  # noqa: ANN001
 
+    def binary_problem(self, placement, binary: str) -> str | None: ...  # noqa: ANN001
+
     def host_use(self, candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan,  # noqa: ANN001
                  *, mapped: bool) -> HostUse: ...
 

@@ -127,11 +127,12 @@ class LlamaFamily:
         if candidate.execution not in (Execution.SEQUENTIAL, Execution.PARALLEL):
             return Support(name, NOT_RUN, "the fork computes the experts it does not cache on the CPU; "
                            f"it never copies them to the GPU ({candidate.execution.value})")
-        as_run = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, Allocation.UNIFORM)
+        lane = self.info.cpu_experts  # the fork's CPU lane runs beside the cached experts
+        as_run = Candidate(Kind.MATRIX, Residency.FIXED, lane, Allocation.UNIFORM)
         why = []
         if candidate.allocation is Allocation.NONUNIFORM:
             why.append("keeps the same number of slots in every layer")
-        if candidate.execution is Execution.SEQUENTIAL:
+        if candidate.execution is not lane:
             why.append("computes the CPU's experts at the same time as the GPU's")
         return Support(name, APPROXIMATE, f"the fork {' and '.join(why)}: it runs {as_run.id}", as_run)
 

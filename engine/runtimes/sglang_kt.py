@@ -118,13 +118,14 @@ class SglangKt:
         if candidate.execution not in (Execution.SEQUENTIAL, Execution.PARALLEL):
             return Support(name, NOT_RUN, f"kt-kernel computes CPU experts on the CPU; it never copies them "
                            f"to the GPU ({candidate.execution.value})")
-        nonuniform = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, Allocation.NONUNIFORM)
+        lane = self.info.cpu_experts  # kt-kernel runs a layer's CPU experts beside its GPU experts
+        nonuniform = Candidate(Kind.MATRIX, Residency.FIXED, lane, Allocation.NONUNIFORM)
         if candidate.residency is not Residency.FIXED:
             return Support(name, APPROXIMATE, "kt-kernel's GPU experts stay as filled during decode (its dynamic "
                            "expert update re-places them after long prefills only): it runs the initial fill, "
                            f"{nonuniform.id}", nonuniform)
-        if candidate.execution is Execution.SEQUENTIAL:
-            twin = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, candidate.allocation)
+        if candidate.execution is not lane:
+            twin = Candidate(Kind.MATRIX, Residency.FIXED, lane, candidate.allocation)
             return Support(name, APPROXIMATE, "kt-kernel computes the CPU's experts at the same time as the "
                            f"GPU's: it runs {twin.id}", twin)
         if candidate.allocation is Allocation.NONUNIFORM:
