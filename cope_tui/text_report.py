@@ -105,7 +105,7 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
     runtime = runtime_named(now.runtime).info
     export = export_pick(rec, now, model_path=model_path)
     host = now.host
-    held = "mapped" if host.mapped else "copied, --no-mmap"
+    held = "mapped" if host.mapped else ("copied, --no-mmap" if runtime.can_map else "held by the runtime")
     lines = [
         f"Run this now: {e.candidate.id} with {runtime.title}",
         f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "
@@ -134,13 +134,18 @@ def _trace_line(rec: Recommendation) -> str:
     )
 
 
+def runtime_line(export: Export) -> str:
+    """Whether the export's runtime runs the asked candidate, and where to get it."""
+    runtime = runtime_named(export.runtime).info
+    if export.support == "no":
+        return f"{runtime.title} does not run it"
+    how = "exactly" if export.support == "exact" else "approximately"
+    return f"{runtime.title} runs it {how}; get it: {runtime.install}, {runtime.home}"
+
+
 def render_export(export: Export, *, side_files_written: bool = False) -> str:
     """Comment lines (safe to paste into a shell) and the command."""
-    runtime = runtime_named(export.runtime).info
-    how = {"exact": "runs it exactly", "approximate": "runs it approximately"}.get(export.support, "does not run it")
-    lines = [f"# {export.candidate_id}: {export.label}",
-             f"# {runtime.title} {how}; get it: {runtime.install}, {runtime.home}",
-             f"# {export.reason}"]
+    lines = [f"# {export.candidate_id}: {export.label}", f"# {runtime_line(export)}", f"# {export.reason}"]
     if export.nearest_id is not None or export.exported_id != export.candidate_id:
         lines.append(f"# the command below runs {export.exported_id} instead")
     for name in export.artefact_names:

@@ -38,7 +38,7 @@ class RamFit:
         return self.budget_bytes is None or self.need_bytes <= self.budget_bytes
 
     def describe(self) -> str:
-        how = "mapped from the model file" if self.mapped else "copied into pinned memory (--no-mmap)"
+        how = "mapped from the model file" if self.mapped else "as a copy"
         if self.budget_bytes is None:
             return f"{self.need_bytes / GIB:.1f} GiB in RAM ({how}); RAM unknown, not checked"
         verdict = "fits" if self.fits else "does not fit"

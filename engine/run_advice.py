@@ -12,7 +12,7 @@ A candidate that fits no runtime's RAM is never recommended.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from engine.advise import Recommendation
@@ -144,8 +144,6 @@ def _row(estimate: Estimate, rec: Recommendation, plan: ExportPlan) -> Candidate
 
 
 def _grouped(rows: list[CandidateRuns]) -> list[CandidateRuns]:
-    from dataclasses import replace
-
     members: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         group = _group_of(row.placement)

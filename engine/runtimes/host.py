@@ -41,6 +41,7 @@ def host_choice(runtime: RuntimeImpl, candidate: Candidate, placement: Placement
     mapped_use = runtime.host_use(candidate, placement, model, plan, mapped=True)
     mapped = ram_fit(mapped_use.bytes, plan.ram_bytes, mapped=True, what=mapped_use.what)
     if mapped.fits:
-        return HostChoice(True, mapped, f"--no-mmap dropped: {copy.describe()}; mapped, the file's pages fit "
+        return HostChoice(True, mapped, f"--no-mmap dropped: {copy.describe()} (--no-mmap copies into pinned "
+                          "memory, which the kernel cannot reclaim); mapped, the file's pages fit "
                           f"({mapped.need_bytes / 2**30:.1f} of {mapped.budget_bytes / 2**30:.1f} GiB)")
     return HostChoice(True, mapped, f"does not fit in RAM: {mapped.describe()}")

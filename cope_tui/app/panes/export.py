@@ -165,15 +165,12 @@ class ExportPane(VerticalScroll):
         export = app.current_export()
         if export is None:
             return
-        from engine.runtimes import runtime_named
+        from cope_tui.text_report import runtime_line
 
-        info = runtime_named(export.runtime).info
         head = Text()
         head.append(f"{export.candidate_id}  ", style="bold")
         head.append(f" llama.cpp: {export.label} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")
-        how = {"exact": "runs it exactly", "approximate": "runs it approximately"}.get(export.support,
-                                                                                     "does not run it")
-        head.append(f"\n{info.title} {how}; get it: {info.install}, {info.home}", style="bold")
+        head.append(f"\n{runtime_line(export)}", style="bold")
         head.append(f"\n{export.reason}")
         if export.nearest_id is not None:
             near = "no estimate" if export.nearest_tpot_s is None else (
