@@ -140,6 +140,9 @@ class PlanChoices:
     cpu: str | None = _option(
         None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",
         help="CPU preset (default: this machine's CPU)")
+    ram_gib: float | None = _option(
+        None, flag="--ram-gib", metavar="GIB", parse=_float, check=_positive,
+        help="the machine's RAM, GiB, for the host-memory check (default: detected, or the CPU preset's)")
     vram_budget_gib: float | None = _option(
         None, flag="--vram-budget", metavar="GIB", parse=_float, check=_positive, label="VRAM budget GiB",
         group="hardware", hint="all", help="VRAM to use, GiB (default: all)")
@@ -172,6 +175,9 @@ class PlanChoices:
         group="pricing", help="time for probes when atomic/combined has no cached profile (default 60)")
     reprobe: bool = _option(
         False, flag="--reprobe", is_switch=True, help="ignore the cached profile and probe again")
+    llama_bin: str | None = _option(
+        None, flag="--llama-bin", metavar="DIR",
+        help="folder with llama-server/llama-cli/llama-bench (default: PATH); says which runtime runs now")
 
     def with_(self, **changes: Any) -> "PlanChoices":
         return replace(self, **changes)

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from engine.advise import Recommendation
 from engine.command_estimate import CommandEstimate
-from engine.export import Export, runs_where
+from engine.export import Export
 from engine.memory import GIB
+from engine.run_advice import CandidateRuns, RunAdvice, export_pick, plan_runs
+from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
 
-RUNS_SHORT = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "no"}
-
-
-def render_recommendation(rec: Recommendation, *, limit: int | None = None) -> str:
+def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
+                          model_path: str | None = None) -> str:
+    """The run-now block first, then the machine, the VRAM arithmetic and the ranking."""
+    runs = runs if runs is not None else plan_runs(rec)
     req = rec.request
     gpu, cpu = req.platform.gpu, req.platform.cpu
     baseline = rec.baseline()
-    best = rec.best
-    lines = [
+    lines = [*render_run_now(rec, runs, model_path=model_path), ""]
+    lines += [
         f"COPE advise: {req.model.name} {req.quant.name}, "
         f"{gpu.name} ({gpu.vram_bytes.basis}) + {cpu.name} ({cpu.physical_cores.basis}), "
         f"{req.threads} threads, context {req.context_tokens}",
@@ -24,23 +26,32 @@ def render_recommendation(rec: Recommendation, *, limit: int | None = None) -> s
         "",
         "VRAM arithmetic:",
         *rec.memory.lines(),
+        f"  RAM: {_ram_line(runs)}",
         "",
-        f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  llama.cpp",
+        f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  runs on",
     ]
-    shown = rec.estimates if limit is None else rec.estimates[:limit]
-    for rank, e in enumerate(shown, start=1):
+    shown = runs.shown()
+    cut = shown if limit is None else shown[:limit]
+    rank_of = {row.id: rank for rank, row in enumerate(runs.rows, start=1)}
+    for row in cut:
+        e = row.estimate
         mark = " <- baseline" if e is baseline else ""
         lines.append(
-            f"{rank:>4}  {e.candidate.id:<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
+            f"{rank_of[row.id]:>4}  {e.candidate.id:<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
             f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}"
-            f"  {RUNS_SHORT[runs_where(e.candidate, req.model, rec.memory)]}{mark}"
+            f"  {runs_on_text(row)}{mark}"
         )
-    if limit is not None and len(rec.estimates) > limit:
-        lines.append(f"      ... {len(rec.estimates) - limit} more (--all to list every candidate)")
+        if row.group_size > 1:
+            lines.append(f"      = {row.group_size - 1} more with the same placement ({row.group_note})")
+    if len(cut) < len(shown):
+        lines.append(f"      ... {len(shown) - len(cut)} more (--all to list every candidate)")
+    lines += ["", RUNS_ON_LEGEND]
+    best = rec.best
     b = best.breakdown
     lines += [
         "",
-        f"Best: {best.candidate.id}: {best.candidate.describe()}; {best.detail}",
+        f"Fastest estimate: {best.candidate.id}: {best.candidate.describe()}; {best.detail}; "
+        f"runs on: {runs_on_text(runs.row(best.candidate.id))}",
         f"      {best.tokens_per_s:.1f} tok/s, {baseline.tpot_s / best.tpot_s:.2f}x the baseline "
         f"{baseline.candidate.id} ({baseline.detail}, {baseline.tokens_per_s:.1f} tok/s)",
         f"      per token: experts {b.experts_critical_s * 1e3:.2f} ms (GPU {b.gpu_experts_s * 1e3:.2f}, "
@@ -53,6 +64,67 @@ def render_recommendation(rec: Recommendation, *, limit: int | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
+RUNS_ON_LEGEND = ("runs on: " + ", ".join(f"{r.info.short} = {r.info.title} ({r.info.home})"
+                                           for r in REGISTRY) + "; ~ approximately; no RAM: does not fit in RAM")
+
+
+def runs_on_text(row: CandidateRuns) -> str:
+    if row.ram_refused:
+        return "no RAM"
+    short = {r.info.name: r.info.short for r in REGISTRY}
+    exact = [short[r.support.runtime] for r in row.runs if r.runs_exactly]
+    approx = ["~" + short[r.support.runtime] for r in row.runs if not r.support.exact and r.fits]
+    return " ".join(exact + approx) or "none"
+
+
+def _ram_line(runs: RunAdvice) -> str:
+    ram = runs.plan.ram_bytes
+    return "unknown (not checked; --ram-gib to give it)" if ram is None else f"{ram / GIB:.1f} GiB"
+
+
+def nothing_fits(runs: RunAdvice) -> str:
+    """Why nothing is recommended: the RAM that even stock llama.cpp's best placement needs."""
+    for row in runs.rows:
+        run = row.run_on(STOCK_NAME)
+        if run is not None and run.support.exact and run.host is not None:
+            fit = run.host.fit
+            return (f"Run this now: nothing COPE ranked fits this machine's RAM; even {row.id} "
+                    f"({row.estimate.detail}) keeps {fit.need_bytes / GIB:.1f} GiB in host memory, "
+                    f"{fit.budget_bytes / GIB:.1f} GiB usable of {runs.plan.ram_bytes / GIB:.1f} GiB "
+                    "(use a smaller quantization, a bigger GPU, or more RAM)")
+    return "Run this now: nothing COPE ranked runs on this machine"
+
+
+def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | None = None) -> list[str]:
+    """'Run this now': the best candidate an installed runtime runs (else the best stock
+    llama.cpp runs), its command and figures; then how much faster another runtime is."""
+    now = runs.run_now
+    if now is None:
+        return [nothing_fits(runs)]
+    e = now.estimate
+    runtime = runtime_named(now.runtime).info
+    export = export_pick(rec, now, model_path=model_path)
+    host = now.host
+    held = "mapped" if host.mapped else ("copied, --no-mmap" if runtime.can_map else "held by the runtime")
+    lines = [
+        f"Run this now: {e.candidate.id} with {runtime.title}",
+        f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "
+        f"RAM {host.fit.need_bytes / GIB:.1f} GiB ({held}); {e.detail}",
+        "  " + export.display(),
+    ]
+    lines += [f"  # {note}" for note in export.notes]
+    if not now.installed:
+        lines.append(f"  ({runtime.title} not found on PATH or in --llama-bin DIR; get it: {runtime.install}, {runtime.home})")
+    speedup = runs.speedup_elsewhere
+    if speedup is not None and runs.best_overall is not None:
+        best = runs.best_overall
+        other = runtime_named(best.runtime).info
+        lines.append(f"{speedup:.2f}x faster with {other.title} ({best.estimate.candidate.id}, "
+                     f"{best.estimate.tokens_per_s:.1f} tok/s): {other.install} ({other.home}), then cope export --runtime "
+                     f"{other.name} --candidate {best.estimate.candidate.id} --out DIR/run.sh")
+    return lines
+
+
 def _trace_line(rec: Recommendation) -> str:
     t = rec.request.trace
     origin = "SYNTHETIC" if t.meta.synthetic else t.meta.origin
@@ -62,14 +134,24 @@ def _trace_line(rec: Recommendation) -> str:
     )
 
 
+def runtime_line(export: Export) -> str:
+    """Whether the export's runtime runs the asked candidate, and where to get it."""
+    runtime = runtime_named(export.runtime).info
+    if export.support == "no":
+        return f"{runtime.title} does not run it"
+    how = "exactly" if export.support == "exact" else "approximately"
+    return f"{runtime.title} runs it {how}; get it: {runtime.install}, {runtime.home}"
+
+
 def render_export(export: Export, *, side_files_written: bool = False) -> str:
     """Comment lines (safe to paste into a shell) and the command."""
-    lines = [f"# {export.candidate_id}: {export.label}", f"# {export.reason}"]
-    if export.nearest_id is not None:
+    lines = [f"# {export.candidate_id}: {export.label}", f"# {runtime_line(export)}", f"# {export.reason}"]
+    if export.nearest_id is not None or export.exported_id != export.candidate_id:
         lines.append(f"# the command below runs {export.exported_id} instead")
-    for name, _ in export.side_files:
-        lines.append(f"# side file {name}: " + ("written beside the command" if side_files_written
-                                                  else "write it with --out FILE"))
+    for name in export.artefact_names:
+        lines.append(f"# artefact {name}: " + ("written beside the command" if side_files_written
+                                                else "write it with --out FILE"))
+    lines += [f"# {note}" for note in export.notes]
     lines.append(export.display())
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,4 @@
-"""The JSON document of `cope advise --json` (schema_version 1).
+"""The JSON document of `cope advise --json` (schema_version 2).
 
 Shape (all times in seconds, sizes in bytes):
 {
@@ -9,13 +9,25 @@ Shape (all times in seconds, sizes in bytes):
   "cost_model": {"fidelity", "basis", ...},
   "notes": [...],                      # every assumption and caveat
   "baseline": "<candidate id>",        # what speedups are measured against
-  "recommendation": "<candidate id>",
+  "recommendation": {
+    "fastest_estimate": "<candidate id>", # rank 1, whether or not a runtime runs it
+    "installed_runtimes": [...],
+    "run_now": {candidate, runtime, installed, tpot_s, tokens_per_s, vram_used_bytes,
+                ram_used_bytes, mmap, argv, env, command, artefacts, notes} | null,
+    "best_overall": {... the same ...} | null,   # any runtime, installed or not
+  },
   "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
                   prefetch, description, detail, tpot_s, tokens_per_s,
                   speedup_vs_baseline, vram_used_bytes, hit_rate, breakdown_s,
-                  states, llama_cpp}, ...]  # fastest first; llama_cpp: runs-on-stock |
-                                            # needs-fork | not-expressible
+                  states, llama_cpp, runtimes, identical_to, ram_refused}, ...]
+      # fastest first; llama_cpp: runs-on-stock | needs-fork | not-expressible;
+      # runtimes: [{name, exact, note, fits_ram, mmap}] of the runtimes that run it;
+      # identical_to: the candidate id standing for the same placement, or null;
+      # ram_refused: why it is never recommended for lack of RAM, or null
 }
+`cope advise` adds "runtimes": {"found": [...], "notes": [...]}, what it looked for
+(probes/runtimes.py). Version 2 replaced the string "recommendation" (the fastest
+estimate's id) by the object.
 """
 
 from __future__ import annotations
@@ -24,12 +36,14 @@ from typing import Any
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
-from engine.export import runs_where
+from engine.run_advice import RunAdvice, RunPick, export_pick, pick_to_dict, plan_runs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
-def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
+def recommendation_to_dict(rec: Recommendation, runs: RunAdvice | None = None) -> dict[str, Any]:
+    """`runs`: what to run (engine/run_advice.py); None: planned with no runtime installed."""
+    runs = runs if runs is not None else plan_runs(rec)
     req = rec.request
     baseline = rec.baseline()
     model = req.model
@@ -67,15 +81,27 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
         "cost_model": rec.cost_model.to_dict(),
         "notes": list(rec.notes),
         "baseline": baseline.candidate.id,
-        "recommendation": rec.best.candidate.id,
+        "recommendation": {
+            "fastest_estimate": rec.best.candidate.id,
+            "installed_runtimes": list(runs.installed),
+            "run_now": _pick(rec, runs.run_now),
+            "best_overall": _pick(rec, runs.best_overall),
+        },
         "candidates": [
             {
-                **estimate_to_dict(e, rank, baseline.tpot_s),
-                "llama_cpp": runs_where(e.candidate, model, rec.memory),
+                **estimate_to_dict(row.estimate, rank, baseline.tpot_s),
+                "llama_cpp": row.label,
+                "runtimes": [r.to_dict() for r in row.runs],
+                "identical_to": row.same_as,
+                "ram_refused": row.ram_refused,
             }
-            for rank, e in enumerate(rec.estimates, start=1)
+            for rank, row in enumerate(runs.rows, start=1)
         ],
     }
+
+
+def _pick(rec: Recommendation, pick: RunPick | None) -> dict | None:
+    return None if pick is None else pick_to_dict(pick, export_pick(rec, pick))
 
 
 def estimate_to_dict(e: Estimate, rank: int, baseline_tpot_s: float) -> dict[str, Any]:

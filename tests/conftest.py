@@ -46,3 +46,16 @@ def hf_env(tmp_path, monkeypatch):
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
 
     return point_at
+
+
+@pytest.fixture(autouse=True)
+def _no_installed_runtimes(request, monkeypatch):
+    """`cope advise`, `export` and `detect` see no installed runtime, so what they say to
+    run now does not depend on the machine the tests run on; tests marked `real_runtimes`
+    look for real (or fake) ones."""
+    if request.node.get_closest_marker("real_runtimes") is not None:
+        return
+    from probes.runtimes import RuntimeScan
+
+    monkeypatch.setattr("cope_tui.service.runtimes.scan_runtimes",
+                        lambda llama_bin=None: RuntimeScan((), ("tests: no runtime looked for",)))

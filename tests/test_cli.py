@@ -26,7 +26,7 @@ def advise_json(capsys, *args: str) -> dict:
 
 def test_json_document_has_inputs_with_provenance_memory_and_ranked_candidates(capsys):
     doc = advise_json(capsys)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     gpu = doc["inputs"]["platform"]["gpu"]
     assert gpu["vram_bytes"]["basis"] == "preset" and gpu["vram_bytes"]["note"]
     assert doc["inputs"]["platform"]["cpu"]["physical_cores"]["basis"] == "preset"
@@ -38,7 +38,7 @@ def test_json_document_has_inputs_with_provenance_memory_and_ranked_candidates(c
     assert tpots == sorted(tpots)
     assert [c["rank"] for c in doc["candidates"]] == list(range(1, len(tpots) + 1))
     first = doc["candidates"][0]
-    assert doc["recommendation"] == first["id"]
+    assert doc["recommendation"]["fastest_estimate"] == first["id"]
     assert first["tokens_per_s"] == pytest.approx(1 / first["tpot_s"])
     # 30B at Q4_K_M does not fit the default 16 GiB: llama.cpp's usual answer is the baseline.
     assert doc["baseline"] == "partition-first"
@@ -57,6 +57,7 @@ def test_json_document_has_inputs_with_provenance_memory_and_ranked_candidates(c
 def test_table_output_shows_arithmetic_ranking_and_assumptions(capsys):
     assert main(["advise", *FAST]) == EXIT_OK
     out = capsys.readouterr().out
+    assert out.startswith("Run this now: ")
     assert "VRAM arithmetic" in out and "room for experts" in out
     assert "<- baseline" in out
     assert "SYNTHETIC" in out
@@ -140,7 +141,7 @@ def test_headless_run_imports_neither_textual_nor_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["schema_version"] == 1
+    assert json.loads(result.stdout)["schema_version"] == 2
 
 
 def test_models_and_presets_list_the_catalog(capsys):

@@ -263,7 +263,8 @@ def test_write_export_is_atomic_and_puts_side_files_beside(tmp_path):
                          runtime="fork", model_path="m.gguf", context=8192, threads=8, side_dir=str(out.parent))
     written = write_export(x, out)
     assert sorted(p.name for p in written) == sorted([out.name, x.side_files[0][0]])
-    assert out.read_text() == x.display() + "\n"
+    *comments, command = out.read_text().splitlines()
+    assert command == x.display() and comments == [f"# {n}" for n in x.notes] and comments
     assert (out.parent / x.side_files[0][0]).read_text() == x.side_files[0][1]
     assert str(out.parent / x.side_files[0][0]) in x.argv
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp files left
@@ -294,10 +295,11 @@ def test_cope_export_json_and_bad_candidate(capsys):
 def test_advise_export_adds_the_best_command(capsys):
     assert main(["advise", "--json", "--export", *FAST]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
-    assert doc["export"]["candidate"] == doc["recommendation"]
+    fastest = doc["recommendation"]["fastest_estimate"]
+    assert doc["export"]["candidate"] == fastest
     assert doc["export"]["argv"][0] == "llama-server"
     labels = {c["id"]: c["llama_cpp"] for c in doc["candidates"]}
-    assert doc["export"]["label"] == labels[doc["recommendation"]]
+    assert doc["export"]["label"] == labels[fastest]
     # What is exported runs on stock llama.cpp: the best itself, or its nearest runnable.
     assert labels[doc["export"]["exported"]] == "runs-on-stock"
     if doc["export"]["exported"] == "partition-first":
@@ -307,5 +309,5 @@ def test_advise_export_adds_the_best_command(capsys):
         assert argv[argv.index("--n-cpu-moe") + 1] == n_blocks
     assert main(["advise", "--export", *FAST]) == EXIT_OK
     out = capsys.readouterr().out
-    assert "llama.cpp command for the best candidate:" in out
+    assert "llama.cpp command for the fastest estimate:" in out
     assert out.splitlines()[-1].startswith(("llama-server ", "GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server "))

@@ -135,7 +135,7 @@ def test_cope_estimate_json_matches_the_partition_it_describes(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["yours"]["tpot_s"] == pytest.approx(first["tpot_s"], rel=1e-12)
     assert doc["command"]["cpu_moe_blocks"][0] == 1
-    assert doc["best"]["id"] == adv["recommendation"]
+    assert doc["best"]["id"] == adv["recommendation"]["fastest_estimate"]
 
 
 def test_cope_estimate_needs_a_model(capsys):

@@ -278,7 +278,7 @@ def _check_advice(capsys, monkeypatch, tmp_path, gguf_path, trace, trace_path):
     whole = _advise_json(capsys, monkeypatch, tmp_path, gguf_path, trace_path)
     mem = whole["memory"]
     assert whole["inputs"]["model"]["expert_bytes"] == mem["expert_bytes"] == expert
-    assert mem["all_gpu_fits"] and whole["recommendation"] == "all-gpu"
+    assert mem["all_gpu_fits"] and whole["recommendation"]["fastest_estimate"] == "all-gpu"
 
     fixed = mem["non_expert_bytes"] + mem["kv_cache_bytes"] + mem["runtime_reserve_bytes"]
     margin = mem["safety_margin_bytes"] / mem["vram_budget_bytes"]
@@ -298,7 +298,7 @@ def _check_advice(capsys, monkeypatch, tmp_path, gguf_path, trace, trace_path):
     ranks = [c["rank"] for c in doc["candidates"]]
     assert len(ranks) >= 2 and ranks == list(range(1, len(ranks) + 1))
     best = doc["candidates"][0]
-    assert doc["recommendation"] == best["id"] != "all-gpu" and 0 < best["hit_rate"] < 1
+    assert doc["recommendation"]["fastest_estimate"] == best["id"] != "all-gpu" and 0 < best["hit_rate"] < 1
 
 
 def test_done_when_transformers_trace_advised_with_the_tiny_gguf(tmp_path, capsys, monkeypatch):

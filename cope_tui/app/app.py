@@ -20,6 +20,7 @@ from cope_tui.app.messages import (
     GpuDetected,
     ProbesFinished,
     Progress,
+    RuntimesFound,
     SweepReady,
     TraceRecorded,
     WorkFailed,
@@ -80,6 +81,8 @@ class CopeApp(Workers, App[None]):
         self._record_worker: Worker | None = None
         self._record_cancel = threading.Event()
         self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
+        self.installed: tuple[str, ...] = ()  # runtimes found on this machine
+        self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
 
     # --- layout -------------------------------------------------------------------
 
@@ -102,6 +105,8 @@ class CopeApp(Workers, App[None]):
 
     def on_mount(self) -> None:
         self.compute(self.choices)  # detects this machine's GPU first (this_gpu), and plans for it
+        if self.services.scan_runtimes is not None:
+            self.find_runtimes()
 
     def this_gpu(self):  # type: ignore[no-untyped-def]
         """This machine's GPU: detected once (NVML, no torch), or as last measured."""
@@ -145,8 +150,12 @@ class CopeApp(Workers, App[None]):
         model_path = pane.model_path
         if model_path is None and self.choices.model and self.choices.model.lower().endswith(".gguf"):
             model_path = self.choices.model
+        from engine.runtimes import runtime_named
+
+        runtime = runtime_named(pane.runtime).info
+        binary = pane.binary if pane.binary in runtime.binaries else None
         try:
-            return export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=pane.binary,
+            return export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=binary,
                               model_path=model_path, side_dir=side_dir)
         except CopeInputError as exc:
             self.say(f"Export: {exc}", "error")
@@ -171,9 +180,10 @@ class CopeApp(Workers, App[None]):
     def on_advice_ready(self, message: AdviceReady) -> None:
         first = self.advice is None
         self.advice, self.choices = message.advice, message.choices
+        self.runs = self._plan_runs()
         ids = [e.candidate.id for e in self.advice.rec.estimates]
         if self.selected_id not in ids:
-            self.selected_id = ids[0]
+            self.selected_id = self.run_now_id() or ids[0]
         self.sweep_points = []
         self.sweep_message = "computing the VRAM sweep..."
         for pane in self.panes():
@@ -184,6 +194,24 @@ class CopeApp(Workers, App[None]):
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
+
+    def _plan_runs(self):  # type: ignore[no-untyped-def]
+        from engine.run_advice import plan_runs
+
+        return plan_runs(self.advice.rec, self.installed) if self.advice is not None else None
+
+    def run_now_id(self) -> str | None:
+        pick = self.runs.run_now if self.runs is not None else None
+        return pick.estimate.candidate.id if pick is not None else None
+
+    def on_runtimes_found(self, message: RuntimesFound) -> None:
+        self.installed = tuple(message.scan.names)
+        if self.advice is None:
+            return
+        self.runs = self._plan_runs()
+        self.selected_id = self.run_now_id() or self.selected_id
+        self.query_one(ResultsPane).update_from(self)
+        self.query_one(ExportPane).update_from(self)
 
     def on_sweep_ready(self, message: SweepReady) -> None:
         self.sweep_points = message.points
@@ -199,7 +227,7 @@ class CopeApp(Workers, App[None]):
                                                             error=True)
             return
         what = {"advice": "Could not compute the ranking", "detect": "GPU detection failed",
-                "measure": "Measuring failed"}.get(message.task, message.task)
+                "measure": "Measuring failed", "runtimes": "Looking for runtimes failed"}.get(message.task, message.task)
         keep = "; the previous results stay" if self.advice is not None else ""
         self.say(f"{what}: {message.text}{keep}", "error")
 
@@ -362,9 +390,10 @@ class CopeApp(Workers, App[None]):
         if export is None:
             return
         self.copy_to_clipboard(export.display())
-        self.say(f"Copied the llama.cpp command of {export.exported_id}")
+        self.say(f"Copied the {export.runtime} command of {export.exported_id}")
 
     def action_save(self) -> None:
+        from cope_tui.service.runtimes import write_counts_pt
         from engine.export import write_export
 
         pane = self.query_one(ExportPane)
@@ -375,8 +404,8 @@ class CopeApp(Workers, App[None]):
         if export is None:
             return
         try:
-            written = write_export(export, path)
-        except OSError as exc:
-            self.say(f"Could not save {path}: {exc.strerror or exc}", "error")
+            written = write_export(export, path, write_tensor=write_counts_pt)
+        except (OSError, CopeInputError) as exc:
+            self.say(f"Could not save {path}: {getattr(exc, 'strerror', None) or exc}", "error")
             return
         self.say("Saved " + ", ".join(str(p) for p in written))

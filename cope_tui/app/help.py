@@ -22,8 +22,8 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `m` | measure this machine's bandwidths (loads torch) |
 | `Escape` | cancel probes or recording; close this screen |
 | `r` | recompute the ranking |
-| `c` | copy the llama.cpp command of the selected candidate |
-| `s` | save it to a file (side files beside it) |
+| `c` | copy the command of the selected candidate |
+| `s` | save it to a file (artefacts beside it) |
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `?` / `F1` | this help |
 | `q` | quit |
@@ -34,13 +34,17 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   the quantization), or type a Hugging Face repo id; context and threads.
 - **Trace**: a **SYNTHETIC** trace is made-up routing. Pull a trace from the trace
   cache, record one with transformers, or import a file.
-- **Results**: move the cursor to select a candidate; the chart shows tokens/s against
-  the VRAM budget for the best few, so you see where more VRAM stops paying.
-- **Export**: `stock` runs on stock llama.cpp, `fork` needs the community fork's
-  `--moe-cache-*` flags, `not expr.` cannot be said to llama.cpp: the command then runs
-  the nearest candidate that can, with its estimated speed. Paste the command you run
-  today (`e`) to see what it maps to, its estimate, COPE's speedup over it and the
-  flags COPE does not model (the app's twin of `cope estimate`).
+- **Results**: the row marked `▶` is what to run now: the fastest candidate a runtime
+  installed here runs (else the fastest stock llama.cpp runs). *runs on* names the
+  runtimes: `stock` llama.cpp, `ik` ik_llama.cpp, `fork` the llama.cpp MoE
+  expert-cache fork (github.com/thecodacus/llama.cpp), `kt` SGLang + kt-kernel; `~`
+  approximately, `none` no runtime, `no RAM` does not fit in RAM. Move the cursor to
+  select a candidate; the chart shows tokens/s against the VRAM budget for the best few.
+- **Export**: the command of the selected candidate for each runtime that runs it
+  (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,
+  with its estimated speed. Paste the command you run today (`e`) to see what it maps
+  to, its estimate, COPE's speedup over it and the flags COPE does not model (the
+  app's twin of `cope estimate`).
 
 The headless twin is `cope advise --json`; both read and write the same profile and
 trace caches.

@@ -59,3 +59,11 @@ class CommandEstimated(Message):
     def __init__(self, result: Any) -> None:
         super().__init__()
         self.result = result
+
+
+class RuntimesFound(Message):
+    """The runtimes this machine has (probes.runtimes.RuntimeScan)."""
+
+    def __init__(self, scan: Any) -> None:
+        super().__init__()
+        self.scan = scan

@@ -33,6 +33,12 @@ def _run_probes(request, *, fidelity, budget_s, progress, cancel):  # type: igno
     return probe_then_price(request, Fidelity(fidelity), budget_s=budget_s, progress=progress, cancel=cancel)
 
 
+def _scan_runtimes():  # type: ignore[no-untyped-def]
+    from cope_tui.service.runtimes import scan_runtimes  # runs llama.cpp's --version; never imports torch
+
+    return scan_runtimes()
+
+
 def _pull(spec: str, model: str, log):  # type: ignore[no-untyped-def]
     from cope_tui.sources.hub_trace import pull_trace
 
@@ -55,5 +61,6 @@ class Services:
     run_probes: Callable[..., Any] = _run_probes  # -> cope_tui.service.pricing.ProbeOutcome
     record: Callable[..., Any] = _record
     pull: Callable[..., Any] = _pull  # (spec, model id, log) -> path of the pulled trace
+    scan_runtimes: Callable[[], Any] | None = _scan_runtimes  # -> probes.runtimes.RuntimeScan
     sweep_points: int = 6  # VRAM budgets in the chart
     chart_series: int = 4  # best candidates drawn

@@ -21,6 +21,7 @@ from cope_tui.app.messages import (
     GpuDetected,
     ProbesFinished,
     Progress,
+    RuntimesFound,
     SweepReady,
     TraceRecorded,
     WorkFailed,
@@ -86,6 +87,15 @@ class Workers:
     def sweep(self, advice: service.Advice) -> None:
         self._deliver("sweep", lambda cancel: service.sweep(advice, self.services.sweep_points, cancel=cancel),
                       SweepReady)
+
+    @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
+    def find_runtimes(self) -> None:
+        try:
+            scan = self.services.scan_runtimes()
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(WorkFailed("runtimes", why(exc)))
+            return
+        self.post_message(RuntimesFound(scan))
 
     @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
     def measure(self, expert_bytes: int) -> None:

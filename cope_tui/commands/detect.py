@@ -1,10 +1,11 @@
-"""`cope detect`: this machine's GPU and CPU, each figure with its basis."""
+"""`cope detect`: this machine's GPU and CPU, each figure with its basis, and the runtimes it has."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from cope_tui.commands.detect_runtimes import add_runtime_flags, render_runtimes, scan_for
 from cope_tui.exit_codes import EXIT_OK
 
 
@@ -12,6 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     det = sub.add_parser("detect", help="detect this machine's GPU and CPU, and measure bandwidths")
     det.add_argument("--json", action="store_true", help="one JSON document on stdout")
     det.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements (a few seconds)")
+    add_runtime_flags(det)
 
     det.set_defaults(run=run)
 
@@ -26,13 +28,15 @@ def run(args: argparse.Namespace) -> int:
     warnings = platform_warnings(platform)
     for line in warnings:
         say(f"warning: {line}")
+    scan = scan_for(args)
     if args.json:
         import orjson
 
-        doc = {"schema_version": 1, "platform": platform.to_dict(), "warnings": warnings}
+        doc = {"schema_version": 1, "platform": platform.to_dict(), "warnings": warnings, "runtimes": scan.to_dict()}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform))
+        sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform)
+                         + render_runtimes(scan))
     return EXIT_OK
 
 

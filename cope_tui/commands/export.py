@@ -1,8 +1,9 @@
-"""`cope export`: the llama.cpp command (and side files) for one candidate.
+"""`cope export`: the command (and artefacts) that runs one candidate on a runtime.
 
-The command is built by engine/export.py (`export_for`) and shown by
-cope_tui/text_report.py (`render_export`), as `cope advise --export` and `cope estimate`
-show theirs.
+The command is built by engine/export.py (`export_for`, through the runtime registry in
+engine/runtimes/) and shown by cope_tui/text_report.py (`render_export`), as `cope advise
+--export` and `cope estimate` show theirs. kt-kernel's activation file is written with
+torch (cope_tui/service/runtimes.py), the only step here that imports it.
 """
 
 from __future__ import annotations
@@ -13,15 +14,21 @@ import sys
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 
+RUNTIME_CHOICES = ("llama.cpp", "ik_llama.cpp", "fork", "sglang-kt", "stock")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="the llama.cpp command line for one candidate")
+    p = sub.add_parser("export", help="the command line (and artefacts) that runs one candidate")
     p.add_argument("--candidate", required=True, metavar="ID", help="candidate id, as `cope advise` lists it")
-    p.add_argument("--runtime", choices=("stock", "fork"), default="stock",
-                   help="stock llama.cpp, or the fork with --moe-cache-profile (default stock)")
-    p.add_argument("--binary", choices=("llama-server", "llama-cli", "llama-bench"), default="llama-server")
+    p.add_argument("--runtime", choices=RUNTIME_CHOICES, default="llama.cpp",
+                   help="llama.cpp (stock, the default; 'stock' says the same), ik_llama.cpp, fork (the llama.cpp "
+                        "MoE expert-cache fork, --moe-cache-profile) or sglang-kt (SGLang + kt-kernel)")
+    p.add_argument("--binary", choices=("llama-server", "llama-cli", "llama-bench"), default=None,
+                   help="the llama.cpp program (default llama-server; sglang-kt launches python -m sglang.launch_server)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file (default: <model id>.gguf)")
-    p.add_argument("--out", metavar="FILE", help="write the command here, side files beside it")
+    p.add_argument("--hf-model", metavar="REPO|DIR",
+                   help="sglang-kt: the Hugging Face weights SGLang loads (default: the model's repo id)")
+    p.add_argument("--out", metavar="FILE", help="write the command here, artefacts beside it")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_plan_flags(p)
     p.set_defaults(run=run)
@@ -30,16 +37,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from engine.errors import CopeInputError
     from engine.export import export_for, write_export
 
+    if args.runtime == "sglang-kt" and args.binary is not None:
+        raise CopeInputError("--binary names a llama.cpp program; sglang-kt runs python -m sglang.launch_server")
     rec = advice_from_args(args).rec
     estimate = rec.estimate_of(args.candidate)
     side_dir = os.path.dirname(args.out) or None if args.out else None
-    export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary,
-                        model_path=args.model_path, side_dir=side_dir)
+    export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
+                        side_dir=side_dir, hf_model=args.hf_model)
+    for note in export.notes:
+        if note.startswith(("SYNTHETIC", "does not fit")):
+            print(f"cope: warning: {note}", file=sys.stderr)
     if args.out:
-        written = write_export(export, args.out)
+        from cope_tui.service.runtimes import write_counts_pt
+
+        written = write_export(export, args.out, write_tensor=write_counts_pt)
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    elif export.tensors:
+        print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)
     if args.json:
         from cope_tui.commands.output import write_json
 

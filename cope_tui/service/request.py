@@ -52,6 +52,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         quant = get_quantization(quant_name)
 
     platform = _platform(args, assumed, detect_cpu, detect_gpu)
+    platform = with_ram(platform, args.ram_gib, assumed)
 
     gpu_vram = platform.gpu.vram_bytes
     if args.vram_budget_gib is not None:
@@ -137,6 +138,25 @@ def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-unt
     else:
         assumed.append(f"GPU: the {default.name} preset (no GPU detected: {gpu.vram_bytes.note}); {other}")
     return default
+
+
+def with_ram(platform: Platform, ram_gib: float | None, assumed: list[str]) -> Platform:
+    """The platform with `--ram-gib` as its RAM; without it, a preset's typical RAM is
+    recorded as an assumption (the host-memory check uses it)."""
+    from dataclasses import replace
+
+    from engine.platform import Fact
+
+    cpu = platform.cpu
+    if ram_gib is not None:
+        ram = Fact.assumed(int(ram_gib * GIB), f"given with --ram-gib {ram_gib:g}")
+        return replace(platform, cpu=replace(cpu, ram_bytes=ram, ram_available_bytes=ram))
+    if cpu.ram_bytes.known and cpu.ram_bytes.basis == "preset":
+        assumed.append(f"RAM: {int(cpu.ram_bytes.value) / GIB:.0f} GiB, typical for the {cpu.name} preset "
+                       "(--ram-gib to give yours)")
+    elif not cpu.ram_bytes.known:
+        assumed.append(f"RAM: unknown ({cpu.ram_bytes.note}), so host memory is not checked; --ram-gib to give it")
+    return platform
 
 
 def _default_threads(platform: Platform) -> int:

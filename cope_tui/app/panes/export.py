@@ -72,7 +72,7 @@ class ExportPane(VerticalScroll):
     DEFAULT_CSS = """
     ExportPane { padding: 0 1; }
     ExportPane .row { height: auto; margin-top: 1; }
-    ExportPane #runtime { width: 20; }
+    ExportPane #runtime { width: 34; }
     ExportPane #binary { width: 18; }
     ExportPane #model-path, ExportPane #save-path { width: 1fr; }
     ExportPane #command { border: round $accent; padding: 0 1; height: auto; }
@@ -86,7 +86,7 @@ class ExportPane(VerticalScroll):
         yield Static("", id="export-head")
         yield Static("", id="command")
         with Horizontal(classes="row"):
-            yield Select([("stock llama.cpp", "stock"), ("the fork", "fork")], value="stock",
+            yield Select([("stock llama.cpp", "llama.cpp")], value="llama.cpp",
                          allow_blank=False, id="runtime", compact=True)
             yield Select([(b, b) for b in ("llama-server", "llama-cli", "llama-bench")], value="llama-server",
                          allow_blank=False, id="binary", compact=True)
@@ -119,13 +119,58 @@ class ExportPane(VerticalScroll):
     def save_path(self) -> str:
         return self.query_one("#save-path", Input).value.strip() or "cope-command.sh"
 
-    def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+    _syncing = False
+
+    def sync_runtimes(self, app) -> None:  # type: ignore[no-untyped-def]
+        """The runtime selector offers every runtime that runs the selected row (stock
+        llama.cpp, with its nearest candidate, when none does); it keeps the runtime in
+        use when the new row offers it, else picks the run-now one, an installed one, an
+        exact one, in that order."""
+        from engine.runtimes import STOCK_NAME, runtime_named
+
+        estimate = app.selected_estimate()
+        if estimate is None or app.runs is None:
+            return
+        row = app.runs.row(estimate.candidate.id)
+        runs = list(row.runs)
+        options, values = [], []
+        for run in runs:
+            info = runtime_named(run.support.runtime).info
+            marks = ("" if run.support.exact else " ~") + (" (installed)" if info.name in app.installed else "")
+            options.append((info.title + marks, info.name))
+            values.append(info.name)
+        if not options:
+            options, values = [(runtime_named(STOCK_NAME).info.title + " (nearest)", STOCK_NAME)], [STOCK_NAME]
+        select = self.query_one("#runtime", Select)
+        keep = str(select.value)
+        pick = app.runs.run_now
+        preferred = [keep] if keep in values and self._shown_row == row.id else []
+        if pick is not None and pick.row is row:
+            preferred.append(pick.runtime)
+        preferred += [r.support.runtime for r in runs if r.runs_exactly and r.support.runtime in app.installed]
+        preferred += [r.support.runtime for r in runs if r.runs_exactly] + values
+        self._syncing = True
+        try:
+            select.set_options(options)
+            select.value = next(v for v in preferred if v in values)
+        finally:
+            self._syncing = False
+        self._shown_row = row.id
+
+    _shown_row: str | None = None
+
+    def update_from(self, app, *, sync: bool = True) -> None:  # type: ignore[no-untyped-def]
+        if sync:
+            self.sync_runtimes(app)
         export = app.current_export()
         if export is None:
             return
+        from cope_tui.text_report import runtime_line
+
         head = Text()
         head.append(f"{export.candidate_id}  ", style="bold")
-        head.append(f" {export.label} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")
+        head.append(f" llama.cpp: {export.label} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")
+        head.append(f"\n{runtime_line(export)}", style="bold")
         head.append(f"\n{export.reason}")
         if export.nearest_id is not None:
             near = "no estimate" if export.nearest_tpot_s is None else (
@@ -134,14 +179,18 @@ class ExportPane(VerticalScroll):
                 f" against {export.candidate_tpot_s * 1e3:.2f} ms/token for {export.candidate_id}")
             head.append(f"\nThe command runs the nearest that runs here: {export.nearest_id} "
                         f"({near}{own})", style="bold yellow")
-        for name, _ in export.side_files:
-            head.append(f"\nside file {name}: written beside the saved command", style="dim")
+        for name in export.artefact_names:
+            head.append(f"\nartefact {name}: written beside the saved command", style="dim")
+        for note in export.notes:
+            head.append(f"\n{note}", style="bold yellow" if note.startswith(("SYNTHETIC", "does not fit"))
+                        else "dim")
         self.query_one("#export-head", Static).update(head)
         self.query_one("#command", Static).update(Text(export.display()))
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        self.update_from(self.app)
+        if not self._syncing:
+            self.update_from(self.app, sync=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

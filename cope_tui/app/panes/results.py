@@ -11,9 +11,7 @@ from textual.widgets import DataTable, Static
 from cope_tui.app.widgets.chart import ThroughputChart
 from engine.memory import GIB
 
-RUNS_SHORT = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "not expr."}
-RUNS_TINY = {"runs-on-stock": "stock", "needs-fork": "fork", "not-expressible": "n/e"}
-COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs")
+COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs on")
 WIDE_AT = 110  # narrower terminals get the compact table
 _ABBREV = (("ready-first", "ready1st"), ("sequential", "seq"), ("parallel", "par"), ("nonuniform", "nonu"),
            ("uniform", "uni"), ("prefetch", "pf"))
@@ -24,7 +22,13 @@ def compact_id(candidate_id: str) -> str:
         candidate_id = candidate_id.replace(long, short)
     return candidate_id
 RUNS_STYLE = {"runs-on-stock": "green", "needs-fork": "yellow", "not-expressible": "red"}
-COLUMNS = ("#", "residency", "execution", "policy", "TPOT ms", "tok/s", "x base", "VRAM GiB", "hits", "llama.cpp")
+COLUMNS = ("#", "residency", "execution", "policy", "TPOT ms", "tok/s", "x base", "VRAM GiB", "hits", "runs on")
+
+
+def runs_style(runs_on: str) -> str:
+    if runs_on in ("none", "no RAM"):
+        return "red"
+    return "green" if not runs_on.startswith("~") else "yellow"
 
 
 def policy_cells(estimate) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
@@ -43,7 +47,7 @@ def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-u
     b = estimate.breakdown
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{estimate.candidate.id}", style="bold")
-    text.append(f"  {label}\n", style=RUNS_STYLE.get(label, ""))
+    text.append(f"  {label}\n", style=RUNS_STYLE.get(label, "") or runs_style(label.removeprefix("runs on: ")))
     text.append(f"{estimate.tpot_s * 1e3:.2f} ms/token, {estimate.tokens_per_s:.1f} tok/s\n")
     text.append(f"{baseline.tpot_s / estimate.tpot_s:.2f}x the base, hits {estimate.stats.hit_rate:.1%}\n")
     parts = (
@@ -94,9 +98,10 @@ class ResultsPane(Vertical):
         advice = app.advice
         if advice is None:
             return
-        from engine.export import runs_where
+        from cope_tui.text_report import runs_on_text
 
         rec = advice.rec
+        runs = app.runs
         req = rec.request
         baseline = rec.baseline()
         summary = Text()
@@ -112,22 +117,28 @@ class ResultsPane(Vertical):
         self.compact = self.app.size.width < WIDE_AT
         table.clear(columns=True)
         table.add_columns(*(COMPACT_COLUMNS if self.compact else COLUMNS))
-        app.labels = {}
-        for rank, e in enumerate(rec.estimates, start=1):
-            label = app.labels[e.candidate.id] = runs_where(e.candidate, req.model, rec.memory)
+        app.labels = {row.id: row.label for row in runs.rows}
+        rank_of = {row.id: rank for rank, row in enumerate(runs.rows, start=1)}
+        pinned = runs.run_now.row if runs.run_now is not None else None
+        shown = runs.shown()
+        ordered = ([pinned] if pinned is not None else []) + [r for r in shown if r is not pinned]
+        for row in ordered:
+            e = row.estimate
+            where = runs_on_text(row)
             figures = (f"{e.tpot_s * 1e3:.2f}", f"{e.tokens_per_s:.1f}", f"{baseline.tpot_s / e.tpot_s:.2f}",
                        f"{e.vram_used_bytes / GIB:.2f}", f"{e.stats.hit_rate:.1%}")
+            # The run-now row: pinned on top, its rank marked.
+            rank = Text(f"▶{rank_of[row.id]}", style="bold green") if row is pinned else Text(str(rank_of[row.id]))
+            tail = " (base)" if e is baseline else ""
+            tail += f" (+{row.group_size - 1} same)" if row.group_size > 1 else ""
             if self.compact:
-                name = compact_id(e.candidate.id) + (" (base)" if e is baseline else "")
-                table.add_row(str(rank), name, *figures, Text(RUNS_TINY[label], style=RUNS_STYLE[label]),
-                              key=e.candidate.id)
+                table.add_row(rank, compact_id(e.candidate.id) + tail, *figures,
+                              Text(where, style=runs_style(where)), key=e.candidate.id)
                 continue
             residency, execution, policy = policy_cells(e)
-            if e is baseline:
-                policy += " (base)"
-            table.add_row(str(rank), residency, execution, policy, *figures,
-                          Text(RUNS_SHORT[label], style=RUNS_STYLE[label]), key=e.candidate.id)
-        ids = [e.candidate.id for e in rec.estimates]
+            table.add_row(rank, residency, execution, policy + tail, *figures,
+                          Text(where, style=runs_style(where)), key=e.candidate.id)
+        ids = [row.id for row in ordered]
         row = ids.index(app.selected_id) if app.selected_id in ids else 0
         table.move_cursor(row=row)
         self.show_selected(app)
@@ -137,7 +148,9 @@ class ResultsPane(Vertical):
         e = app.selected_estimate()
         if e is None:
             return
-        label = app.labels.get(e.candidate.id, "")
+        from cope_tui.text_report import runs_on_text
+
+        label = f"runs on: {runs_on_text(app.runs.row(e.candidate.id))}" if app.runs is not None else ""
         self.query_one("#breakdown", Static).update(breakdown_text(e, app.advice.rec.baseline(), label))
 
     def show_sweep(self, app) -> None:  # type: ignore[no-untyped-def]

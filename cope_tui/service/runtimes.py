@@ -1,0 +1,36 @@
+"""What to run, for every front end: the runtimes this machine has, the ranking seen
+through them (engine/run_advice.py), and the artefacts an export writes.
+
+Detection runs programs and looks up Python packages (probes/runtimes.py), never
+imports torch or SGLang; only writing a kt-kernel activation file imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine.advise import Recommendation
+from engine.files import atomic_write
+from engine.run_advice import RunAdvice, plan_runs
+
+
+def scan_runtimes(llama_bin: str | None = None):  # type: ignore[no-untyped-def]
+    """The runtimes found on this machine (probes.runtimes.RuntimeScan)."""
+    from probes.runtimes import detect_runtimes
+
+    return detect_runtimes(llama_bin)
+
+
+def run_advice(rec: Recommendation, installed: tuple[str, ...] | list[str]) -> RunAdvice:
+    return plan_runs(rec, installed)
+
+
+def write_counts_pt(path: Path, counts: np.ndarray) -> Path:
+    """kt-kernel's activation file: torch.save({"logical_count": int64 tensor}), read back
+    by SGLang with torch.load(weights_only=True) (kt_ep_wrapper.py); written atomically."""
+    import torch
+
+    tensor = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
+    return atomic_write(path, lambda handle: torch.save({"logical_count": tensor}, handle), binary=True)

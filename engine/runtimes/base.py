@@ -1,0 +1,125 @@
+"""The values every runtime works with: what a runtime is, whether it runs a candidate,
+the plan it exports from, and the launch it builds (an argument list, never a shell
+string)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.memory import MemoryPlan
+from engine.model import ModelSpec
+from engine.policy import Candidate, Execution
+
+EXACT = "exact"
+APPROXIMATE = "approximate"
+NOT_RUN = "no"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A program that runs MoE decoding with experts split between GPU and CPU."""
+
+    name: str  # what --runtime takes: "llama.cpp", "ik_llama.cpp", "fork", "sglang-kt"
+    title: str  # how a person calls it
+    about: str  # one line: what it is and what it can place
+    home: str  # where it lives
+    install: str  # how to get it, briefly
+    # How the CPU's experts of a layer run beside the GPU's, for the cost model:
+    # SEQUENTIAL (after the GPU's work of the layer) or PARALLEL (at the same time).
+    cpu_experts: Execution
+    binaries: tuple[str, ...]  # what --binary may name; the first is the default
+    short: str  # a few letters for the tables
+    # The command chooses between the mapped model file and a copy (llama.cpp's
+    # --no-mmap); False: the runtime decides, and COPE counts a copy.
+    can_map: bool = False
+
+    @property
+    def get(self) -> str:
+        return f"{self.install} ({self.home})"
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a runtime runs a candidate: exactly, approximately (the note says how it
+    differs), or not at all (the note says why)."""
+
+    runtime: str
+    level: str  # EXACT | APPROXIMATE | NOT_RUN
+    note: str
+    runs_as: Candidate | None = None  # approximate: the candidate the runtime really runs, if ranked
+
+    @property
+    def exact(self) -> bool:
+        return self.level == EXACT
+
+    @property
+    def runs(self) -> bool:
+        return self.level != NOT_RUN
+
+    def to_dict(self) -> dict:
+        return {"name": self.runtime, "exact": self.exact, "note": self.note}
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What an export needs beyond the model: the memory plan, the popularity that fills
+    fixed residency, the estimated TPOT of every candidate (for "nearest"), and the
+    machine's RAM (for the host-memory check)."""
+
+    memory: MemoryPlan
+    popularity: np.ndarray | None = None  # [L, E] routing counts of the profile trace
+    tpot_s: tuple[tuple[str, float], ...] = ()  # (candidate id, estimated TPOT)
+    ram_bytes: int | None = None  # None: unknown, RAM is not checked
+    host_non_expert_bytes: int = 0  # weights llama.cpp keeps in host memory besides experts
+    synthetic_profile: bool = False  # the popularity comes from SYNTHETIC routing
+    profile_source: str = ""  # where the popularity's trace comes from, for comments
+    numa_nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    binary: str
+    model_path: str  # the GGUF file
+    context: int
+    threads: int
+    side_dir: str | None = None  # where artefacts are written (their paths in argv)
+    hf_model: str | None = None  # SGLang: the Hugging Face weights (repo id or folder)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A command and the files it needs. `tensors` are routing-count arrays a front end
+    writes with torch (engine/ never imports it)."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
+    tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostUse:
+    """Weights a runtime keeps in host memory for a candidate, and whether they are the
+    mapped model file (page cache) or a copy."""
+
+    bytes: int
+    mapped: bool
+    what: str  # e.g. "11 layers' experts", for messages
+
+
+class RuntimeImpl(Protocol):
+    info: Runtime
+
+    def support(self, candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan) -> Support: ...  # noqa: ANN001
+
+    def binary_problem(self, placement, binary: str) -> str | None: ...  # noqa: ANN001
+
+    def host_use(self, candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan,  # noqa: ANN001
+                 *, mapped: bool) -> HostUse: ...
+
+    def launch(self, candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan,  # noqa: ANN001
+               opts: LaunchOptions, *, mapped: bool) -> Launch: ...

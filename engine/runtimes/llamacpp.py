@@ -1,0 +1,244 @@
+"""The llama.cpp family: stock llama.cpp, ik_llama.cpp and the MoE expert-cache fork.
+
+All three place whole expert tensors (`blk.N.ffn_*_exps` holds every expert of a
+layer), so per-expert residency is out of reach except through the fork's cache; their
+CPU experts run after the layer's GPU work (llama.cpp's graph splits), the fork's at the
+same time as the GPU's cached experts (its README: "the GPU hot chain executes
+concurrently with the CPU cold chain").
+
+ik_llama.cpp (ikawrakow/ik_llama.cpp, common/common.cpp and src/llama-load-tensors.cpp
+as read): `-ngl`, `-ot` (split on ',', first '=' separates the buffer), `-fa on`,
+`-c`, `-t`, `--no-mmap` and `-cmoe/--cpu-moe` as llama.cpp; `--fit` is a switch that
+turns automatic fitting on (off by default), so `--fit off` would be a stray argument;
+`-ncmoe/--n-cpu-moe N` there keeps the experts of the LAST N MoE layers on the CPU with
+one GPU (the loader walks the layers from the end), unlike llama.cpp's first N blocks,
+so COPE spells every partial layer set as `-ot`. Its CUDA backend decides offloading
+with its own `-cuda` parameters, not GGML_OP_OFFLOAD_MIN_BATCH. Its other MoE options
+(`-ser` smart expert reduction changes routing: out of scope; `-rtr` run-time repack,
+`-fmoe` fused up/gate, on by default) do not change placement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import CopeInputError
+from engine.fork_profile import fork_profile_csv, profile_file_name
+from engine.model import ModelSpec
+from engine.policy import Allocation, Candidate, Execution, Kind, Residency
+from engine.runtimes.base import (
+    APPROXIMATE,
+    EXACT,
+    NOT_RUN,
+    ExportPlan,
+    HostUse,
+    Launch,
+    LaunchOptions,
+    Runtime,
+    Support,
+)
+from engine.runtimes.llamacpp_flags import (
+    BINARIES,
+    MIN_GPU_LAYERS_FLAG,
+    OFFLOAD_ENV,
+    SERVER_LIKE,
+    flag_args,
+    layer_set_regex,
+)
+from engine.runtimes.placement import Layout, Placement
+
+FORK_ARCHS = frozenset({"deepseek2", "qwen35moe", "laguna"})
+
+RUNS_ON_STOCK = "runs-on-stock"
+NEEDS_FORK = "needs-fork"
+NOT_EXPRESSIBLE = "not-expressible"
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """How a candidate maps onto llama.cpp (DESIGN.md §7 labels), whatever the runtime."""
+
+    label: str  # RUNS_ON_STOCK | NEEDS_FORK | NOT_EXPRESSIBLE
+    reason: str
+    fork_slots: int = 0  # NEEDS_FORK: slots per layer
+
+
+def llama_shape(candidate: Candidate, placement: Placement, model: ModelSpec) -> LlamaShape:
+    if placement.layout is Layout.LAYERS:
+        return LlamaShape(RUNS_ON_STOCK, placement.detail)
+    if placement.layout is Layout.STAGED:
+        return LlamaShape(RUNS_ON_STOCK, "no expert slots: staging every routed expert from the CPU at each "
+                          f"decode step is stock llama.cpp with {OFFLOAD_ENV}=1 and the experts on the CPU")
+    n_layers = model.n_moe_layers
+    if (candidate.residency is Residency.FIXED and candidate.execution is Execution.PARALLEL
+            and candidate.allocation is Allocation.UNIFORM):
+        slots = placement.slots_total // n_layers
+        if model.arch not in FORK_ARCHS:
+            return LlamaShape(NOT_EXPRESSIBLE, f"the fork's --moe-cache-* is wired only for "
+                              f"{', '.join(sorted(FORK_ARCHS))}, not for {model.arch}")
+        return LlamaShape(NEEDS_FORK, f"fixed residency of {slots} popular experts per layer with a parallel "
+                          "CPU lane: the fork's --moe-cache-profile/--moe-cache-slots", slots)
+    why = "stock llama.cpp places whole expert tensors (all experts of a layer), so per-expert residency"
+    if candidate.residency is Residency.FIXED and candidate.allocation is Allocation.NONUNIFORM:
+        why += " is not expressible there, and the fork keeps the same number of slots in every layer"
+    elif candidate.residency is Residency.FIXED:
+        why += (" is not expressible there, and the fork runs misses on a parallel CPU lane, "
+                f"not {candidate.execution.value}")
+    else:
+        why += " is not expressible there, and the fork's residency never changes"
+    return LlamaShape(NOT_EXPRESSIBLE, why)
+
+
+class LlamaFamily:
+    """One llama.cpp-family runtime; the knobs say where it differs from stock."""
+
+    def __init__(self, info: Runtime, *, fit_off: bool, first_n_flag: bool, stage_env: bool, moe_cache: bool):
+        self.info = info
+        self.fit_off = fit_off  # spell `--fit off` (stock's auto-fit is on by default)
+        self.first_n_flag = first_n_flag  # `--n-cpu-moe N` keeps the first N blocks (stock); else -ot
+        self.stage_env = stage_env  # reads GGML_OP_OFFLOAD_MIN_BATCH
+        self.moe_cache = moe_cache  # the fork's --moe-cache-*
+
+    # --- what it runs ------------------------------------------------------------------
+    def support(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan) -> Support:
+        shape = llama_shape(candidate, placement, model)
+        name = self.info.name
+        if placement.layout is Layout.STAGED and not self.stage_env:
+            return Support(name, NOT_RUN, f"{self.info.title} does not read {OFFLOAD_ENV} (its CUDA backend "
+                           "decides offloading with its own -cuda parameters), so staging is not expressible")
+        if shape.label == RUNS_ON_STOCK:
+            return Support(name, EXACT, shape.reason)
+        if not self.moe_cache:
+            return Support(name, NOT_RUN, shape.reason)
+        return self._fork_support(candidate, shape, model)
+
+    def _fork_support(self, candidate: Candidate, shape: LlamaShape, model: ModelSpec) -> Support:
+        name = self.info.name
+        if shape.label == NEEDS_FORK:
+            return Support(name, EXACT, shape.reason)
+        if model.arch not in FORK_ARCHS:
+            return Support(name, NOT_RUN, f"the fork's --moe-cache-* is wired only for "
+                           f"{', '.join(sorted(FORK_ARCHS))}, not for {model.arch}")
+        if candidate.residency is not Residency.FIXED:
+            return Support(name, NOT_RUN, "the fork's cached experts never change while decoding")
+        if candidate.execution not in (Execution.SEQUENTIAL, Execution.PARALLEL):
+            return Support(name, NOT_RUN, "the fork computes the experts it does not cache on the CPU; "
+                           f"it never copies them to the GPU ({candidate.execution.value})")
+        lane = self.info.cpu_experts  # the fork's CPU lane runs beside the cached experts
+        as_run = Candidate(Kind.MATRIX, Residency.FIXED, lane, Allocation.UNIFORM)
+        why = []
+        if candidate.allocation is Allocation.NONUNIFORM:
+            why.append("keeps the same number of slots in every layer")
+        if candidate.execution is not lane:
+            why.append("computes the CPU's experts at the same time as the GPU's")
+        return Support(name, APPROXIMATE, f"the fork {' and '.join(why)}: it runs {as_run.id}", as_run)
+
+    def binary_problem(self, placement: Placement, binary: str) -> str | None:
+        """Why `binary` cannot run this placement, or None."""
+        if binary not in self.info.binaries:
+            raise CopeInputError(f"--binary must be one of {', '.join(self.info.binaries)} for "
+                                 f"{self.info.name}, got {binary!r}")
+        if placement.layout is Layout.EXPERTS and binary not in SERVER_LIKE:
+            return "llama-bench does not parse the fork's flags"
+        return None
+
+    # --- host memory ---------------------------------------------------------------------
+    def host_use(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan,
+                 *, mapped: bool) -> HostUse:
+        expert = plan.memory.expert_bytes
+        per_layer = plan.memory.n_routed_experts_per_layer
+        if placement.layout is Layout.EXPERTS:
+            # -ncmoe 99: every expert stays on the CPU; the cache holds copies in VRAM.
+            n_cpu, what = model.n_moe_layers, "every layer's experts (the cache copies some to VRAM)"
+        else:
+            n_cpu = int(placement.cpu_layers.sum())  # type: ignore[union-attr]
+            what = f"{n_cpu} layers' experts"
+        extra = plan.host_non_expert_bytes
+        if extra:
+            what += " and the token embedding"
+        return HostUse(n_cpu * per_layer * expert + extra, mapped, what)
+
+    # --- the command ---------------------------------------------------------------------
+    def launch(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan,
+               opts: LaunchOptions, *, mapped: bool) -> Launch:
+        binary = opts.binary
+        if binary == "llama-bench" and "," in opts.model_path:
+            raise CopeInputError(f"--model-path {opts.model_path!r}: llama-bench splits -m on ',', rename the file")
+        argv = [binary]
+        argv += flag_args(binary, "model", opts.model_path)
+        argv += flag_args(binary, "gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1))
+        argv += flag_args(binary, "flash_attn")
+        argv += flag_args(binary, "context", opts.context)
+        argv += flag_args(binary, "threads", opts.threads)
+        if self.fit_off:
+            argv += flag_args(binary, "fit")
+        env: list[tuple[str, str]] = []
+        side: list[tuple[str, str]] = []
+        notes: list[str] = []
+        if placement.layout is Layout.EXPERTS:
+            argv += self._moe_cache_args(candidate, placement, model, plan, opts, side, notes)
+        elif placement.cpu_layers.any():  # type: ignore[union-attr]
+            argv += self._layer_args(placement.cpu_layers, model, binary)  # type: ignore[arg-type]
+        experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
+        if experts_on_cpu and not mapped:
+            argv += flag_args(binary, "no_mmap")
+        if placement.layout is Layout.STAGED:
+            env.append((OFFLOAD_ENV, "1"))
+        return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes))
+
+    def _layer_args(self, cpu: np.ndarray, model: ModelSpec, binary: str) -> list[str]:
+        cpu = np.asarray(cpu, dtype=bool)
+        n_cpu = int(cpu.sum())
+        blocks = [model.moe_blocks[i] for i in np.flatnonzero(cpu)]
+        if cpu.all():
+            return flag_args(binary, "cpu_moe") or flag_args(binary, "n_cpu_moe", model.n_blocks)
+        if self.first_n_flag and cpu[:n_cpu].all():
+            # --n-cpu-moe counts blocks, dense leading blocks included.
+            return flag_args(binary, "n_cpu_moe", blocks[-1] + 1)
+        return flag_args(binary, "override_tensor", layer_set_regex(blocks) + "=CPU")
+
+    def _moe_cache_args(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan,
+                        opts: LaunchOptions, side: list, notes: list) -> list[str]:
+        slots = placement.slots_total // model.n_moe_layers
+        if plan.popularity is None:
+            raise CopeInputError("exporting fixed residency for the fork needs the profile trace's popularity")
+        name = profile_file_name(model, slots)
+        side.append((name, fork_profile_csv(plan.popularity, slots, model.moe_blocks, model.top_k)))
+        path = name if opts.side_dir is None else os.path.join(opts.side_dir, name)
+        notes.append(f"{name} pins each layer's {slots} most routed experts of "
+                     f"{plan.profile_source or 'the profile trace'} (the fork keeps the most frequent ids of its "
+                     "profile's decode rows)")
+        if plan.synthetic_profile:
+            notes.append(f"SYNTHETIC routing: {name} pins experts of made-up routing, not of how this model "
+                         "routes; record or pull a real trace (cope trace) before running it")
+        return (flag_args(opts.binary, "moe_cache_profile", path) + flag_args(opts.binary, "moe_cache_slots", slots)
+                + flag_args(opts.binary, "fork_n_cpu_moe", 99))
+
+
+STOCK = LlamaFamily(
+    Runtime("llama.cpp", "stock llama.cpp",
+            "whole layers' experts on the CPU (--n-cpu-moe, -ot per block, --cpu-moe) or all on the GPU; "
+            "CPU experts run after the layer's GPU work",
+            "github.com/ggml-org/llama.cpp", "release binaries, brew, winget or nix, or build from source",
+            Execution.SEQUENTIAL, BINARIES, "stock", can_map=True),
+    fit_off=True, first_n_flag=True, stage_env=True, moe_cache=False)
+
+IK = LlamaFamily(
+    Runtime("ik_llama.cpp", "ik_llama.cpp",
+            "a llama.cpp fork with the same placement flags (-ngl, -ot, --cpu-moe) and its own CPU MoE "
+            "kernels; CPU experts run after the layer's GPU work",
+            "github.com/ikawrakow/ik_llama.cpp", "build from source",
+            Execution.SEQUENTIAL, SERVER_LIKE, "ik", can_map=True),
+    fit_off=False, first_n_flag=False, stage_env=False, moe_cache=False)
+
+FORK = LlamaFamily(
+    Runtime("fork", "the llama.cpp MoE expert-cache fork",
+            "llama.cpp plus a fixed set of each layer's most routed experts in VRAM (--moe-cache-profile, "
+            "--moe-cache-slots), the rest computed on the CPU at the same time; wired for "
+            + ", ".join(sorted(FORK_ARCHS)),
+            "github.com/thecodacus/llama.cpp", "build from source",
+            Execution.PARALLEL, BINARIES, "fork", can_map=True),
+    fit_off=True, first_n_flag=True, stage_env=True, moe_cache=True)

@@ -1,0 +1,154 @@
+"""Which runtimes this machine has: llama.cpp's programs on PATH (or in --llama-bin DIR)
+and SGLang with kt-kernel in this Python.
+
+- llama.cpp, ik_llama.cpp and the MoE expert-cache fork all build `llama-server`,
+  `llama-cli` and `llama-bench`, and all print the same `--version` lines
+  ("version: N (commit)" / "built with C for T" on stderr: ggml-org/llama.cpp
+  common/arg.cpp, ikawrakow/ik_llama.cpp common/common.cpp), so COPE tells them apart by
+  a marker in the version text when there is one, else by the flags `--help` lists:
+  ik_llama.cpp's own `--run-time-repack` / `--smart-expert-reduction`, the fork's
+  `--moe-cache-profile`.
+- SGLang and kt-kernel are found without importing them (importing SGLang imports torch):
+  importlib.util.find_spec for `sglang` and `kt_kernel`, versions from the installed
+  package metadata (`sglang-kt` or `sglang`, `kt-kernel`).
+Nothing here raises: what cannot be run or read becomes a note.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
+
+LLAMA_PROGRAMS = ("llama-server", "llama-cli", "llama-bench")
+IK_MARKERS = ("--run-time-repack", "--smart-expert-reduction")
+FORK_MARKERS = ("--moe-cache-profile",)
+_VERSION = re.compile(r"version:\s*(\d+)\s*\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class InstalledRuntime:
+    name: str  # the registry's name: llama.cpp | ik_llama.cpp | fork | sglang-kt
+    version: str
+    where: str  # a folder or a module's location
+    programs: tuple[str, ...] = ()  # what was found there
+    how: str = ""  # how it was told apart
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
+                "how": self.how}
+
+
+@dataclass(frozen=True)
+class RuntimeScan:
+    found: tuple[InstalledRuntime, ...]
+    notes: tuple[str, ...]  # what was looked for and not found, or could not be read
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.found)
+
+    def to_dict(self) -> dict:
+        return {"found": [r.to_dict() for r in self.found], "notes": list(self.notes)}
+
+
+Runner = Callable[[list[str], float], str]
+
+
+def _run(argv: list[str], timeout_s: float) -> str:
+    """stdout and stderr of a short command; raises OSError or TimeoutExpired."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                          errors="replace")
+    return (done.stdout or "") + (done.stderr or "")
+
+
+def _find_programs(llama_bin: str | None, path: str | None) -> dict[str, str]:
+    if llama_bin is not None:
+        search = llama_bin
+    else:
+        search = path if path is not None else os.environ.get("PATH", "")
+    found = {}
+    for program in LLAMA_PROGRAMS:
+        hit = shutil.which(program, path=search)
+        if hit:
+            found[program] = hit
+    return found
+
+
+def _llama_family(programs: dict[str, str], run: Runner, timeout_s: float) -> tuple[InstalledRuntime | None, str]:
+    main = programs.get("llama-server") or programs.get("llama-cli") or programs.get("llama-bench")
+    assert main is not None
+    try:
+        version_text = run([main, "--version"], timeout_s)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{main} --version could not run ({exc})"
+    match = _VERSION.search(version_text)
+    version = f"build {match.group(1)} ({match.group(2)})" if match else "version not reported"
+    lowered = version_text.lower()
+    if "ik_llama" in lowered:
+        name, how = "ik_llama.cpp", "its --version names ik_llama"
+    else:
+        try:
+            help_text = run([main, "--help"], timeout_s)
+        except (OSError, subprocess.SubprocessError):
+            help_text = ""
+        if any(m in help_text for m in FORK_MARKERS):
+            name, how = "fork", f"{os.path.basename(main)} --help lists --moe-cache-profile"
+        elif any(m in help_text for m in IK_MARKERS):
+            name, how = "ik_llama.cpp", f"{os.path.basename(main)} --help lists ik_llama.cpp's --run-time-repack"
+        else:
+            name, how = "llama.cpp", "the same --version format as llama.cpp and none of ik_llama.cpp's or the " \
+                                     "fork's flags in --help"
+    where = os.path.dirname(main)
+    return InstalledRuntime(name, version, where, tuple(sorted(programs)), how), ""
+
+
+def _distribution_version(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _sglang_kt() -> tuple[InstalledRuntime | None, str]:
+    sglang = importlib.util.find_spec("sglang")
+    kt = importlib.util.find_spec("kt_kernel")
+    if sglang is None or kt is None:
+        missing = " and ".join(m for m, s in (("sglang", sglang), ("kt_kernel", kt)) if s is None)
+        return None, f"SGLang + kt-kernel: {missing} not importable (pip install sglang-kt kt-kernel)"
+    versions = [_distribution_version(("sglang-kt", "sglang")) or "sglang (no package metadata)",
+                _distribution_version(("kt-kernel", "kt_kernel")) or "kt_kernel (no package metadata)"]
+    where = os.path.dirname(os.path.dirname(sglang.origin or "")) or "this Python"
+    return InstalledRuntime("sglang-kt", ", ".join(versions), where, (), "sglang and kt_kernel importable"), ""
+
+
+def detect_runtimes(llama_bin: str | None = None, *, path: str | None = None, run: Runner = _run,
+                    timeout_s: float = 10.0) -> RuntimeScan:
+    """The runtimes found, each once; `llama_bin` (a folder) replaces PATH for llama.cpp's programs."""
+    found: list[InstalledRuntime] = []
+    notes: list[str] = []
+    programs = _find_programs(llama_bin, path)
+    where = f"in {llama_bin}" if llama_bin is not None else "on PATH"
+    if llama_bin is not None and not os.path.isdir(llama_bin):
+        notes.append(f"--llama-bin {llama_bin}: not a folder")
+    elif not programs:
+        notes.append(f"llama.cpp: no {', '.join(LLAMA_PROGRAMS)} {where}")
+    else:
+        runtime, note = _llama_family(programs, run, timeout_s)
+        if runtime is not None:
+            found.append(runtime)
+        if note:
+            notes.append(note)
+    runtime, note = _sglang_kt()
+    if runtime is not None:
+        found.append(runtime)
+    if note:
+        notes.append(note)
+    return RuntimeScan(tuple(found), tuple(notes))

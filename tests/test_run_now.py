@@ -1,0 +1,150 @@
+"""What `cope advise` says to run: the run-now block first, how much faster another
+runtime would be, RAM refusals, identical placements shown once; `cope export` for
+every runtime."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
+from cope_tui.options import PlanChoices
+from cope_tui.service.advice import plan
+from engine.run_advice import ALL_GPU_GROUP, plan_runs
+
+FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
+
+
+def advise(capsys, *args: str) -> tuple[str, str]:
+    code = main(["advise", *FAST, *args])
+    out, err = capsys.readouterr()
+    assert code == EXIT_OK, err
+    return out, err
+
+
+def test_text_starts_with_the_command_to_run_now_and_the_faster_runtime(capsys):
+    out, err = advise(capsys)
+    block = out.split("\n\n")[0].splitlines()
+    # Nothing is installed (tests see no runtime): the best stock llama.cpp runs.
+    assert block[0] == "Run this now: partition-first with stock llama.cpp"
+    assert "tok/s" in block[1] and "VRAM" in block[1] and "RAM" in block[1] and "--n-cpu-moe" in block[1]
+    assert shlex.split(block[2])[:3] == ["llama-server", "-m", "qwen3-30b-a3b.gguf"]
+    assert "not found on PATH" in block[3] and "github.com/ggml-org/llama.cpp" in block[3]
+    faster = block[-1]
+    assert "x faster with SGLang + kt-kernel (fixed.parallel.nonuniform" in faster
+    assert "pip install sglang-kt kt-kernel" in faster and "cope export --runtime sglang-kt" in faster
+    ratio = float(faster.split("x faster")[0])
+    doc_out, _ = advise(capsys, "--json")
+    rec = json.loads(doc_out)["recommendation"]
+    now, best = rec["run_now"], rec["best_overall"]
+    assert ratio == pytest.approx(now["tpot_s"] / best["tpot_s"], abs=0.006) and ratio > 1
+    # The learnt per-expert placement is SYNTHETIC here: said on stderr too.
+    assert "SYNTHETIC" in err
+    # The table says which runtime runs each row, and explains the short names.
+    assert "runs on" in out and "fork = the llama.cpp MoE expert-cache fork (github.com/thecodacus/llama.cpp)" in out
+
+
+def test_json_run_now_and_best_overall_and_candidate_runtimes(capsys):
+    out, _ = advise(capsys, "--json")
+    doc = json.loads(out)
+    rec = doc["recommendation"]
+    now, best = rec["run_now"], rec["best_overall"]
+    assert rec["installed_runtimes"] == [] and not now["installed"]
+    assert now["candidate"] == "partition-first" and now["runtime"] == "llama.cpp" and now["argv"][0] == "llama-server"
+    assert now["command"] == shlex.join(now["argv"]) and now["artefacts"] == []
+    assert best["runtime"] == "sglang-kt" and best["artefacts"] == ["cope-qwen3-30b-a3b-kt-activation.pt"]
+    assert best["tokens_per_s"] > now["tokens_per_s"]
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert {r["name"]: r["exact"] for r in by_id["partition-first"]["runtimes"]} == {
+        "llama.cpp": True, "ik_llama.cpp": True, "fork": True}
+    assert all(set(r) >= {"name", "exact", "note"} for c in doc["candidates"] for r in c["runtimes"])
+    # The fastest estimate (ready-first) runs on no runtime: never what to run.
+    fastest = rec["fastest_estimate"]
+    assert fastest.startswith("fixed.ready-first.") and by_id[fastest]["runtimes"] == []
+    assert fastest != best["candidate"]
+
+
+def test_a_placement_that_needs_more_ram_than_the_machine_has_is_refused(capsys):
+    out, _ = advise(capsys, "--model", "qwen3-235b-a22b", "--gpu", "4090", "--ram-gib", "23.5")
+    first = out.splitlines()[0]
+    assert first.startswith("Run this now: nothing COPE ranked fits this machine's RAM; even partition-first")
+    assert "--n-cpu-moe 83" in first and "GiB in host memory" in first and "23.5 GiB" in first
+    assert "llama-server" not in out.split("\n\n")[0]
+    out, _ = advise(capsys, "--model", "qwen3-235b-a22b", "--gpu", "4090", "--ram-gib", "23.5", "--json")
+    doc = json.loads(out)
+    assert doc["recommendation"]["run_now"] is None and doc["recommendation"]["best_overall"] is None
+    refused = {c["id"]: c["ram_refused"] for c in doc["candidates"]}
+    assert refused["partition-first"].startswith("does not fit in RAM")
+    assert all(reason for cid, reason in refused.items() if cid in ("partition-last", "all-cpu"))
+    # With RAM enough the same plan is recommended.
+    out, _ = advise(capsys, "--model", "qwen3-235b-a22b", "--gpu", "4090", "--ram-gib", "512", "--json")
+    assert json.loads(out)["recommendation"]["run_now"]["candidate"] == "partition-first"
+
+
+def test_no_mmap_is_dropped_with_its_reason_when_only_the_mapped_file_fits(capsys):
+    out, _ = advise(capsys, "--ram-gib", "6", "--json")
+    now = json.loads(out)["recommendation"]["run_now"]
+    assert now["candidate"] == "partition-first" and now["mmap"] and "--no-mmap" not in now["argv"]
+    assert any(n.startswith("--no-mmap dropped:") for n in now["notes"])
+    out, _ = advise(capsys, "--ram-gib", "64", "--json")
+    now = json.loads(out)["recommendation"]["run_now"]
+    assert not now["mmap"] and now["argv"][-1] == "--no-mmap" and not now["notes"]
+
+
+def test_identical_placements_are_one_row_that_says_so(capsys):
+    out, _ = advise(capsys, "--gpu", "3090")
+    table = out.split("rank  candidate")[1]
+    rows = [line for line in table.splitlines() if line[:4].strip().isdigit()]
+    assert [r.split()[1] for r in rows] == ["all-gpu", "all-cpu"]
+    assert f"= 24 more with the same placement ({ALL_GPU_GROUP})" in table
+    assert out.startswith("Run this now: all-gpu with stock llama.cpp\n")
+    doc = json.loads(advise(capsys, "--gpu", "3090", "--json")[0])
+    same = [c["id"] for c in doc["candidates"] if c["identical_to"] == "all-gpu"]
+    assert len(same) == 24 and all(c.startswith(("fixed.", "layer.", "pool.")) for c in same)
+    runs = plan_runs(plan(PlanChoices(gpu="3090", cpu="desktop-ddr5", tokens=100)).rec)
+    lead = runs.row("all-gpu")
+    assert lead.group_size == 25 and {r.estimate.tpot_s for r in runs.rows if r.same_as} == {lead.estimate.tpot_s}
+
+
+def test_cope_export_writes_the_sglang_kt_command_and_activation_file(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    out_file = tmp_path / "kt" / "run.sh"
+    code = main(["export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.nonuniform", *FAST,
+                 "--model-path", "/models/qwen/Qwen3-30B-A3B-Q4_K_M.gguf", "--out", str(out_file)])
+    out, err = capsys.readouterr()
+    assert code == EXIT_OK, err
+    command = out.splitlines()[-1]
+    argv = shlex.split(command)
+    assert argv[0].startswith("SGLANG_KT_NUM_GPU_EXPERTS_BY_LAYER=") and argv[1:4] == ["python", "-m",
+                                                                                       "sglang.launch_server"]
+    pt = tmp_path / "kt" / "cope-qwen3-30b-a3b-kt-activation.pt"
+    assert argv[argv.index("--init-expert-location") + 1] == str(pt)
+    assert argv[argv.index("--kt-weight-path") + 1] == "/models/qwen"
+    counts = torch.load(pt, weights_only=True)["logical_count"]
+    # 100 profile tokens x top-8 routings in every layer
+    assert tuple(counts.shape) == (1, 48, 128) and counts.sum(dim=2).unique().tolist() == [100 * 8]
+    assert out_file.read_text().splitlines()[-1] == command
+    assert "# SYNTHETIC routing" in out_file.read_text() and "cope: warning: SYNTHETIC routing" in err
+    # Without --out the .pt is not written, and stderr says so.
+    assert main(["export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.nonuniform", *FAST]) == EXIT_OK
+    assert "is written only with --out FILE" in capsys.readouterr().err
+
+
+def test_cope_export_runtime_names(capsys):
+    for runtime in ("stock", "llama.cpp"):
+        assert main(["export", "--runtime", runtime, "--candidate", "partition-first", *FAST, "--json"]) == EXIT_OK
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["runtime"] == "llama.cpp" and doc["support"] == "exact" and "--n-cpu-moe" in doc["argv"]
+    assert main(["export", "--runtime", "ik_llama.cpp", "--candidate", "partition-first", *FAST, "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runtime"] == "ik_llama.cpp" and "-ot" in doc["argv"] and "--fit" not in doc["argv"]
+    assert main(["export", "--runtime", "vllm", "--candidate", "partition-first", *FAST]) == EXIT_INPUT
+    assert "llama.cpp" in capsys.readouterr().err
+    assert main(["export", "--runtime", "sglang-kt", "--binary", "llama-bench", "--candidate", "all-cpu",
+                 *FAST]) == EXIT_INPUT
+    assert "sglang-kt runs python -m sglang.launch_server" in capsys.readouterr().err
+    assert main(["export", "--runtime", "fork", "--candidate", "partition-first", *FAST]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "the llama.cpp MoE expert-cache fork runs it exactly" in text and "github.com/thecodacus/llama.cpp" in text

@@ -1,0 +1,143 @@
+"""Finding installed runtimes: fake llama.cpp programs on PATH (or in --llama-bin), fake
+importable sglang and kt_kernel packages, and what `cope detect` and `cope advise` say."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cope_tui.cli import EXIT_OK, main
+from probes.runtimes import detect_runtimes
+
+pytestmark = pytest.mark.real_runtimes
+
+STOCK_HELP = "-ngl, --gpu-layers N\n-ot, --override-tensor <tensor name pattern>=<buffer type>,...\n"
+IK_HELP = STOCK_HELP + "-rtr,   --run-time-repack      repack tensors if interleaved variant is available\n"
+FORK_HELP = STOCK_HELP + "--moe-cache-profile FNAME\n--moe-cache-slots N\n"
+
+
+def fake_llama(folder: Path, help_text: str, build: int = 6500, commit: str = "abc1234",
+               programs=("llama-server", "llama-cli", "llama-bench")) -> Path:
+    """Programs that answer --version on stderr (as common/arg.cpp does) and --help."""
+    folder.mkdir(parents=True, exist_ok=True)
+    help_file = folder / "help.txt"
+    help_file.write_text(help_text)
+    for name in programs:
+        script = folder / name
+        script.write_text(
+            "#!/bin/sh\n"
+            'if [ "$1" = "--version" ]; then\n'
+            f'  echo "version: {build} ({commit})" >&2\n'
+            '  echo "built with cc for x86_64-linux-gnu" >&2\n'
+            "  exit 0\n"
+            "fi\n"
+            f'cat "{help_file}"\n'
+        )
+        script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return folder
+
+
+def fake_sglang_kt(root: Path, monkeypatch, *, with_metadata: bool = True) -> None:
+    for package in ("sglang", "kt_kernel"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("raise ImportError('COPE must not import me')\n")
+    if with_metadata:
+        for dist, version in (("sglang_kt", "0.5.7"), ("kt_kernel", "0.4.2")):
+            info = root / f"{dist}-{version}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
+                                           f"Version: {version}\n")
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_stock_ik_and_fork_are_told_apart(tmp_path):
+    for name, help_text in (("llama.cpp", STOCK_HELP), ("ik_llama.cpp", IK_HELP), ("fork", FORK_HELP)):
+        folder = fake_llama(tmp_path / name, help_text, build=4321)
+        scan = detect_runtimes(path=str(folder))
+        llama = [r for r in scan.found if r.name != "sglang-kt"]
+        assert [r.name for r in llama] == [name], scan
+        assert llama[0].version == "build 4321 (abc1234)"
+        assert llama[0].programs == ("llama-bench", "llama-cli", "llama-server") and llama[0].where == str(folder)
+
+
+def test_llama_bin_replaces_path_and_a_missing_folder_is_said(tmp_path):
+    on_path = fake_llama(tmp_path / "on-path", STOCK_HELP)
+    elsewhere = fake_llama(tmp_path / "elsewhere", IK_HELP, programs=("llama-server",))
+    scan = detect_runtimes(str(elsewhere), path=str(on_path))
+    assert [r.name for r in scan.found if r.name != "sglang-kt"] == ["ik_llama.cpp"]
+    assert scan.found[0].programs == ("llama-server",)
+    scan = detect_runtimes(str(tmp_path / "nowhere"), path=str(on_path))
+    assert "--llama-bin" in scan.notes[0] and "not a folder" in scan.notes[0]
+    scan = detect_runtimes(path=str(tmp_path / "empty-path"))
+    assert not [r for r in scan.found if r.name != "sglang-kt"] and "no llama-server" in scan.notes[0]
+
+
+def test_a_program_that_cannot_run_becomes_a_note(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "llama-server").write_text("not a script")
+    (folder / "llama-server").chmod(0o755)
+    scan = detect_runtimes(path=str(folder))
+    assert not [r for r in scan.found if r.name != "sglang-kt"]
+    assert any("--version could not run" in n for n in scan.notes)
+
+
+def test_sglang_and_kt_kernel_found_without_importing_them(tmp_path, monkeypatch):
+    scan = detect_runtimes(path=str(tmp_path))
+    if "sglang-kt" not in scan.names:
+        assert any("sglang" in n and "not importable" in n for n in scan.notes)
+    fake_sglang_kt(tmp_path / "site", monkeypatch)
+    scan = detect_runtimes(path=str(tmp_path))
+    (kt,) = [r for r in scan.found if r.name == "sglang-kt"]
+    assert kt.version == "sglang-kt 0.5.7, kt-kernel 0.4.2"
+
+
+def test_sglang_without_package_metadata_says_so(tmp_path, monkeypatch):
+    fake_sglang_kt(tmp_path / "site", monkeypatch, with_metadata=False)
+    scan = detect_runtimes(path=str(tmp_path))
+    (kt,) = [r for r in scan.found if r.name == "sglang-kt"]
+    if "no package metadata" not in kt.version:  # a real sglang in this Python answers first
+        pytest.skip("a real sglang/kt-kernel distribution is installed here")
+    assert "sglang (no package metadata)" in kt.version
+
+
+def test_cope_detect_lists_the_runtimes(tmp_path, monkeypatch, capsys):
+    folder = fake_llama(tmp_path / "bin", FORK_HELP, build=7001)
+    fake_sglang_kt(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty") + os.pathsep + os.environ.get("PATH", ""))
+    assert main(["detect", "--no-measure", "--llama-bin", str(folder)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "Runtimes:" in out and "the llama.cpp MoE expert-cache fork" in out and "build 7001" in out
+    assert "SGLang + kt-kernel" in out and "sglang-kt 0.5.7" in out
+    assert main(["detect", "--no-measure", "--json", "--llama-bin", str(folder)]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in doc["runtimes"]["found"]} == {"fork", "sglang-kt"}
+
+
+def test_advise_runs_now_on_what_is_installed(tmp_path, monkeypatch, capsys):
+    """With SGLang + kt-kernel installed, the run-now answer is the per-expert candidate
+    kt-kernel runs; with only llama.cpp, the layer partition, and no "faster with" line
+    pointing at itself."""
+    fast = ["--tokens", "100", "--cpu", "desktop-ddr5"]
+    stock = fake_llama(tmp_path / "bin", STOCK_HELP)
+    assert main(["advise", "--json", *fast, "--llama-bin", str(stock)]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    now, best = doc["recommendation"]["run_now"], doc["recommendation"]["best_overall"]
+    assert now["runtime"] == "llama.cpp" and now["installed"] and now["candidate"] == "partition-first"
+    assert best["runtime"] == "sglang-kt" and not best["installed"]
+    assert doc["recommendation"]["installed_runtimes"] == ["llama.cpp"]
+    fake_sglang_kt(tmp_path / "site", monkeypatch)
+    assert main(["advise", "--json", *fast, "--llama-bin", str(stock)]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    now = doc["recommendation"]["run_now"]
+    assert now == doc["recommendation"]["best_overall"]
+    assert now["runtime"] == "sglang-kt" and now["installed"] and now["argv"][:3] == ["python", "-m",
+                                                                                      "sglang.launch_server"]
+    assert main(["advise", *fast, "--llama-bin", str(stock)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith(f"Run this now: {now['candidate']} with SGLang + kt-kernel\n")
+    assert "faster with" not in out.split("\n\n")[0]

@@ -1,0 +1,288 @@
+"""The runtime registry: golden argument lists per runtime and candidate kind, what each
+runtime runs exactly or approximately, and kt-kernel's activation file.
+
+Golden files live in tests/golden/runtimes/<model>/<runtime>-<case>.txt; regenerate them
+with COPE_UPDATE_GOLDEN=1 python -m pytest tests/test_runtimes.py and review the diff.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.catalog import get_model
+from engine.errors import CopeInputError
+from engine.export import ExportPlan, export_candidate, expert_regexes
+from engine.memory import GIB
+from engine.policy import parse_candidate_id
+from engine.replay import resident_mask
+from engine.runtimes import REGISTRY, placement_of, runtime_named
+from engine.runtimes.sglang_kt import BY_LAYER_ENV, activation_counts, total_flags
+from engine.synthetic import SyntheticSettings, synthetic_trace
+from tests.test_export import MODEL_PATH, TPOTS, check_golden, memory, popularity
+
+GOLDEN = Path(__file__).parent / "golden" / "runtimes"
+MODELS = ("qwen3-30b-a3b", "deepseek-coder-v2-lite-instruct")
+
+
+def plan(model, kind: str, **kw) -> ExportPlan:
+    total = model.n_experts_total
+    slots = {"partial": int(total * 0.6), "fits": total + model.top_k, "zero": model.top_k}[kind]
+    tpots = dict(TPOTS, **{"fixed.parallel.nonuniform": 0.0155, "fixed.sequential.nonuniform": 0.0190})
+    if kind == "fits":
+        tpots["all-gpu"] = 0.0100
+    return ExportPlan(memory(model, slots), popularity(model), tuple(tpots.items()), numa_nodes=1, **kw)
+
+
+# (case name, plan kind, candidate id, runtime)
+CASES = (
+    ("ik_llama.cpp", "partition-first", "partial", "partition-first"),
+    ("ik_llama.cpp", "partition-last", "partial", "partition-last"),
+    ("ik_llama.cpp", "all-cpu", "partial", "all-cpu"),
+    ("ik_llama.cpp", "all-gpu", "fits", "all-gpu"),
+    ("ik_llama.cpp", "stage-without-cache", "zero", "fixed.stage.uniform"),
+    ("fork", "fixed-parallel-nonuniform", "partial", "fixed.parallel.nonuniform"),
+    ("llama.cpp", "fixed-parallel-nonuniform", "partial", "fixed.parallel.nonuniform"),
+    ("sglang-kt", "fixed-parallel-nonuniform", "partial", "fixed.parallel.nonuniform"),
+    ("sglang-kt", "fixed-parallel-uniform", "partial", "fixed.parallel.uniform"),
+    ("sglang-kt", "fixed-sequential-nonuniform", "partial", "fixed.sequential.nonuniform"),
+    ("sglang-kt", "layer-parallel-uniform", "partial", "layer.parallel.uniform.lru"),
+    ("sglang-kt", "partition-last", "partial", "partition-last"),
+    ("sglang-kt", "partition-first", "partial", "partition-first"),
+    ("sglang-kt", "all-cpu", "partial", "all-cpu"),
+)
+
+
+def do_export(model_id: str, runtime: str, plan_kind: str, cid: str, **kw):
+    model = get_model(model_id)
+    return export_candidate(parse_candidate_id(cid), model, plan(model, plan_kind), runtime=runtime,
+                            model_path=MODEL_PATH, context=8192, threads=8, **kw)
+
+
+def golden_text(x) -> str:
+    lines = [
+        f"candidate: {x.candidate_id}",
+        f"runtime: {x.runtime} ({x.support})",
+        f"label: {x.label}",
+        f"exported: {x.exported_id}",
+        f"nearest: {x.nearest_id or '-'}",
+        f"reason: {x.reason}",
+        "env: " + (" ".join(f"{k}={v}" for k, v in x.env) or "-"),
+        "artefacts: " + (" ".join(x.artefact_names) or "-"),
+        *(f"note: {n}" for n in x.notes),
+        f"display: {x.display()}",
+        "argv:",
+        *(f"  {a}" for a in x.argv),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("model_id", MODELS)
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_golden_argument_lists(model_id, case):
+    runtime, name, plan_kind, cid = case
+    x = do_export(model_id, runtime, plan_kind, cid)
+    check_golden(GOLDEN / model_id / f"{runtime}-{name}.txt", golden_text(x))
+    assert shlex.split(x.display()) == [f"{k}={v}" for k, v in x.env] + list(x.argv)
+
+
+def test_ik_llama_cpp_spells_partitions_as_overrides_and_never_fit_off():
+    model = get_model("deepseek-coder-v2-lite-instruct")  # block 0 dense
+    for cid in ("partition-first", "partition-last"):
+        x = do_export(model.id, "ik_llama.cpp", "partial", cid)
+        # ik_llama.cpp's --n-cpu-moe counts the last MoE layers, so a layer set is always -ot.
+        assert "--n-cpu-moe" not in x.argv and "-ncmoe" not in x.argv and "--fit" not in x.argv
+        (pattern,) = expert_regexes(x)
+        stock = do_export(model.id, "llama.cpp", "partial", cid)
+        n_cpu = model.n_moe_layers - plan(model, "partial").memory.gpu_layers()
+        blocks = {int(b) for b in pattern.split("(")[1].split(")")[0].split("|")}
+        assert len(blocks) == n_cpu and 0 not in blocks
+        assert blocks == (set(model.moe_blocks[:n_cpu]) if cid == "partition-first" else set(model.moe_blocks[-n_cpu:]))
+        assert x.argv[-1] == "--no-mmap" and stock.argv[-1] == "--no-mmap"
+    assert "--cpu-moe" in do_export(model.id, "ik_llama.cpp", "partial", "all-cpu").argv
+    with pytest.raises(CopeInputError, match="--binary must be one of llama-server, llama-cli for ik_llama.cpp"):
+        do_export(model.id, "ik_llama.cpp", "partial", "all-cpu", binary="llama-bench")
+
+
+def test_sglang_kt_frequency_export_carries_counts_env_and_exact_total():
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    x = do_export(model.id, "sglang-kt", "partial", "fixed.parallel.nonuniform")
+    assert x.support == "exact" and x.exported_id == x.candidate_id
+    argv = list(x.argv)
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    for flag, value in (("--kt-method", "LLAMAFILE"), ("--kt-weight-path", "/models"), ("--kt-cpuinfer", "8"),
+                        ("--kt-expert-placement-strategy", "frequency"), ("--context-length", "8192"),
+                        ("--init-expert-location", "cope-deepseek-coder-v2-lite-instruct-kt-activation.pt"),
+                        ("--model-path", model.hf_repo or model.id)):
+        assert argv[argv.index(flag) + 1] == value, flag
+    p = plan(model, "partial")
+    placement = placement_of(parse_candidate_id("fixed.parallel.nonuniform"), model, p.memory, p.popularity)
+    per_layer = [int(n) for n in x.env_dict[BY_LAYER_ENV].split(",")]
+    assert per_layer == placement.slots_per_layer.tolist() and sum(per_layer) == placement.slots_total
+    (name, counts), = x.tensors
+    assert counts.shape == (1, model.n_blocks, model.n_routed_experts) and not counts[0, 0].any()
+
+
+@pytest.mark.parametrize("total", [1, 47, 48, 999, 1663, 4775, 6143])
+def test_total_flags_ask_kt_kernel_for_exactly_the_total(total):
+    n_layers, n_experts = 48, 128
+    flags = total_flags(total, n_layers, n_experts)
+    if flags[0] == "--kt-num-gpu-experts":
+        assert int(flags[1]) * n_layers == total
+    else:
+        # kt_ep_wrapper.py: num_gpu_experts = int(total_experts * kt_gpu_experts_ratio)
+        assert int(n_layers * n_experts * float(flags[1])) == total
+
+
+def test_what_each_runtime_runs():
+    ds = get_model("deepseek-coder-v2-lite-instruct")  # deepseek2: the fork is wired for it
+    qwen = get_model("qwen3-30b-a3b")  # qwen3moe: it is not
+    p_ds, p_qwen = plan(ds, "partial"), plan(qwen, "partial")
+
+    def levels(model, p, cid):
+        c = parse_candidate_id(cid)
+        placement = placement_of(c, model, p.memory, p.popularity)
+        return {r.info.name: r.support(c, placement, model, p).level for r in REGISTRY}
+
+    assert levels(ds, p_ds, "partition-first") == {"llama.cpp": "exact", "ik_llama.cpp": "exact", "fork": "exact",
+                                                   "sglang-kt": "no"}
+    assert levels(ds, p_ds, "partition-last")["sglang-kt"] == "exact"  # front-loading
+    assert levels(ds, p_ds, "fixed.parallel.uniform") == {"llama.cpp": "no", "ik_llama.cpp": "no", "fork": "exact",
+                                                          "sglang-kt": "approximate"}
+    assert levels(qwen, p_qwen, "fixed.parallel.uniform")["fork"] == "no"
+    assert levels(ds, p_ds, "fixed.parallel.nonuniform") == {"llama.cpp": "no", "ik_llama.cpp": "no",
+                                                             "fork": "approximate", "sglang-kt": "exact"}
+    assert set(levels(ds, p_ds, "fixed.ready-first.nonuniform").values()) == {"no"}
+    assert set(levels(ds, p_ds, "layer.stage.uniform.lru").values()) == {"no"}
+    # The cost model's execution semantics: llama.cpp's CPU experts run after the GPU's
+    # layer work, the fork's and kt-kernel's at the same time.
+    assert {r.info.name: r.info.cpu_experts.value for r in REGISTRY} == {
+        "llama.cpp": "sequential", "ik_llama.cpp": "sequential", "fork": "parallel", "sglang-kt": "parallel"}
+
+
+def test_stock_and_fork_runtime_names_keep_working():
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    assert runtime_named("stock") is runtime_named("llama.cpp")
+    a = do_export(model.id, "stock", "partial", "partition-first")
+    b = do_export(model.id, "llama.cpp", "partial", "partition-first")
+    assert a == b and a.runtime == "llama.cpp"
+    with pytest.raises(CopeInputError, match="--runtime must be one of llama.cpp, ik_llama.cpp, fork, sglang-kt"):
+        runtime_named("vllm")
+
+
+# --- RAM ------------------------------------------------------------------------------------
+
+
+def test_no_mmap_is_dropped_when_only_the_mapped_file_fits_and_refused_when_nothing_does():
+    model = get_model("qwen3-30b-a3b")
+    base = plan(model, "partial")
+    x = do_export(model.id, "llama.cpp", "partial", "partition-first")
+    need = x.ram.need_bytes  # 20 of 48 layers' experts at 1 MiB each, no embedding in this plan
+    assert x.argv[-1] == "--no-mmap" and x.ram.budget_bytes is None and not x.notes
+    ram_for = {  # RAM at which the copy just fails but the mapped file fits; then nothing fits
+        "mapped": int((need + 2 * GIB) / 0.95),
+        "none": need + 2 * GIB - 1,
+    }
+    p = ExportPlan(base.memory, base.popularity, base.tpot_s, ram_bytes=ram_for["mapped"])
+    x = export_candidate(parse_candidate_id("partition-first"), model, p, model_path="m.gguf", context=8192,
+                         threads=8)
+    assert "--no-mmap" not in x.argv and x.ram.mapped and x.ram.fits
+    assert x.notes[-1].startswith("--no-mmap dropped:") and "pinned" in x.notes[-1]
+    p = ExportPlan(base.memory, base.popularity, base.tpot_s, ram_bytes=ram_for["none"])
+    x = export_candidate(parse_candidate_id("partition-first"), model, p, model_path="m.gguf", context=8192,
+                         threads=8)
+    assert not x.fits_ram and x.notes[-1].startswith("does not fit in RAM")
+
+
+# --- kt-kernel's activation file --------------------------------------------------------------
+
+
+def kt_frequency_masks(path: Path, n_gpu_experts: int, moe_blocks) -> np.ndarray:
+    """kt-kernel's "frequency" rule as SGLang applies it (kt_ep_wrapper.py and
+    experts_base.py generate_gpu_experts_masks): load, sum the first dimension, global
+    torch.topk over every layer, dense layers all on the GPU."""
+    torch = pytest.importorskip("torch")
+    loaded = torch.load(path, map_location="cpu", weights_only=True)
+    counts = loaded["logical_count"]
+    freq = counts.sum(dim=0).float()
+    n_layers, n_experts = freq.shape
+    _, top = torch.topk(freq.view(-1), k=n_gpu_experts, largest=True, sorted=False)
+    mask = torch.zeros(n_layers * n_experts, dtype=torch.bool)
+    mask[top] = True
+    mask = mask.view(n_layers, n_experts)
+    for block in range(n_layers):
+        if block not in moe_blocks:
+            mask[block, :] = True
+    return mask.numpy()
+
+
+def strict_total(pop: np.ndarray, near: int) -> int:
+    """A slot count near `near` whose boundary is not tied (kt-kernel's topk then has one answer)."""
+    flat = np.sort(pop.ravel())[::-1]
+    for total in sorted(range(1, flat.size), key=lambda t: abs(t - near)):
+        if flat[total - 1] > flat[total]:
+            return total
+    raise AssertionError("every boundary is tied")
+
+
+def check_activation_file(tmp_path: Path, model, profile) -> None:
+    from cope_tui.service.runtimes import write_counts_pt
+    from engine.export import write_export
+
+    torch = pytest.importorskip("torch")
+    pop = profile.popularity()
+    total = strict_total(pop, int(model.n_experts_total * 0.4))
+    p = ExportPlan(memory(model, total), pop, ())
+    candidate = parse_candidate_id("fixed.parallel.nonuniform")
+    x = export_candidate(candidate, model, p, runtime="sglang-kt", model_path="m.gguf", context=4096, threads=4,
+                         side_dir=str(tmp_path))
+    written = write_export(x, tmp_path / "run.sh", write_tensor=write_counts_pt)
+    pt = tmp_path / x.tensors[0][0]
+    assert pt in written and str(pt) in x.argv
+    loaded = torch.load(pt, weights_only=True)
+    counts = loaded["logical_count"]
+    assert set(loaded) == {"logical_count"} and counts.dtype == torch.int64
+    assert tuple(counts.shape) == (1, model.n_blocks, model.n_routed_experts)
+    table = counts[0].numpy()
+    for block in range(model.n_blocks):
+        if block not in model.moe_blocks:
+            assert not table[block].any(), block
+    moe = table[list(model.moe_blocks)]
+    assert (moe == pop).all()  # every count is the trace's, so each layer's sum is too
+    assert (moe.sum(axis=1) == profile.n_tokens * model.top_k).all()
+    # kt-kernel's global top-N picks exactly COPE's fixed nonuniform residency.
+    placement = placement_of(candidate, model, p.memory, pop)
+    assert placement.slots_total == total
+    chosen = resident_mask(pop, placement.slots_per_layer)
+    kt = kt_frequency_masks(pt, total, model.moe_blocks)
+    assert (kt[list(model.moe_blocks)] == chosen).all()
+    # ... at the total the command asks for (per layer, or as a ratio of every expert).
+    argv = list(x.argv)
+    if "--kt-num-gpu-experts" in argv:
+        assert int(argv[argv.index("--kt-num-gpu-experts") + 1]) * model.n_moe_layers == total
+    else:
+        assert int(model.n_experts_total * float(argv[argv.index("--kt-gpu-experts-ratio") + 1])) == total
+
+
+def test_activation_file_for_a_synthetic_trace_with_a_dense_block(tmp_path):
+    model = get_model("deepseek-coder-v2-lite-instruct")  # block 0 is dense
+    trace = synthetic_trace(model, SyntheticSettings(tokens=400, seed=3))
+    check_activation_file(tmp_path, model, trace)
+
+
+def test_activation_file_for_real_deepseek_routing(tmp_path, shared_traces):
+    from engine.traces import read_moe_beyond_csv_dir
+
+    model = get_model("deepseek-v2-lite-chat")
+    trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond", max_files=40)
+    profile, _ = trace.split(0.5)
+    check_activation_file(tmp_path, model, profile)
+
+
+def test_activation_counts_reject_a_foreign_shape():
+    model = get_model("qwen3-30b-a3b")
+    with pytest.raises(ValueError, match="popularity of shape"):
+        activation_counts(np.zeros((3, 4)), model)
