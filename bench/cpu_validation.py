@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cope_tui.options import DEFAULT_GPU  # noqa: E402
 from engine.catalog import load_model  # noqa: E402
-from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.analytic_cost import AnalyticCostModel  # noqa: E402
 from engine.policy import Execution  # noqa: E402
 from engine.platform import platform_from  # noqa: E402
 from engine.quant import get_quantization  # noqa: E402

@@ -215,7 +215,7 @@ def main() -> int:
         print("gpu_step_check: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     from engine.catalog import load_model
-    from engine.cost_model import AnalyticCostModel
+    from engine.analytic_cost import AnalyticCostModel
     from engine.platform import platform_from
     from engine.quant import get_quantization
     from probes.experts import ExpertShape

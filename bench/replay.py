@@ -29,7 +29,7 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request  # noqa: E402
 from engine.advise import advise, sweep_budgets  # noqa: E402
 from engine.catalog import get_model  # noqa: E402
-from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.analytic_cost import AnalyticCostModel  # noqa: E402
 from engine.memory import GIB  # noqa: E402
 from engine.policy import Eviction  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402

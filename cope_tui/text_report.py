@@ -160,19 +160,30 @@ def render_command_estimate(est: CommandEstimate) -> str:
     """What `cope estimate` prints: your command, COPE's best, the command of the best."""
     req = est.request
     yours, best = est.yours, est.best
+    attended = f", attending to {req.attention_tokens} tokens" if req.attention_tokens is not None else ""
     lines = [
         f"COPE estimate: {req.model.name} {req.quant.name}, {req.threads} threads, "
-        f"context {req.context_tokens}, cost model {yours.fidelity}",
-        f"Your command:  {yours.detail}",
-        f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
-        f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB  (rank {est.rank} of {est.of})",
+        f"context {req.context_tokens}{attended}, cost model {yours.fidelity}",
+    ]
+    if not yours.runs:
+        lines += [f"Your command {yours.refusal}", f"               ({yours.detail})"]
+    else:
+        lines += [
+            f"Your command:  {yours.detail}",
+            f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
+            f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB  (rank {est.rank} of {est.of})",
+        ]
+    speed = f"  ({est.speedup:.2f}x yours)" if yours.runs else ""
+    lines += [
         f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",
         f"               {best.tpot_s * 1e3:8.2f} ms/token  {best.tokens_per_s:7.1f} tok/s  "
-        f"VRAM {best.vram_used_bytes / GIB:.2f} GiB  ({est.speedup:.2f}x yours)",
+        f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{speed}",
     ]
-    if est.runs is not None:
-        lines.append(f"Runs on llama.cpp: {est.runs.candidate.id}: {est.runs.tpot_s * 1e3:.2f} ms/token  "
-                     f"{est.runs.tokens_per_s:.1f} tok/s  ({yours.tpot_s / est.runs.tpot_s:.2f}x yours)")
+    near = est.nearest_runnable
+    if near is not None:
+        mine = f"  ({yours.tpot_s / near.tpot_s:.2f}x yours)" if yours.runs else ""
+        lines.append(f"Runs on llama.cpp: {near.candidate.id}: {near.tpot_s * 1e3:.2f} ms/token  "
+                     f"{near.tokens_per_s:.1f} tok/s{mine}")
     lines += ["", "Command for COPE's best:", *("  " + line for line in render_export(est.export).splitlines())]
     if est.command.unknown:
         lines += ["", "Flags not modelled (listed, not used): " + "  ".join(est.command.unknown)]

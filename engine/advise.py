@@ -52,6 +52,10 @@ class AdviseRequest:
     prefetch_mode: str = "timed"
     prefetch_budget: int | None = None  # copies per layer; None: top_k
     notes: tuple[str, ...] = ()
+    # What a decode step attends to: None is half the context (the mean over a conversation
+    # that fills it); a llama-bench run decodes from its depth -d. And the KV cache type.
+    attention_tokens: int | None = None
+    kv_bytes_per_element: float = 2.0  # llama.cpp's default F16 cache
 
 
 @dataclass(frozen=True)

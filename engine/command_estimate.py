@@ -1,43 +1,96 @@
 """A llama.cpp command a person already runs, priced beside COPE's ranking.
 
-The command's expert placement (engine/llama_args.py: `--n-cpu-moe`, `--cpu-moe`, `-ot`,
-GGML_OP_OFFLOAD_MIN_BATCH) becomes a CPU layer set, priced with the same replay, cost
-model and pricing as the ranking (engine/layer_set.py), so the figures compare. The
-recommendation must already be at the command's threads and context (the service
-layer recomputes it when they differ).
+The command's placement (engine/llama_placement.py: `-ngl`, `-ot`, `--n-cpu-moe`,
+`--cpu-moe`, GGML_OP_OFFLOAD_MIN_BATCH, CPU only) is priced per decode token with the
+same cost model as the ranking, at the command's own settings (`command_settings`:
+threads, context, and for llama-bench the depth it decodes from), and checked against the
+GPU's VRAM and the machine's RAM: a command that would not fit is reported as such, with
+the arithmetic, never with a speed. More than one GPU is not modelled: refused.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from engine.advise import AdviseRequest, Recommendation
+from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
 from engine.estimate import Estimate
 from engine.export import Export, export_for
-from engine.layer_set import layer_set_kind, price_layer_set
-from engine.llama_args import LlamaCommand, command_notes, cpu_layers
-from engine.memory import GIB
-from engine.policy import Execution
+from engine.llama_args import LlamaCommand, command_notes
+from engine.llama_placement import (
+    LlamaPlacement,
+    layer_set_kind,
+    PlacementCost,
+    PlacementMemory,
+    placement_cost,
+    placement_memory,
+    placement_of,
+)
+
+LLAMA_BENCH_N_GEN = 128  # tools/llama-bench/llama-bench.cpp: the default -n
+
+
+def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str, Any]:
+    """The request fields the command sets, where they differ from `request`'s: -t, the
+    KV cache type, and the context; llama-bench decodes -n tokens from depth -d, so it
+    attends to d + n/2 tokens on average and reserves d + n."""
+    want: dict[str, Any] = {"threads": command.threads or request.threads,
+                            "kv_bytes_per_element": command.kv_bytes_per_element}
+    if command.tool == "llama-bench":
+        n_gen = command.n_gen or LLAMA_BENCH_N_GEN
+        want["context_tokens"] = command.n_depth + n_gen
+        want["attention_tokens"] = command.n_depth + n_gen // 2
+    elif command.context:
+        want["context_tokens"] = command.context
+    return {k: v for k, v in want.items() if getattr(request, k) != v}
+
+
+@dataclass(frozen=True)
+class CommandPrice:
+    """Your command: what it costs per token, where its weights go, whether it runs."""
+
+    detail: str  # where the placement puts the weights
+    cost: PlacementCost | None  # None: not priced (it would not run, or is not modelled)
+    memory: PlacementMemory | None
+    fidelity: str
+    refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
+
+    @property
+    def runs(self) -> bool:
+        return self.refusal is None
+
+    @property
+    def tpot_s(self) -> float:
+        return self.cost.tpot_s if self.cost is not None else float("inf")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1.0 / self.tpot_s if self.cost is not None else 0.0
+
+    @property
+    def vram_used_bytes(self) -> int:
+        return self.memory.vram_bytes if self.memory is not None else 0
 
 
 @dataclass(frozen=True)
 class CommandEstimate:
-    """A command's layer set priced beside COPE's best (what `cope estimate` shows)."""
+    """A command priced beside COPE's best (what `cope estimate` shows)."""
 
     command: LlamaCommand
-    request: AdviseRequest  # what it was priced with (the command's threads and context)
-    maps_to: str  # the candidate kind the command's layer set is (partition-first, ..., "layer set")
-    yours: Estimate
+    request: AdviseRequest  # what it was priced with (the command's settings)
+    maps_to: str  # the candidate kind the placement is (partition-first, ..., "layer set", "cpu only")
+    yours: CommandPrice
     best: Estimate  # COPE's best at the same settings
-    rank: int  # where the command would rank among the candidates, 1 = fastest
+    rank: int | None  # where the command would rank among the candidates, 1 = fastest (None: not priced)
     of: int  # candidates ranked
     export: Export  # the command of COPE's best, with the command's binary and model file
-    runs: Estimate | None  # when the best cannot run on stock llama.cpp: the nearest that can
+    nearest_runnable: Estimate | None  # when the best cannot run on stock llama.cpp: the nearest that can
     notes: tuple[str, ...]  # about the command and how it was priced
     ranking_notes: tuple[str, ...]  # every assumption and caveat of the ranking it was priced beside
-    cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps on the CPU
+    cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
 
     @property
     def stages(self) -> bool:
@@ -50,27 +103,51 @@ class CommandEstimate:
 
 
 def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand) -> CommandEstimate:
-    """Price `command`'s placement with `rec`'s request and `cost_model`."""
+    """Price `command`'s placement with `rec`'s request (already at the command's
+    settings) and `cost_model`."""
     request = rec.request
     model = request.model
-    cpu, placement_notes = cpu_layers(command, model)
-    execution = Execution.STAGE if command.stages_cpu_experts and cpu.any() else Execution.SEQUENTIAL
-    yours = price_layer_set(request, cost_model, cpu, execution=execution)
-    notes = list(command_notes(command, model)) + list(placement_notes)
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    placement = placement_of(command, model, has_gpu=has_gpu)
+    notes = list(command_notes(command, model)) + list(placement.notes)
     if command.model_path and not _is_model_file(command.model_path, model):
         notes.append(f"-m {command.model_path}: priced as {model.name} {request.quant.name}, the model in use "
                      "(give that file as the model to price it instead)")
-    if yours.vram_used_bytes > request.vram_budget_bytes:
-        notes.append(f"your placement needs {yours.vram_used_bytes / GIB:.1f} GiB of VRAM, over the budget of "
-                     f"{request.vram_budget_bytes / GIB:.1f} GiB: llama.cpp would run out of memory")
+    stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
+    yours = _price(request, cost_model, placement, command, stage)
     binary = command.tool if command.tool != "other" else "llama-server"
     export = export_for(rec, rec.best, model_path=command.model_path, binary=binary)
-    runs = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
-    maps_to = layer_set_kind(cpu) + (" (stage)" if execution is Execution.STAGE else "")
-    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates)
-    blocks = tuple(model.moe_blocks[i] for i in range(len(cpu)) if cpu[i])
-    return CommandEstimate(command, request, maps_to, yours, rec.best, rank, len(rec.estimates), export, runs,
-                           tuple(notes), tuple(rec.notes), blocks)
+    nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
+    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
+    blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
+    return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
+                           export, nearest, tuple(notes), tuple(rec.notes), blocks)
+
+
+def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
+           stage: bool) -> CommandPrice:
+    model = request.model
+    detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
+    if command.multi_gpu:
+        return CommandPrice(detail, None, None, cost_model.fidelity,
+                            f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
+    memory = placement_memory(request, placement, mapped=not command.no_mmap)
+    problem = memory.problem()
+    if problem is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, problem)
+    analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
+        model, request.quant, request.platform, context_tokens=request.context_tokens,
+        attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
+    cost = placement_cost(request, cost_model, placement, analytic, stage=stage)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity)
+
+
+def _maps_to(placement: LlamaPlacement, stage: bool) -> str:
+    if placement.cpu_only:
+        return "cpu only"
+    layer_set = placement.whole_layer_set
+    kind = layer_set_kind(layer_set) if layer_set is not None else "layer set"
+    return kind + (" (stage)" if stage else "")
 
 
 def _is_model_file(path: str, model) -> bool:  # type: ignore[no-untyped-def]

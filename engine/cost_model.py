@@ -1,8 +1,8 @@
 """Cost models: the time of one layer step in each execution state.
 
-Every fidelity (analytic here; atomic and combined from a measured Profile in
-engine/measured_cost.py) answers the same questions, so one replay can be priced
-three ways:
+Every fidelity (analytic in engine/analytic_cost.py; atomic and combined from a measured
+Profile in engine/measured_cost.py) answers the same questions, so one replay can be
+priced three ways:
 - `state_costs(execution, threads, top_k, prefetch_budget)`: the time of a layer step
   with h hits and k - h misses, for h = 0..k, plus the lane busy times behind it;
 - `shared_per_token_s()`: what every token pays in every block whatever the policy
@@ -15,15 +15,12 @@ only in where the single-operator costs come from.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
-from engine.model import ModelSpec
-from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
 from engine.policy import Execution
-from engine.quant import Quantization
 
 if TYPE_CHECKING:  # engine.cost_models builds these models: import it lazily
     from engine.cost_models import CostModelDescription
@@ -149,133 +146,3 @@ def compose_ready_first(h: int, m: int, lanes: Lanes) -> tuple:
     cpu_busy = lanes.cpu_experts_s(n_cpu)
     copy_busy = lanes.copy_experts_s(n_copy)
     return total, gpu_busy, cpu_busy, copy_busy, lanes.sync_s if n_cpu else 0.0, n_copy
-
-
-@dataclass(frozen=True)
-class AnalyticAssumptions:
-    """The constants of the roofline model: assumed, to be replaced by probes.
-
-    Batch-1 decode is memory-bound: an expert costs its bytes over the bandwidth a
-    quantized mat-vec reaches, plus fixed latencies for launching and handing over.
-    """
-
-    gpu_bandwidth_efficiency: float = 0.70  # batch-1 quantized mat-vec vs spec-sheet peak
-    cpu_bandwidth_efficiency: float = 0.60  # ggml CPU mat-vec vs theoretical DRAM peak
-    cpu_thread_bytes_per_s: float = 12e9  # one core streaming quantized weights
-    gpu_expert_launch_s: float = 15e-6  # mul_mat_id gate/up/down + activation kernels
-    gpu_block_overhead_s: float = 45e-6  # attention, norms, rope, router kernels per block
-    cpu_dispatch_s: float = 10e-6  # waking the thread pool, barriers
-    sync_s: float = 20e-6  # hidden state to the CPU and results back, stream syncs
-    copy_latency_s: float = 10e-6  # setting up one batch of host-to-device copies
-    token_fixed_s: float = 150e-6  # sampling, embedding lookup, graph launch per token
-
-
-class AnalyticCostModel:
-    """Roofline costs from the Platform's figures alone."""
-
-    fidelity = "analytic"
-
-    def __init__(
-        self,
-        model: ModelSpec,
-        quant: Quantization,
-        platform: Platform,
-        *,
-        context_tokens: int,
-        assumptions: AnalyticAssumptions = AnalyticAssumptions(),
-    ):
-        self.model = model
-        self.quant = quant
-        self.platform = platform
-        self.context_tokens = context_tokens
-        self.a = assumptions
-        self.expert_bytes = model.expert_bytes(quant)
-        self.gpu_bytes_per_s = float(_known(platform.gpu.mem_bandwidth_bytes_per_s, "GPU memory bandwidth"))
-        self.h2d_bytes_per_s = float(_known(platform.gpu.h2d_bytes_per_s, "host-to-device bandwidth"))
-        cpu_bw = platform.cpu.mem_bandwidth_bytes_per_s
-        if not cpu_bw.known:
-            cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
-        self.cpu_bytes_per_s = float(cpu_bw.value)
-
-    # --- single lanes ---------------------------------------------------------
-    def gpu_experts_s(self, n: int) -> float:
-        if n == 0:
-            return 0.0
-        per_expert = self.expert_bytes / (self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency)
-        return self.a.gpu_expert_launch_s + n * per_expert
-
-    def cpu_expert_s(self, threads: int) -> float:
-        bandwidth = min(
-            threads * self.a.cpu_thread_bytes_per_s,
-            self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency,
-        )
-        return self.expert_bytes / bandwidth
-
-    def cpu_experts_s(self, n: int, threads: int) -> float:
-        return 0.0 if n == 0 else self.a.cpu_dispatch_s + n * self.cpu_expert_s(threads)
-
-    def copy_experts_s(self, n: int) -> float:
-        return 0.0 if n == 0 else self.a.copy_latency_s + n * self.expert_bytes / self.h2d_bytes_per_s
-
-    # --- one layer step -------------------------------------------------------
-    def lanes(self, threads: int) -> Lanes:
-        """The single-operator costs at `threads`, for the shared composition rules."""
-        return Lanes(
-            gpu_experts_s=self.gpu_experts_s,
-            cpu_experts_s=lambda n: self.cpu_experts_s(n, threads),
-            copy_experts_s=self.copy_experts_s,
-            sync_s=self.a.sync_s,
-            gpu_launch_s=self.a.gpu_expert_launch_s,
-            gpu_per_expert_s=self.gpu_experts_s(2) - self.gpu_experts_s(1),
-            cpu_dispatch_s=self.a.cpu_dispatch_s,
-            cpu_per_expert_s=self.cpu_expert_s(threads),
-            copy_latency_s=self.a.copy_latency_s,
-            copy_per_expert_s=self.copy_experts_s(2) - self.copy_experts_s(1),
-        )
-
-    def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
-        return compose_state_costs(execution, top_k, prefetch_budget, self.lanes(threads))
-
-    def _step(self, execution: Execution, h: int, m: int, threads: int) -> tuple:
-        """(total, gpu, cpu, copy, sync, copied) of one layer step."""
-        return compose_step(execution, h, m, self.lanes(threads))
-
-    # --- what every candidate pays -------------------------------------------
-    def shared_per_token_s(self) -> float:
-        bandwidth = self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency
-        total = 0.0
-        # Over a conversation that fills the context, decode attends to half of it on
-        # average; the KV cache is still reserved for all of it (memory plan).
-        mean_fill = self.context_tokens // 2
-        for block in range(self.model.n_blocks):
-            weights = self.model.shared_layer_bytes(self.quant, block)
-            kv = self.model.kv_read_bytes_per_layer(block, mean_fill)
-            total += self.a.gpu_block_overhead_s + (weights + kv) / bandwidth
-        return total
-
-    def token_overhead_s(self) -> float:
-        head = self.model.head_bytes(self.quant)
-        return self.a.token_fixed_s + head / (self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency)
-
-    def describe(self) -> "CostModelDescription":
-        from engine.cost_models import CostModelDescription
-
-        return CostModelDescription(
-            self.fidelity,
-            "roofline: bytes over bandwidth plus fixed latencies; constants assumed",
-            {
-                "gpu_bytes_per_s": self.gpu_bytes_per_s,
-                "cpu_bytes_per_s": self.cpu_bytes_per_s,
-                "h2d_bytes_per_s": self.h2d_bytes_per_s,
-                "expert_bytes": self.expert_bytes,
-                "assumptions": asdict(self.a),
-            },
-        )
-
-
-def _known(fact, what: str):
-    from engine.errors import CopeInputError
-
-    if not fact.known:
-        raise CopeInputError(f"{what} is unknown ({fact.note}); name a GPU preset with --gpu")
-    return fact.value

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from engine.cost_model import AnalyticCostModel, CostModel
+from engine.analytic_cost import AnalyticCostModel
+from engine.cost_model import CostModel
 
 if TYPE_CHECKING:  # the request type; engine.advise imports this module's users
     from engine.advise import AdviseRequest
@@ -71,7 +72,9 @@ Factory = Callable[["AdviseRequest", "Profile | None", "ProfileUse | None"], Cos
 
 
 def _analytic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
-    return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+    return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens,
+                             attention_tokens=request.attention_tokens,
+                             kv_bytes_per_element=request.kv_bytes_per_element)
 
 
 def _atomic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:

@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import numpy as np
-
 from engine.errors import CopeInputError
 from engine.export import EXPS_REGEX_TAIL, OFFLOAD_ENV
 from engine.model import ModelSpec
@@ -49,6 +47,15 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("fit", ("-fit", "--fit"), True),
     ArgSpec("no_mmap", ("--no-mmap",), False),
     ArgSpec("bench_mmap", ("-mmp",), True),  # llama-bench: -mmp <0|1>
+    # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
+    ArgSpec("n_depth", ("-d", "--n-depth"), True),
+    ArgSpec("n_gen", ("-n", "--n-gen", "--n-predict"), True),
+    ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
+    ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
+    # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
+    ArgSpec("split_mode", ("-sm", "--split-mode"), True),
+    ArgSpec("tensor_split", ("-ts", "--tensor-split"), True),
+    ArgSpec("device", ("-dev", "--device"), True),
 )
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
@@ -68,6 +75,10 @@ class LlamaCommand:
     no_op_offload: bool
     no_mmap: bool
     fit: str | None
+    n_depth: int  # llama-bench -d: the KV depth its decode test starts from (0 elsewhere)
+    n_gen: int | None  # llama-bench -n (the decode test's tokens); llama-cli -n
+    kv_bytes_per_element: float  # the KV cache's, from -ctk/-ctv (their mean when they differ)
+    multi_gpu: str | None  # why the command uses more than one GPU (None: one at most)
     unknown: tuple[str, ...]  # flags (with their value, if any) we do not model
     notes: tuple[str, ...]
 
@@ -156,12 +167,52 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         min_batch = _int(environ[OFFLOAD_ENV], OFFLOAD_ENV)
     no_op_offload = "no_op_offload" in switches or values.get("bench_no_op_offload", "0") not in ("0", "false", "off")
     no_mmap = "no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
+    n_depth = _first_int(values.get("n_depth"), "-d", tool, notes) or 0
+    n_gen = _first_int(values.get("n_gen"), "-n", tool, notes)
     return LlamaCommand(
         binary=binary, tool=tool, model_path=values.get("model"), gpu_layers=values.get("gpu_layers"),
         threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
+        n_depth=n_depth, n_gen=n_gen, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
         unknown=tuple(unknown), notes=tuple(notes),
     )
+
+
+def _first_int(text: str | None, flag: str, tool: str, notes: list[str]) -> int | None:
+    """A whole number; llama-bench takes comma-separated lists (one test each): the first."""
+    if text is None:
+        return None
+    values = text.split(",")
+    if len(values) > 1:
+        notes.append(f"{flag} {text}: llama-bench runs one test each; the first ({values[0]}) is estimated")
+    n = _int(values[0], flag)
+    if n < 0:
+        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
+    return n
+
+
+def _kv_bytes(values: Mapping[str, str]) -> float:
+    """Bytes per cached element: K and V are as large as each other, so their types' mean."""
+    from engine.analytic_cost import KV_TYPE_BYTES
+
+    kinds = [values.get(k, "f16").split(",")[0].lower() for k in ("cache_type_k", "cache_type_v")]
+    for kind in kinds:
+        if kind not in KV_TYPE_BYTES:
+            raise CopeInputError(f"{WHERE}: KV cache type {kind!r} is not one of {', '.join(KV_TYPE_BYTES)}")
+    return sum(KV_TYPE_BYTES[kind] for kind in kinds) / 2
+
+
+def _multi_gpu(values: Mapping[str, str], overrides: Sequence[tuple[str, str, str]]) -> str | None:
+    devices = {buf.upper() for _, buf, _ in overrides if re.match(r"(?i)^(cuda|rocm|vulkan|sycl|metal)\d+$", buf)}
+    if len(devices) > 1:
+        return f"tensors placed on {len(devices)} GPUs ({', '.join(sorted(devices))})"
+    if values.get("tensor_split") and len([x for x in re.split(r"[,/]", values["tensor_split"]) if x.strip()]) > 1:
+        return f"--tensor-split {values['tensor_split']}"
+    if values.get("split_mode", "").lower() == "row":
+        return "--split-mode row"
+    if values.get("device") and "," in values["device"]:
+        return f"--device {values['device']}"
+    return None
 
 
 def _int(text: str, flag: str) -> int:
@@ -198,46 +249,11 @@ def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
     return [f"blk.{block}.ffn_{kind}_exps.weight" for kind in kinds]
 
 
-def cpu_layers(command: LlamaCommand, model: ModelSpec) -> tuple[np.ndarray, tuple[str, ...]]:
-    """[L] bool: MoE layers whose experts the command keeps on the CPU, and notes."""
-    notes: list[str] = []
-    cpu = np.zeros(model.n_moe_layers, dtype=bool)
-    partial = []
-    for layer, block in enumerate(model.moe_blocks):
-        on_cpu = []
-        for name in expert_tensor_names(model, block):
-            buffer = next((buf for pat, buf, _ in command.overrides if re.search(pat, name)), None)
-            on_cpu.append(buffer is not None and buffer.upper().startswith("CPU"))
-        if all(on_cpu):
-            cpu[layer] = True
-        elif any(on_cpu):
-            cpu[layer] = True
-            partial.append(block)
-    if partial:
-        notes.append(f"blocks {partial}: only some expert tensors on the CPU; priced as the whole layer on the CPU")
-    unused = [f"{flag} {pat}={buf}" for pat, buf, flag in command.overrides
-              if flag in ("-ot", "--override-tensor") and not _matches_any(pat, model)]
-    if unused:
-        notes.append("overrides that match no expert tensor of this model (not modelled): " + "; ".join(unused))
-    return cpu, tuple(notes)
-
-
-def _matches_any(pattern: str, model: ModelSpec) -> bool:
-    return any(re.search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
-
-
 def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
     """What the estimate assumes about the command's other settings."""
     notes = list(command.notes)
-    ngl = command.gpu_layers
-    if ngl is None:
-        notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every non-expert "
-                     "weight on the GPU")
-    elif ngl not in ("all", "auto"):
-        n = _int(ngl, "-ngl")
-        if 0 <= n < model.n_blocks + 1:
-            notes.append(f"-ngl {n} keeps whole blocks on the CPU; not modelled: assumed every non-expert "
-                         "weight on the GPU")
+    if command.gpu_layers is None:
+        notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every block offloaded")
     if command.op_offload_min_batch is not None:
         if command.stages_cpu_experts:
             notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch}: routed CPU experts are copied to the GPU "

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from engine.cost_model import AnalyticCostModel, compose_step
+from engine.analytic_cost import AnalyticCostModel
+from engine.cost_model import compose_step
 from engine.policy import Execution
 from engine.profile import Measurement
 

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.cost_model import AnalyticCostModel
+from engine.analytic_cost import AnalyticCostModel
 from engine.probe_plan import ProbePlan, atomic_probes, plan_probes
 from engine.profile import Measurement, ModelShape, Profile, Provenance
 from engine.profile_keys import cache_key

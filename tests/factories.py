@@ -34,3 +34,21 @@ def tiny_model(
         attention=AttentionShape("gqa", 4, 2, 16),
         source="test",
     )
+
+
+def replay_priced_layer_set(request, cost_model, cpu_layers):  # type: ignore[no-untyped-def]
+    """TPOT of whole layers' experts on the CPU, priced as the ranking prices a partition
+    candidate (replay, then engine.estimate.price): an independent check of placement pricing."""
+    import numpy as np
+
+    from engine.estimate import price
+    from engine.policy import Candidate, Execution, Kind
+    from engine.replay import ReplaySetup, replay
+
+    k = request.model.top_k
+    stats = replay(request.trace.expert_ids, None, Candidate(Kind.PARTITION_FIRST),
+                   ReplaySetup(request.profile.popularity(), 0, 0), cpu_layers=np.asarray(cpu_layers, dtype=bool))
+    tpot, _ = price(stats, cost_model.state_costs(Execution.SEQUENTIAL, request.threads, k, k),
+                    shared_per_token_s=cost_model.shared_per_token_s(),
+                    token_overhead_s=cost_model.token_overhead_s(), prefetch_mode=request.prefetch_mode)
+    return tpot

@@ -9,7 +9,8 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
 from engine.advise import advise, partition_layers
 from engine.catalog import get_model
-from engine.cost_model import AnalyticCostModel, StateCosts
+from engine.analytic_cost import AnalyticCostModel
+from engine.cost_model import StateCosts
 from engine.errors import CopeInputError
 from engine.estimate import price
 from engine.memory import GIB, RUNTIME_RESERVE_BYTES, SAFETY_MARGIN_FRACTION, plan_memory

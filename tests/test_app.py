@@ -58,7 +58,7 @@ class FakeRunner:
                 raise RuntimeError("the fake prober broke")
             done += 1
         progress(done, total, "done")
-        from engine.cost_model import AnalyticCostModel
+        from engine.analytic_cost import AnalyticCostModel
 
         model = AnalyticCostModel(request.model, request.quant, request.platform,
                                   context_tokens=request.context_tokens)
@@ -459,7 +459,7 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
 
     from cope_tui.service.advice import estimate_command, parse_pasted
     from engine.advise import advise
-    from engine.layer_set import price_layer_set
+    from tests.factories import replay_priced_layer_set
 
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
@@ -475,7 +475,7 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
     request = replace(advice.request, threads=8, context_tokens=8192)
     cost_model = choose_cost_model(request).cost_model
     cpu = np.arange(48) < 30
-    assert result.yours.tpot_s == pytest.approx(price_layer_set(request, cost_model, cpu).tpot_s)
+    assert result.yours.tpot_s == pytest.approx(replay_priced_layer_set(request, cost_model, cpu), rel=1e-9)
     assert result.best.tpot_s == pytest.approx(advise(request, cost_model).best.tpot_s)
 
 

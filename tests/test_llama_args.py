@@ -11,16 +11,17 @@ import pytest
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from engine.catalog import get_model
 from engine.errors import CopeInputError
-from engine.llama_args import command_notes, cpu_layers, parse_llama_command
+from engine.llama_args import command_notes, parse_llama_command
+from engine.llama_placement import placement_of
 
 QWEN = get_model("qwen3-30b-a3b")  # 48 MoE blocks 0..47
 DS = get_model("deepseek-coder-v2-lite-instruct")  # block 0 dense, MoE 1..26
 
 
 def blocks_on_cpu(line: str, model=QWEN) -> list[int]:
-    cmd = parse_llama_command(shlex.split(line))
-    cpu, _ = cpu_layers(cmd, model)
-    return [model.moe_blocks[i] for i in np.flatnonzero(cpu)]
+    """The MoE blocks with any of their expert tensors on the CPU."""
+    share = placement_of(parse_llama_command(shlex.split(line)), model).expert_cpu_share
+    return [model.moe_blocks[i] for i in np.flatnonzero(share > 0)]
 
 
 @pytest.mark.parametrize(
@@ -59,7 +60,9 @@ def test_several_override_tensor_forms():
     assert blocks_on_cpu(r"llama-server -ot 'blk\.1\.ffn_.*=CPU'") == [1]  # not 10..19
     assert blocks_on_cpu(r"llama-server -ot '\.ffn_(up|down)_exps=CPU'") == list(range(48))  # partial
     cmd = parse_llama_command(shlex.split(r"llama-server -ot '\.ffn_(up|down)_exps=CPU'"))
-    assert "only some expert tensors" in cpu_layers(cmd, QWEN)[1][0]
+    placement = placement_of(cmd, QWEN)
+    assert np.allclose(placement.expert_cpu_share, 2 / 3)  # up and down of gate, up, down
+    assert placement.whole_layer_set is None and "some expert projections on the CPU" in placement.describe(QWEN)
 
 
 def test_llama_bench_override_groups():
@@ -89,7 +92,11 @@ def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
     assert old.flash_attn == "on" and old.threads == 4
     assert any("-fa off" in n for n in command_notes(parse_llama_command(["llama-server", "-fa", "off"]), QWEN))
     assert any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
-    assert any("-ngl 10" in n for n in command_notes(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN))
+    # -ngl 10 offloads the last 10 of 48 blocks (llama-model.cpp: i_gpu_start = n_layer - ngl), not the output.
+    ten = placement_of(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN)
+    assert np.flatnonzero(ten.gpu_blocks).tolist() == list(range(38, 48)) and not ten.output_on_gpu
+    assert (ten.expert_cpu_share[:38] == 1).all() and (ten.expert_cpu_share[38:] == 0).all()
+    assert placement_of(parse_llama_command(["llama-server", "-ngl", "49"]), QWEN).output_on_gpu
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ import pytest
 from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
 from engine.advise import advise
-from engine.cost_model import AnalyticCostModel, StateCosts
+from engine.analytic_cost import AnalyticCostModel
+from engine.cost_model import StateCosts
 from engine.errors import CopeInputError
 from engine.measured_cost import AtomicCostModel, CombinedCostModel
 from engine.policy import Execution

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from cope_tui import cli  # noqa: E402
 from cope_tui.service import pricing  # noqa: E402
-from engine.cost_model import AnalyticCostModel  # noqa: E402
+from engine.analytic_cost import AnalyticCostModel  # noqa: E402
 from engine.cost_models import build_cost_model  # noqa: E402
 from engine.measured_cost import CombinedCostModel  # noqa: E402
 from engine.platform import platform_from  # noqa: E402

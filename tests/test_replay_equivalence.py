@@ -232,7 +232,7 @@ def test_score_heap_settles_rounding_ties_as_the_scan_does():
 def small_request(tokens=40, **kw):
     from cope_tui.options import PlanChoices
     from cope_tui.service.request import build_request
-    from engine.cost_model import AnalyticCostModel
+    from engine.analytic_cost import AnalyticCostModel
 
     args = PlanChoices(**{"tokens": tokens, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
     request = build_request(args)

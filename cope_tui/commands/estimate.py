@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
     advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg)
-    est = estimate_command(advice, command)
+    est = estimate_command(advice, command)  # recomputed at the command's own settings where they differ
     if args.json:
         from cope_tui.commands.output import write_json
 
@@ -50,17 +50,16 @@ def run(args: argparse.Namespace) -> int:
         write_json({
             "command": {
                 "argv": words, "tool": command.tool, "model_path": command.model_path,
-                "threads": command.threads, "context": command.context,
+                "threads": command.threads, "context": command.context, "depth": command.n_depth,
                 "cpu_moe_blocks": list(est.cpu_moe_blocks),
                 "stages_cpu_experts": est.stages,
+                "maps_to": est.maps_to,
                 "unknown_flags": list(command.unknown),
             },
-            "yours": {"detail": yours.detail, "tpot_s": yours.tpot_s, "tokens_per_s": yours.tokens_per_s,
-                      "vram_used_bytes": yours.vram_used_bytes, "fidelity": yours.fidelity,
-                      "rank": est.rank, "of": est.of},
+            "yours": _yours_dict(est),
             "best": {"id": best.candidate.id, "tpot_s": best.tpot_s, "tokens_per_s": best.tokens_per_s,
                      "vram_used_bytes": best.vram_used_bytes},
-            "speedup_of_best": est.speedup,
+            "speedup_of_best": est.speedup if yours.runs else None,
             "export": est.export.to_dict(),
             "notes": list(est.notes + est.ranking_notes),
         })
@@ -69,3 +68,20 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
+
+
+def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
+    yours = est.yours
+    doc = {"runs": yours.runs, "refusal": yours.refusal, "detail": yours.detail, "fidelity": yours.fidelity,
+           "tpot_s": yours.tpot_s if yours.runs else None, "tokens_per_s": yours.tokens_per_s if yours.runs else None,
+           "rank": est.rank, "of": est.of}
+    if yours.memory is not None:
+        m = yours.memory
+        doc.update(vram_used_bytes=m.vram_bytes, vram_total_bytes=m.vram_total_bytes, host_bytes=m.host_bytes,
+                   ram=m.ram.to_dict())
+    if yours.cost is not None:
+        c = yours.cost
+        doc["breakdown_s"] = {"gpu_blocks": c.gpu_blocks_s, "cpu_blocks": c.cpu_blocks_s,
+                              "gpu_experts": c.gpu_experts_s, "cpu_experts": c.cpu_experts_s, "sync": c.sync_s,
+                              "head_and_token": c.head_s}
+    return doc

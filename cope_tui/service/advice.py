@@ -16,7 +16,7 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
 from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets
-from engine.command_estimate import CommandEstimate, price_command
+from engine.command_estimate import CommandEstimate, command_settings, price_command
 from engine.cost_model import CostModel
 from engine.errors import CopeInputError
 from engine.llama_args import LlamaCommand, parse_llama_command
@@ -105,18 +105,21 @@ def parse_pasted(text: str) -> LlamaCommand:
 
 def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progress | None = None,
                      cancel: threading.Event | None = None) -> CommandEstimate:
-    """Price `command` beside the ranking of `advice`. The command's -t and -c are honoured:
-    when they differ from the advice's, the ranking is recomputed at them (priced by the
-    same policy: a complete cached profile for those settings, else analytic) and a note
-    says so."""
+    """Price `command` beside the ranking of `advice`. The command's settings are honoured
+    (-t, -c, the KV cache type, llama-bench's -d and -n): when they differ from the
+    advice's, the ranking is recomputed at them (priced by the same policy: a complete
+    cached profile for those settings, else analytic) and a note says so."""
     request = advice.request
-    threads = command.threads or request.threads
-    context = command.context or request.context_tokens
-    if (threads, context) == (request.threads, request.context_tokens):
+    changes = command_settings(command, request)
+    if not changes:
         return price_command(advice.rec, advice.cost_model, command)
-    moved = replace(request, threads=threads, context_tokens=context)
+    moved = replace(request, **changes)
     redone = advise_with(moved, choose_cost_model(moved), progress=progress, cancel=cancel)
     result = price_command(redone.rec, redone.cost_model, command)
-    note = (f"COPE's best recomputed at the command's {threads} threads and context {context} "
-            f"(the ranking shown elsewhere is at {request.threads} threads, context {request.context_tokens})")
+    said = ", ".join(f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
+    note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"
     return replace(result, notes=(note,) + result.notes)
+
+
+_SETTING_NAMES = {"threads": "threads", "context_tokens": "context", "attention_tokens": "attended tokens",
+                  "kv_bytes_per_element": "KV bytes per element"}

@@ -142,7 +142,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     from cope_tui.service.pricing import choose_cost_model
     from cope_tui.service.request import build_request
     from engine.advise import sweep_budgets
-    from engine.cost_model import AnalyticCostModel
+    from engine.analytic_cost import AnalyticCostModel
     from engine.memory import plan_memory
 
     request = build_request(settings.base.with_(model=model_id, threads=threads,

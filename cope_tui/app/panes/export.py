@@ -42,20 +42,24 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
     text = Text()
     text.append("Your command maps to ", style="bold")
     text.append(f"{result.maps_to}: {yours.detail}\n")
-    text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, "
-                f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB ({result.rank - 1} of {result.of} candidates are faster)\n")
+    if yours.runs:
+        text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, VRAM "
+                    f"{yours.vram_used_bytes / GIB:.2f} GiB ({result.rank - 1} of {result.of} candidates are faster)\n")
+    else:
+        text.append(f"  {yours.refusal}\n", style="bold red")
     text.append("COPE's best: ", style="bold")
     text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
     text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
                 f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
-    if result.speedup >= 1.0:
+    if yours.runs and result.speedup >= 1.0:
         text.append(f"COPE's best is {result.speedup:.2f}x faster than your command\n", style="bold green")
-    else:
+    elif yours.runs:
         text.append(f"Your command is {1 / result.speedup:.2f}x faster than COPE's best\n", style="bold yellow")
-    if result.runs is not None:
-        r = result.runs
-        text.append(f"Runs on llama.cpp: {r.candidate.id}, {r.tpot_s * 1e3:.2f} ms/token, {r.tokens_per_s:.1f} "
-                    f"tok/s ({yours.tpot_s / r.tpot_s:.2f}x your command)\n")
+    near = result.nearest_runnable
+    if near is not None:
+        mine = f" ({yours.tpot_s / near.tpot_s:.2f}x your command)" if yours.runs else ""
+        text.append(f"Runs on llama.cpp: {near.candidate.id}, {near.tpot_s * 1e3:.2f} ms/token, "
+                    f"{near.tokens_per_s:.1f} tok/s{mine}\n")
     text.append(f"Priced at {req.threads} threads, context {req.context_tokens}, {yours.fidelity} cost model\n",
                 style="dim")
     unknown = result.command.unknown

@@ -1,0 +1,193 @@
+"""The analytic (roofline) cost model: llama.cpp's batch-1 decode from the Platform alone.
+
+Decode at batch 1 is memory-bound: every weight a token touches is read once, so a
+piece of work costs its bytes over the bandwidth its device reaches for quantized
+mat-vecs, plus fixed latencies (kernel launches, a CPU thread pool's wake-up, the
+hand-over of the hidden state between the devices). The pieces:
+
+- a block's shared work (attention with its KV cache at the depth decoded, norms, the
+  router, shared experts or a dense FFN) on the GPU or, when the block is not offloaded
+  (`-ngl` below the block count, or CPU only), on the CPU;
+- a MoE layer's k routed experts on the GPU, on the CPU, or split between them;
+- the output head and sampling once per token;
+- a hand-over each time the token's work changes device (`sync_s`: half each way).
+
+The CPU streams weights at `threads x cpu_thread_bytes_per_s`, at most
+`cpu_bandwidth_efficiency x` the memory's theoretical peak: decode stops gaining from
+threads once DRAM is saturated. Every constant below is either physical (from the
+Platform: spec-sheet or measured bandwidths) or fitted once, globally, on the published
+llama.cpp runs in ../shared/calibration (bench/fit_published.py; the fit and its data are
+in docs/accuracy.md); none is tuned per model, per row or per source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from engine.cost_model import Lanes, StateCosts, compose_state_costs, compose_step
+from engine.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
+from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
+from engine.policy import Execution
+from engine.quant import Quantization
+
+if TYPE_CHECKING:
+    from engine.cost_models import CostModelDescription
+
+# llama.cpp's KV cache types (-ctk/-ctv): bytes per element (ggml block sizes).
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+
+
+@dataclass(frozen=True)
+class AnalyticAssumptions:
+    """The constants of the roofline model (docs/accuracy.md: where each comes from)."""
+
+    gpu_bandwidth_efficiency: float = 0.70  # batch-1 quantized mat-vec vs spec-sheet peak
+    cpu_bandwidth_efficiency: float = 0.60  # ggml CPU mat-vec vs theoretical DRAM peak, all threads
+    cpu_thread_bytes_per_s: float = 12e9  # one thread streaming quantized weights
+    gpu_expert_launch_s: float = 15e-6  # a layer's mul_mat_id kernels (gate, up, down, activation)
+    gpu_block_overhead_s: float = 45e-6  # a block's other kernels: norms, rope, attention, router
+    cpu_dispatch_s: float = 10e-6  # waking the CPU thread pool for a layer's experts
+    cpu_block_overhead_s: float = 20e-6  # a block's other ops on the CPU (thread-pool barriers)
+    sync_s: float = 20e-6  # the hidden state to the CPU and the result back (a graph split)
+    copy_latency_s: float = 10e-6  # setting up one batch of host-to-device copies
+    token_fixed_s: float = 150e-6  # sampling, embedding lookup, graph build and launch
+
+
+class AnalyticCostModel:
+    """Roofline costs from the Platform's figures alone.
+
+    `context_tokens`: the KV cache reserved; `attention_tokens`: the tokens a decode step
+    attends to (default half the context: the mean over a conversation that fills it;
+    `llama-bench -d D -n N` decodes from D to D + N); `kv_bytes_per_element`: the cache
+    type's (`-ctk`/`-ctv`; f16 by default)."""
+
+    fidelity = "analytic"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        quant: Quantization,
+        platform: Platform,
+        *,
+        context_tokens: int,
+        attention_tokens: int | None = None,
+        kv_bytes_per_element: float = KV_CACHE_BYTES_PER_ELEMENT,
+        assumptions: AnalyticAssumptions = AnalyticAssumptions(),
+    ):
+        self.model = model
+        self.quant = quant
+        self.platform = platform
+        self.context_tokens = context_tokens
+        self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
+        self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
+        self.a = assumptions
+        self.expert_bytes = model.expert_bytes(quant)
+        self.gpu_bytes_per_s = float(_known(platform.gpu.mem_bandwidth_bytes_per_s, "GPU memory bandwidth"))
+        self.h2d_bytes_per_s = float(_known(platform.gpu.h2d_bytes_per_s, "host-to-device bandwidth"))
+        cpu_bw = platform.cpu.mem_bandwidth_bytes_per_s
+        if not cpu_bw.known:
+            cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
+        self.cpu_bytes_per_s = float(cpu_bw.value)
+
+    # --- bandwidths -------------------------------------------------------------
+    @property
+    def gpu_stream_bytes_per_s(self) -> float:
+        return self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency
+
+    def cpu_stream_bytes_per_s(self, threads: int) -> float:
+        """What `threads` threads stream for quantized mat-vecs: linear in threads until
+        the memory saturates (more threads never slower)."""
+        return min(max(threads, 1) * self.a.cpu_thread_bytes_per_s,
+                   self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency)
+
+    # --- single lanes ---------------------------------------------------------
+    def gpu_experts_s(self, n: int) -> float:
+        if n == 0:
+            return 0.0
+        return self.a.gpu_expert_launch_s + n * self.expert_bytes / self.gpu_stream_bytes_per_s
+
+    def cpu_expert_s(self, threads: int) -> float:
+        return self.expert_bytes / self.cpu_stream_bytes_per_s(threads)
+
+    def cpu_experts_s(self, n: int, threads: int) -> float:
+        return 0.0 if n == 0 else self.a.cpu_dispatch_s + n * self.cpu_expert_s(threads)
+
+    def copy_experts_s(self, n: int) -> float:
+        return 0.0 if n == 0 else self.a.copy_latency_s + n * self.expert_bytes / self.h2d_bytes_per_s
+
+    # --- one layer step -------------------------------------------------------
+    def lanes(self, threads: int) -> Lanes:
+        """The single-operator costs at `threads`, for the shared composition rules."""
+        return Lanes(
+            gpu_experts_s=self.gpu_experts_s,
+            cpu_experts_s=lambda n: self.cpu_experts_s(n, threads),
+            copy_experts_s=self.copy_experts_s,
+            sync_s=self.a.sync_s,
+            gpu_launch_s=self.a.gpu_expert_launch_s,
+            gpu_per_expert_s=self.gpu_experts_s(2) - self.gpu_experts_s(1),
+            cpu_dispatch_s=self.a.cpu_dispatch_s,
+            cpu_per_expert_s=self.cpu_expert_s(threads),
+            copy_latency_s=self.a.copy_latency_s,
+            copy_per_expert_s=self.copy_experts_s(2) - self.copy_experts_s(1),
+        )
+
+    def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
+        return compose_state_costs(execution, top_k, prefetch_budget, self.lanes(threads))
+
+    def _step(self, execution: Execution, h: int, m: int, threads: int) -> tuple:
+        """(total, gpu, cpu, copy, sync, copied) of one layer step."""
+        return compose_step(execution, h, m, self.lanes(threads))
+
+    # --- a block's shared work, on either device --------------------------------
+    def block_bytes(self, block: int) -> float:
+        """Bytes a decode step reads in `block` besides its routed experts: its weights and
+        its KV cache at the attended depth."""
+        weights = self.model.shared_layer_bytes(self.quant, block)
+        kv = self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
+        return weights + kv
+
+    def gpu_block_s(self, block: int) -> float:
+        return self.a.gpu_block_overhead_s + self.block_bytes(block) / self.gpu_stream_bytes_per_s
+
+    def cpu_block_s(self, block: int, threads: int) -> float:
+        return self.a.cpu_block_overhead_s + self.block_bytes(block) / self.cpu_stream_bytes_per_s(threads)
+
+    def head_s(self, *, on_cpu: bool = False, threads: int = 1) -> float:
+        """The output head's mat-vec (sampling and the rest are in `token_overhead_s`)."""
+        head = self.model.head_bytes(self.quant)
+        return head / (self.cpu_stream_bytes_per_s(threads) if on_cpu else self.gpu_stream_bytes_per_s)
+
+    # --- what every candidate pays -------------------------------------------
+    def shared_per_token_s(self) -> float:
+        """Every block's shared work on the GPU (the candidates all offload every block)."""
+        return sum(self.gpu_block_s(block) for block in range(self.model.n_blocks))
+
+    def token_overhead_s(self) -> float:
+        return self.a.token_fixed_s + self.head_s()
+
+    def describe(self) -> "CostModelDescription":
+        from engine.cost_models import CostModelDescription
+
+        return CostModelDescription(
+            self.fidelity,
+            "roofline: bytes over bandwidth plus fixed latencies; constants fitted on published llama.cpp runs "
+            "(docs/accuracy.md)",
+            {
+                "gpu_bytes_per_s": self.gpu_bytes_per_s,
+                "cpu_bytes_per_s": self.cpu_bytes_per_s,
+                "h2d_bytes_per_s": self.h2d_bytes_per_s,
+                "expert_bytes": self.expert_bytes,
+                "attention_tokens": self.attention_tokens,
+                "assumptions": asdict(self.a),
+            },
+        )
+
+
+def _known(fact, what: str):  # type: ignore[no-untyped-def]
+    from engine.errors import CopeInputError
+
+    if not fact.known:
+        raise CopeInputError(f"{what} is unknown ({fact.note}); name a GPU preset with --gpu")
+    return fact.value

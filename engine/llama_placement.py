@@ -1,0 +1,261 @@
+"""Where a llama.cpp command puts a model's weights, and what a decode token then costs.
+
+Placement, by llama.cpp's rules (src/llama-model.cpp, load_tensors): `-ngl N` offloads
+the last N repeating blocks (i_gpu_start = n_layer - N) with their attention, norms and
+KV cache, and the output layer only when N > n_layer; without -ngl (or `all`, `auto`,
+`-1`) every block is offloaded. Tensor overrides (`-ot`, `--n-cpu-moe`, `--cpu-moe`,
+common/arg.cpp) then move tensors by name, the first matching pattern winning: COPE reads
+them for the routed-expert tensors of every MoE block, per projection, so `-ot
+"ffn_down_exps=CPU"` keeps one third of a layer's expert bytes on the CPU.
+
+Pricing follows the work of one decode token through the blocks: each block's shared
+work on its device, each MoE layer's routed experts on theirs (a split layer: the GPU's
+part, then the CPU's), the output head, and half a hand-over (`sync`) every time the
+work changes device. For a set of whole layers' experts on the CPU with every block
+offloaded, this is exactly what the ranking's layer-partition candidates cost (tested).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine.advise import AdviseRequest
+from engine.analytic_cost import AnalyticCostModel
+from engine.cost_model import CostModel
+from engine.llama_args import LlamaCommand, expert_tensor_names
+from engine.model import ModelSpec
+from engine.policy import Execution, Kind
+from engine.spans import block_span
+
+if TYPE_CHECKING:
+    from engine.host_memory import RamFit
+
+ALL_LAYERS = ("all", "auto", "-1", "max")
+
+
+@dataclass(frozen=True)
+class LlamaPlacement:
+    gpu_blocks: np.ndarray  # bool [n_blocks]: offloaded (attention, norms, KV on the GPU)
+    expert_cpu_share: np.ndarray  # float [L]: the share of each MoE layer's expert bytes on the CPU
+    output_on_gpu: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def cpu_only(self) -> bool:
+        return not self.gpu_blocks.any() and not self.output_on_gpu and bool((self.expert_cpu_share == 1).all())
+
+    @property
+    def whole_layer_set(self) -> np.ndarray | None:
+        """[L] bool when every block is offloaded and each layer's experts are all on one
+        side: the shape the ranking's partition candidates have; else None."""
+        share = self.expert_cpu_share
+        if not (self.gpu_blocks.all() and self.output_on_gpu and np.isin(share, (0.0, 1.0)).all()):
+            return None
+        return share == 1.0
+
+    def describe(self, model: ModelSpec) -> str:
+        cpu_blocks = [b for b in range(model.n_blocks) if not self.gpu_blocks[b]]
+        if self.cpu_only:
+            return "everything on the CPU (no layer offloaded)"
+        parts = []
+        if cpu_blocks:
+            parts.append(f"{len(cpu_blocks)} of {model.n_blocks} blocks whole on the CPU (blocks {block_span(cpu_blocks)})")
+        whole = [model.moe_blocks[i] for i, s in enumerate(self.expert_cpu_share) if s == 1.0
+                 and self.gpu_blocks[model.moe_blocks[i]]]
+        split = [model.moe_blocks[i] for i, s in enumerate(self.expert_cpu_share) if 0 < s < 1]
+        if whole:
+            parts.append(f"{len(whole)} of {model.n_moe_layers} MoE layers' experts on the CPU (blocks "
+                         f"{block_span(whole)})")
+        if split:
+            parts.append(f"some expert projections on the CPU in blocks {block_span(split)}")
+        if not self.output_on_gpu:
+            parts.append("output layer on the CPU")
+        return "; ".join(parts) or f"every expert on the GPU (0 of {model.n_moe_layers} MoE layers on the CPU)"
+
+
+def layer_set_kind(cpu_layers: np.ndarray) -> str:
+    """The candidate kind a CPU layer set ([L] bool) is, as the ranking names them."""
+    cpu = np.asarray(cpu_layers, dtype=bool)
+    n = int(cpu.sum())
+    if n == 0:
+        return Kind.ALL_GPU.value
+    if n == cpu.size:
+        return Kind.ALL_CPU.value
+    if cpu[:n].all():
+        return Kind.PARTITION_FIRST.value
+    if cpu[-n:].all():
+        return Kind.PARTITION_LAST.value
+    return "layer set"
+
+
+def gpu_layer_count(command: LlamaCommand, model: ModelSpec) -> int:
+    """-ngl as a number of offloaded layers, the output layer counted as n_blocks + 1."""
+    ngl = command.gpu_layers
+    if ngl is None or ngl.strip().lower() in ALL_LAYERS:
+        return model.n_blocks + 1
+    from engine.llama_args import _int
+
+    n = _int(ngl.split(",")[0], "-ngl")
+    return model.n_blocks + 1 if n < 0 else n
+
+
+def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = True) -> LlamaPlacement:
+    """The placement `command` gives `model` (everything on the CPU without a GPU)."""
+    n_gpu = gpu_layer_count(command, model) if has_gpu else 0
+    start = max(model.n_blocks - n_gpu, 0)
+    gpu_blocks = np.arange(model.n_blocks) >= start
+    share = np.zeros(model.n_moe_layers)
+    for layer, block in enumerate(model.moe_blocks):
+        names = expert_tensor_names(model, block)
+        on_cpu = [_on_cpu(name, command, bool(gpu_blocks[block])) for name in names]
+        share[layer] = sum(on_cpu) / len(names)
+    notes = []
+    unused = [f"{flag} {pat}={buf}" for pat, buf, flag in command.overrides
+              if flag in ("-ot", "--override-tensor") and not _matches_any(pat, model)]
+    if unused:
+        notes.append("overrides that match no routed-expert tensor of this model (not modelled: they are taken to "
+                     "move nothing): " + "; ".join(unused))
+    return LlamaPlacement(gpu_blocks, share, has_gpu and n_gpu > model.n_blocks, tuple(notes))
+
+
+def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
+    buffer = next((buf for pat, buf, _ in command.overrides if re.search(pat, name)), None)
+    if buffer is None:
+        return not block_on_gpu
+    return buffer.upper().startswith("CPU")
+
+
+def _matches_any(pattern: str, model: ModelSpec) -> bool:
+    return any(re.search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
+
+
+@dataclass(frozen=True)
+class PlacementCost:
+    """Seconds per decode token of a placement, by where the time goes."""
+
+    gpu_blocks_s: float  # shared work of the offloaded blocks
+    cpu_blocks_s: float  # shared work of the blocks on the CPU
+    gpu_experts_s: float
+    cpu_experts_s: float
+    sync_s: float  # hand-overs between the devices
+    head_s: float  # output head, sampling and the per-token fixed cost
+    transitions: int  # device changes in one token's work
+
+    @property
+    def tpot_s(self) -> float:
+        return (self.gpu_blocks_s + self.cpu_blocks_s + self.gpu_experts_s + self.cpu_experts_s + self.sync_s
+                + self.head_s)
+
+
+def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement,
+                   analytic: AnalyticCostModel, *, stage: bool = False) -> PlacementCost:
+    """One decode token of `placement`. The routed experts come from `cost_model`'s
+    sequential layer steps (all k on the GPU: h = k; all on the CPU: h = 0, less its
+    hand-over), or with `stage` (GGML_OP_OFFLOAD_MIN_BATCH=1) its staged ones (the CPU's
+    experts copied to the GPU and computed there); the blocks' shared work from
+    `cost_model` on the GPU (scaled per block by `analytic`'s shares) and from `analytic`
+    on the CPU, with the head."""
+    model, threads, k = request.model, request.threads, request.model.top_k
+    steps = cost_model.state_costs(Execution.SEQUENTIAL, threads, k, 0)
+    gpu_layer, cpu_layer = float(steps.total_s[k]), float(steps.total_s[0] - steps.sync_s[0])
+    cpu_device = "cpu"
+    if stage:
+        cpu_layer, cpu_device = float(cost_model.state_costs(Execution.STAGE, threads, k, 0).total_s[0]), "gpu"
+    sync = float(steps.sync_s[0])
+    gpu_scale = cost_model.shared_per_token_s() / analytic.shared_per_token_s()
+    moe_at = {block: i for i, block in enumerate(model.moe_blocks)}
+    devices: list[str] = []  # the device of each piece of the token's work, in order
+    gpu_blocks_s = cpu_blocks_s = gpu_experts_s = cpu_experts_s = 0.0
+    for block in range(model.n_blocks):
+        if placement.gpu_blocks[block]:
+            gpu_blocks_s += analytic.gpu_block_s(block) * gpu_scale
+            devices.append("gpu")
+        else:
+            cpu_blocks_s += analytic.cpu_block_s(block, threads)
+            devices.append("cpu")
+        layer = moe_at.get(block)
+        if layer is None:
+            continue
+        share = float(placement.expert_cpu_share[layer])
+        if share < 1:
+            gpu_experts_s += (1 - share) * gpu_layer
+            devices.append("gpu")
+        if share > 0:
+            cpu_experts_s += share * cpu_layer
+            devices.append(cpu_device)
+    if placement.output_on_gpu:
+        head_s = cost_model.token_overhead_s()
+        devices.append("gpu")
+    else:
+        head_s = analytic.a.token_fixed_s + analytic.head_s(on_cpu=True, threads=threads)
+        devices.append("cpu")
+    transitions = sum(a != b for a, b in zip(devices, devices[1:]))
+    return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2, head_s,
+                         transitions)
+
+
+@dataclass(frozen=True)
+class PlacementMemory:
+    """What a placement keeps in VRAM and in host memory, and whether it fits."""
+
+    vram_bytes: int  # weights, KV cache of the offloaded blocks, CUDA context and compute buffers
+    vram_total_bytes: int | None  # the GPU's (None: unknown, not checked)
+    host_bytes: int  # weights left on the CPU (and the KV cache of the blocks there)
+    ram: "RamFit"
+
+    @property
+    def fits_vram(self) -> bool:
+        return self.vram_total_bytes is None or self.vram_bytes <= self.vram_total_bytes
+
+    def problem(self) -> str | None:
+        """Why the command would not run (None: it fits)."""
+        from engine.memory import GIB
+
+        if not self.fits_vram:
+            return (f"would not run: it needs {self.vram_bytes / GIB:.1f} GiB of VRAM (weights, KV cache, CUDA "
+                    f"context and buffers) on a {self.vram_total_bytes / GIB:.1f} GiB GPU")
+        if not self.ram.fits:
+            return f"would not run: {self.ram.describe()}"
+        return None
+
+
+def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mapped: bool) -> PlacementMemory:
+    """VRAM and host memory of `placement` at the request's context (llama.cpp keeps the
+    token embedding in host memory unless it is tied to the output head)."""
+    from engine.host_memory import ram_fit
+    from engine.memory import RUNTIME_RESERVE_BYTES
+
+    model, quant = request.model, request.quant
+    kv_scale = request.kv_bytes_per_element / 2.0
+    expert_layer = model.n_routed_experts * model.expert_bytes(quant)
+    vram = host = 0.0
+    for block in range(model.n_blocks):
+        weights = model.shared_layer_bytes(quant, block)
+        kv = model.kv_read_bytes_per_layer(block, request.context_tokens) * kv_scale
+        if placement.gpu_blocks[block]:
+            vram += weights + kv
+        else:
+            host += weights + kv
+    for share in placement.expert_cpu_share:
+        host += share * expert_layer
+        vram += (1 - share) * expert_layer
+    head = model.head_bytes(quant)
+    embedding = model.non_expert_bytes(quant) - model.gpu_non_expert_bytes(quant)  # 0 when tied
+    if placement.output_on_gpu:
+        vram += head
+    elif not model.tied_embeddings:
+        host += head
+    host += embedding
+    uses_gpu = placement.gpu_blocks.any() or placement.output_on_gpu or bool((placement.expert_cpu_share < 1).any())
+    if uses_gpu:
+        vram += RUNTIME_RESERVE_BYTES
+    gpu_vram = request.platform.gpu.vram_bytes
+    total = int(gpu_vram.value) if gpu_vram.known and uses_gpu else None
+    ram_bytes = request.platform.cpu.ram_bytes
+    ram = ram_fit(int(host), int(ram_bytes.value) if ram_bytes.known else None, mapped=mapped,
+                  what="the weights left on the CPU")
+    return PlacementMemory(int(vram), total, int(host), ram)

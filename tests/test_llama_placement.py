@@ -1,0 +1,142 @@
+"""llama.cpp placements priced per decode token: -ngl, CPU only, -ot per projection, more
+than one GPU, commands that would not fit, and the cost model's monotonic properties."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from cope_tui.cli import EXIT_OK, main
+from cope_tui.options import PlanChoices
+from cope_tui.service.advice import estimate_command, plan
+from cope_tui.service.request import build_request
+from engine.analytic_cost import AnalyticCostModel
+from engine.llama_args import parse_llama_command
+from engine.llama_placement import placement_cost, placement_memory, placement_of
+from engine.memory import GIB
+from tests.factories import replay_priced_layer_set
+
+FAST = PlanChoices(tokens=40, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)
+
+
+def priced(line: str, choices: PlanChoices = FAST):  # type: ignore[no-untyped-def]
+    return estimate_command(plan(choices), parse_llama_command(shlex.split(line)))
+
+
+def analytic(request) -> AnalyticCostModel:  # type: ignore[no-untyped-def]
+    return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+
+
+def test_a_whole_layer_set_costs_what_the_ranking_charges_its_partition():
+    request = build_request(FAST)
+    model = analytic(request)
+    for n in (0, 11, 30, 48):
+        placement = placement_of(parse_llama_command(["llama-server", "--n-cpu-moe", str(n)]), request.model)
+        cost = placement_cost(request, model, placement, model)
+        assert cost.tpot_s == pytest.approx(replay_priced_layer_set(request, model, np.arange(48) < n), rel=1e-9)
+    advice = plan(FAST)
+    partition = advice.rec.estimate_of("partition-first")
+    n_cpu = int(partition.cpu_layers.sum())
+    est = priced(f"llama-server -m q.gguf -ngl 99 --n-cpu-moe {n_cpu} -t 8 -c 8192")
+    assert est.yours.tpot_s == pytest.approx(partition.tpot_s, rel=1e-9) and est.maps_to == "partition-first"
+
+
+def test_partial_ngl_keeps_whole_blocks_on_the_cpu_and_costs_more_than_offloading_them():
+    est = priced("llama-server -m q.gguf -ngl 20 -t 8 -c 8192")
+    placement = placement_of(est.command, est.request.model)
+    assert placement.gpu_blocks.sum() == 20 and not placement.output_on_gpu
+    assert est.yours.runs and est.yours.cost.cpu_blocks_s > 0 and est.yours.cost.transitions == 2
+    assert "28 of 48 blocks whole on the CPU (blocks 0..27)" in est.yours.detail
+    # The same experts on the CPU with every block offloaded is faster, and uses more VRAM.
+    layers = priced("llama-server -m q.gguf -ngl 99 --n-cpu-moe 28 -t 8 -c 8192")
+    assert layers.yours.tpot_s < est.yours.tpot_s and layers.yours.vram_used_bytes > est.yours.vram_used_bytes
+
+
+def test_ngl_0_is_cpu_only_with_no_hand_over():
+    est = priced("llama-server -m q.gguf -ngl 0 -t 8 -c 8192")
+    cost = est.yours.cost
+    assert est.maps_to == "cpu only" and cost.transitions == 0 and cost.sync_s == 0
+    assert cost.gpu_blocks_s == cost.gpu_experts_s == 0 and est.yours.vram_used_bytes == 0
+    request = est.request
+    model = analytic(request)
+    by_hand = (sum(model.cpu_block_s(b, 8) for b in range(48)) + 48 * model.cpu_experts_s(8, 8)
+               + model.a.token_fixed_s + model.head_s(on_cpu=True, threads=8))
+    assert cost.tpot_s == pytest.approx(by_hand, rel=1e-12)
+    assert est.yours.tpot_s > priced("llama-server -m q.gguf -ngl 99 --cpu-moe -t 8 -c 8192").yours.tpot_s
+
+
+def test_a_command_that_overflows_vram_would_not_run_and_says_why(capsys):
+    big = PlanChoices(model="qwen3-235b-a22b", tokens=20, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)
+    est = priced("llama-server -m q.gguf -ngl 99 -t 8 -c 8192", big)
+    assert not est.yours.runs and est.rank is None
+    assert est.yours.refusal.startswith("would not run: it needs ") and "GiB of VRAM" in est.yours.refusal
+    assert est.yours.memory.vram_bytes > 100 * GIB
+    code = main(["estimate", "--json", "--model", "qwen3-235b-a22b", "--cpu", "desktop-ddr5", "--gpu",
+                 "rtx-4060-ti-16gb", "--tokens", "20", "--", "llama-server", "-m", "q.gguf", "-ngl", "99"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == EXIT_OK and doc["yours"]["runs"] is False and doc["yours"]["tpot_s"] is None
+    assert doc["speedup_of_best"] is None
+    assert main(["estimate", "--model", "qwen3-235b-a22b", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb",
+                 "--tokens", "20", "--", "llama-server", "-ngl", "99"]) == EXIT_OK
+    assert "Your command would not run: it needs" in capsys.readouterr().out
+
+
+def test_more_than_one_gpu_is_refused_not_mispriced():
+    for line in ("llama-server -m q.gguf -ts 1,1", "llama-server -m q.gguf -sm row",
+                 r"llama-server -m q.gguf -ot 'blk\.[0-9]\.=CUDA0' -ot 'blk\.1[0-9]\.=CUDA1'"):
+        est = priced(line)
+        assert not est.yours.runs and est.yours.refusal.startswith("not modelled: the command uses more than one GPU")
+
+
+def test_one_projection_on_the_cpu_is_a_third_of_the_layer():
+    request = build_request(FAST)
+    model = analytic(request)
+    down = placement_of(parse_llama_command(shlex.split(r"llama-server -ot 'ffn_down_exps=CPU'")), request.model)
+    assert np.allclose(down.expert_cpu_share, 1 / 3)
+    whole = placement_of(parse_llama_command(["llama-server", "--cpu-moe"]), request.model)
+    none = placement_of(parse_llama_command(["llama-server"]), request.model)
+    t_down, t_all, t_none = (placement_cost(request, model, p, model).tpot_s for p in (down, whole, none))
+    assert t_none < t_down < t_all
+
+
+def test_llama_bench_decodes_from_its_depth():
+    shallow = priced("llama-bench -m q.gguf -ngl 99 --n-cpu-moe 20 -t 8 -p 0 -n 128")
+    deep = priced("llama-bench -m q.gguf -ngl 99 --n-cpu-moe 20 -t 8 -p 0 -n 128 -d 16384")
+    assert shallow.request.attention_tokens == 64 and deep.request.attention_tokens == 16384 + 64
+    assert shallow.request.context_tokens == 128 and deep.yours.tpot_s > shallow.yours.tpot_s
+    q8 = priced("llama-bench -m q.gguf -ngl 99 --n-cpu-moe 20 -t 8 -p 0 -n 128 -d 16384 -ctk q8_0 -ctv q8_0")
+    assert q8.request.kv_bytes_per_element == pytest.approx(34 / 32) and q8.yours.tpot_s < deep.yours.tpot_s
+
+
+# --- the cost model's monotonic properties ---------------------------------------------
+
+
+def test_more_cpu_layers_are_never_faster_more_threads_never_slower_and_threads_saturate():
+    request = build_request(FAST)
+    model = analytic(request)
+    times = []
+    for n in range(0, 49, 4):
+        placement = placement_of(parse_llama_command(["llama-server", "--n-cpu-moe", str(n)]), request.model)
+        times.append(placement_cost(request, model, placement, model).tpot_s)
+    assert all(a <= b for a, b in zip(times, times[1:]))
+    per_thread = [model.cpu_expert_s(t) for t in range(1, 65)]
+    assert all(a >= b for a, b in zip(per_thread, per_thread[1:]))
+    # Saturated: once the threads stream what the memory gives, more threads change nothing.
+    limit = model.cpu_bytes_per_s * model.a.cpu_bandwidth_efficiency / model.a.cpu_thread_bytes_per_s
+    past = int(np.ceil(limit)) + 1
+    assert model.cpu_expert_s(past) == model.cpu_expert_s(past + 16) < model.cpu_expert_s(1)
+
+
+def test_placement_memory_counts_what_each_side_holds():
+    request = build_request(FAST)
+    none = placement_of(parse_llama_command(["llama-server", "-ngl", "0"]), request.model)
+    memory = placement_memory(request, none, mapped=True)
+    assert memory.vram_bytes == 0 and memory.vram_total_bytes is None
+    # Everything on the CPU: the model's weights plus the KV cache.
+    model = request.model
+    expected = model.non_expert_bytes(request.quant) + model.n_experts_total * model.expert_bytes(request.quant) \
+        + model.kv_cache_bytes(request.context_tokens)
+    assert memory.host_bytes == pytest.approx(expected, rel=1e-6)
