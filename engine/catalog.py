@@ -52,7 +52,8 @@ def _parse_catalog(data: Any, *, origin: str) -> dict[str, ModelSpec]:
             if not str(entry.get(field, "")).strip():
                 raise CopeInputError(f"models[{index}] ({model.id}): field {field!r} is empty",
                                      path=origin)
-        for key in (model.id.lower(), model.name.lower()):
+        keys = (model.id.lower(), model.name.lower(), *(a.lower() for a in model.aliases))
+        for key in keys:
             if key in names and names[key] != model.id:
                 raise CopeInputError(f"models[{index}]: {key!r} is also used by {names[key]!r}",
                                      path=origin)
@@ -62,17 +63,17 @@ def _parse_catalog(data: Any, *, origin: str) -> dict[str, ModelSpec]:
             raise CopeInputError(
                 f"models[{index}] ({model.id}): field 'default_quant' {model.default_quant!r} "
                 "is not in assets/quantizations.json", path=origin)
-        names[model.id.lower()] = model.id
-        names[model.name.lower()] = model.id
+        for key in keys:
+            names[key] = model.id
         models[model.id] = model
     return models
 
 
 def get_model(id_or_name: str) -> ModelSpec:
-    """A catalog model by id or name, case-insensitively."""
+    """A catalog model by id, name or alias, case-insensitively."""
     wanted = id_or_name.strip().lower()
     for model in catalog().values():
-        if wanted in (model.id.lower(), model.name.lower()):
+        if wanted in (model.id.lower(), model.name.lower(), *(a.lower() for a in model.aliases)):
             return model
     raise CopeInputError(f"unknown model {id_or_name!r}; known: {', '.join(catalog())}")
 

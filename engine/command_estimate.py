@@ -124,6 +124,15 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
                            export, nearest, tuple(notes), tuple(rec.notes), blocks)
 
 
+def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand) -> CommandPrice:
+    """`command`'s own price, without the ranking beside it (the request already at the
+    command's settings): what bench/published.py compares with published runs."""
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    placement = placement_of(command, request.model, has_gpu=has_gpu)
+    stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
+    return _price(request, cost_model, placement, command, stage)
+
+
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
            stage: bool) -> CommandPrice:
     model = request.model
@@ -151,9 +160,13 @@ def _maps_to(placement: LlamaPlacement, stage: bool) -> str:
 
 
 def _is_model_file(path: str, model) -> bool:  # type: ignore[no-untyped-def]
+    """Whether `path` is the model being priced: its file, or a file named after it."""
+    from engine.model_names import model_from_file_name
+
     exact = model.exact_bytes
     if exact is None:
-        return False
+        named = model_from_file_name(path)
+        return named is not None and named.model_id == model.id
     try:
         return os.path.samefile(path, exact.source)
     except OSError:

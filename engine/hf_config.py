@@ -20,8 +20,9 @@ Jamba (most blocks are Mamba mixers, not attention) and Yuan 2.0 (localized-filt
 convolutions beside attention).
 
 The per-family field names and the checked look-up live in `engine.hf_config_fields`,
-the rules that place and size the blocks in `engine.hf_config_shape`; this module
-reads the file and assembles the ModelSpec.
+the rules that place and size the blocks in `engine.hf_config_shape` (and, for the
+hybrid linear-attention, Llama 4 and GLM NextN layouts, `engine.hf_config_layers`); this
+module reads the file and assembles the ModelSpec.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from engine.hf_config_fields import (
     _TOP_K_KEYS,
     _Fields,
 )
+from engine.hf_config_layers import LLAMA4_TYPES, linear_attention, llama4_shared_and_dense, nextn_blocks
 from engine.hf_config_shape import _attention, _expert_ffn, _llama_cpp_arch, _moe_blocks, _shared_experts
 from engine.model import ModelSpec
 
@@ -81,7 +83,10 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     moe_blocks = _moe_blocks(fields, model_type, n_blocks)
     n_shared, shared_ffn = _shared_experts(fields, model_type, expert_ffn)
     dense_ffn = 0
-    if len(moe_blocks) < n_blocks:
+    if model_type in LLAMA4_TYPES:
+        n_shared, shared_ffn, dense_ffn = llama4_shared_and_dense(fields, expert_ffn)
+        dense_ffn = dense_ffn if len(moe_blocks) < n_blocks else 0
+    elif len(moe_blocks) < n_blocks:
         dense_ffn = fields.int_of(("intermediate_size",))
     if model_type == "openmoe":
         # Every OpenMoE FFN holds gate (h x 2f), up (h x f) and down (f x h): 4 h f weights.
@@ -93,6 +98,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             "ungated with width 2 f, dense and extra FFNs as gated with width 4 f / 3"
         )
     attention = _attention(fields, model_type, hidden, n_experts)
+    linear_blocks, linear = linear_attention(fields, model_type, n_blocks)
     if model_type == "jetmoe":
         notes.append(
             "JetMoE's mixture-of-attention experts written as grouped-query attention with "
@@ -132,6 +138,10 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             gated_experts=gated,
             hf_repo=hf_repo,
             default_quant="MXFP4" if model_type == "gpt_oss" else "Q4_K_M",
+            linear_blocks=linear_blocks,
+            linear_attention=linear,
+            nextn_blocks=nextn_blocks(fields, model_type),
+            native_expert_type="MXFP4" if model_type == "gpt_oss" else "",
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None

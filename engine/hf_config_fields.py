@@ -30,6 +30,14 @@ LLAMA_CPP_ARCH = {
     "minicpm": "minicpm",
     "gpt_oss": "gpt-oss",
     "dbrx": "dbrx",
+    "qwen3_next": "qwen3next",
+    "qwen3_5_moe": "qwen35moe",
+    "qwen3_5_moe_text": "qwen35moe",
+    "glm4_moe": "glm4moe",
+    "glm4_moe_lite": "deepseek2",  # llama.cpp converts GLM-4.7-Flash as DeepSeek-V2
+    "llama4": "llama4",
+    "llama4_text": "llama4",
+    "ernie4_5_moe": "ernie4_5-moe",
 }
 UNKNOWN_ARCH = "unknown"
 
@@ -47,6 +55,13 @@ _MODEL_TYPE_BY_ARCHITECTURE = {
     "JambaForCausalLM": "jamba",
     "MiniCPMForCausalLM": "minicpm",
     "GptOssForCausalLM": "gpt_oss",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
+    "Glm4MoeForCausalLM": "glm4_moe",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
+    "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
     "DbrxForCausalLM": "dbrx",
     "JetMoEForCausalLM": "jetmoe",
     "JetMoeForCausalLM": "jetmoe",

@@ -22,6 +22,7 @@ from engine.hf_config_fields import (
     UNKNOWN_ARCH,
     _Fields,
 )
+from engine.hf_config_layers import chunked_attention, explicit_moe_blocks, output_gate
 from engine.model import AttentionShape
 
 
@@ -54,6 +55,12 @@ def _expert_ffn(fields: _Fields, model_type: str, n_experts: int) -> tuple[int, 
 def _moe_blocks(fields: _Fields, model_type: str, n_blocks: int) -> tuple[int, ...]:
     """Indices of the blocks that hold routed experts, by the family's placement rule."""
     data = fields.data
+    listed = explicit_moe_blocks(fields, model_type, n_blocks)
+    if listed is not None:
+        if not listed:
+            raise CopeInputError("no block holds routed experts under this config's layer rules",
+                                 path=fields.path)
+        return tuple(listed)
     blocks = list(range(n_blocks))
 
     period = fields.optional_int(("expert_layer_period",), minimum=1)
@@ -168,9 +175,10 @@ def _attention(fields: _Fields, model_type: str, hidden: int, n_experts: int) ->
                 f"missing field 'head_dim' (hidden size {hidden} is not a multiple of "
                 f"{n_heads} heads)", path=fields.path)
         head_dim = hidden // n_heads
-    window, every = _sliding_window(fields)
+    window, every = chunked_attention(fields, model_type) or _sliding_window(fields)
     return AttentionShape(kind="gqa", n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-                          sliding_window_tokens=window, sliding_window_every=every)
+                          sliding_window_tokens=window, sliding_window_every=every,
+                          output_gate=output_gate(fields, model_type))
 
 
 def _sliding_window(fields: _Fields) -> tuple[int, int]:

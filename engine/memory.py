@@ -106,7 +106,9 @@ def plan_memory(
     return MemoryPlan(
         vram_budget_bytes=int(vram_budget_bytes),
         non_expert_bytes=model.gpu_non_expert_bytes(quant),
-        kv_cache_bytes=model.kv_cache_bytes(context_tokens),
+        # Attention blocks' KV cache, plus the fixed per-sequence state of linear-attention
+        # blocks (hybrid models; llama.cpp keeps both in its one hybrid memory).
+        kv_cache_bytes=model.kv_cache_bytes(context_tokens) + model.recurrent_state_bytes(),
         runtime_reserve_bytes=RUNTIME_RESERVE_BYTES,
         safety_margin_bytes=int(vram_budget_bytes * SAFETY_MARGIN_FRACTION),
         # A layer misses at most top_k experts at once.

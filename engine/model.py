@@ -2,9 +2,17 @@
 
 Parameter counts come from the shape; byte sizes from a Quantization. Counts ignore
 biases and norms' few thousand weights per block except where noted: they change the
-byte totals by well under 0.1%. A model read from a GGUF file carries its exact byte
-sizes (`exact_bytes`, summed from the file's tensor table); the byte methods then use
-them and ignore the Quantization.
+byte totals by well under 0.1%. Where the sizes come from, in order:
+- a model read from a GGUF file carries its exact byte sizes (`exact_bytes`, summed from
+  the file's tensor table); the byte methods use them and ignore the Quantization;
+- a Quantization that names a llama.cpp file type (`llama_ftype`, every row of
+  assets/quantizations.json) is applied tensor by tensor with llama.cpp's own rules
+  (`engine.quant_mix`: Q4_K_M's Q6_K layers, K-quant fallbacks, ...), giving the sizes
+  the GGUF llama-quantize would write;
+- otherwise the Quantization's average bits per weight.
+
+Blocks mix tokens with attention (full, or over a sliding window) or with a linear
+(recurrent) layer; only attention blocks have a KV cache, linear blocks a fixed state.
 """
 
 from __future__ import annotations
@@ -12,51 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from engine.attention import AttentionShape, LinearAttentionShape
 from engine.errors import CopeInputError
 from engine.quant import Quantization
 
+__all__ = ["AttentionShape", "ExactBytes", "LinearAttentionShape", "ModelSpec", "model_from_dict"]
+
 KV_CACHE_BYTES_PER_ELEMENT = 2  # llama.cpp's default F16 KV cache
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """Attention of one block. `kind` is "gqa" (incl. MHA/MQA) or "mla" (DeepSeek-V2)."""
-
-    kind: str
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    # Multi-head latent attention (kind == "mla") only.
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    # Sliding-window layers cache at most this many tokens (0: full attention).
-    sliding_window_tokens: int = 0
-    sliding_window_every: int = 0  # every n-th block is full attention; 0: none slide
-
-    def params(self, hidden_size: int) -> int:
-        if self.kind == "mla":
-            qk_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
-            if self.q_lora_rank:
-                q = hidden_size * self.q_lora_rank + self.q_lora_rank * self.n_heads * qk_dim
-            else:
-                q = hidden_size * self.n_heads * qk_dim
-            kv_a = hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim)
-            kv_b = self.kv_lora_rank * self.n_heads * (self.qk_nope_head_dim + self.v_head_dim)
-            o = self.n_heads * self.v_head_dim * hidden_size
-            return q + kv_a + kv_b + o
-        q_dim = self.n_heads * self.head_dim
-        kv_dim = self.n_kv_heads * self.head_dim
-        return hidden_size * q_dim + 2 * hidden_size * kv_dim + q_dim * hidden_size
-
-    def kv_elements_per_token(self) -> int:
-        """Cached K and V elements per token and block."""
-        if self.kind == "mla":
-            # llama.cpp caches the compressed latent plus the shared rope key.
-            return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.n_kv_heads * self.head_dim
+BLOCK_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 
 
 @dataclass(frozen=True)
@@ -77,10 +48,13 @@ class ExactBytes:
     quant_name: str  # the file type llama.cpp wrote, e.g. "Q4_K_M"
     quant_summary: str  # the tensor types actually used, e.g. "experts: Q4_K (gate, up) / Q6_K (down)"
     source: str  # the file(s) the sizes come from
+    # Tensors the file holds but llama.cpp does not load: the multi-token-prediction
+    # (NextN) blocks GLM-4.5 files keep after the model's blocks. In the file size only.
+    skipped_bytes: int = 0
 
     def __post_init__(self) -> None:
         sizes = (*self.expert_bytes_per_layer, *self.shared_layer_bytes, *self.shared_expert_bytes,
-                 self.embedding_bytes, self.head_bytes, self.other_bytes)
+                 self.embedding_bytes, self.head_bytes, self.other_bytes, self.skipped_bytes)
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in sizes):
             raise CopeInputError(f"{self.source}: byte sizes must be integers >= 0")
         if not self.expert_bytes_per_layer or min(self.expert_bytes_per_layer) <= 0:
@@ -115,8 +89,19 @@ class ModelSpec:
     gated_experts: bool = True  # gate, up and down (SwiGLU); False: up and down only
     hf_repo: str = ""
     default_quant: str = "Q4_K_M"
-    # Exact byte sizes from a GGUF file; None: computed from a Quantization's bits per weight.
+    # Exact byte sizes from a GGUF file; None: computed from a Quantization.
     exact_bytes: ExactBytes | None = None
+    # Blocks whose token mixer is a linear (recurrent) layer instead of attention, and its shape.
+    linear_blocks: tuple[int, ...] = ()
+    linear_attention: LinearAttentionShape | None = None
+    # Multi-token-prediction blocks a GGUF file stores after the n_blocks (GLM-4.5's NextN
+    # layer); llama.cpp does not run them, so they count in the file size only.
+    nextn_blocks: int = 0
+    # Other names of the same weights' shape (fine-tunes, instruct releases).
+    aliases: tuple[str, ...] = ()
+    # The type the checkpoint ships its routed experts in, which llama.cpp's converter keeps
+    # whatever its output type (gpt-oss: "MXFP4"); "" when the experts are plain floats.
+    native_expert_type: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -136,6 +121,14 @@ class ModelSpec:
             problems.append(f"top_k {self.top_k} not in 1..{self.n_routed_experts}")
         if self.hidden_size <= 0 or self.expert_ffn_size <= 0:
             problems.append("hidden and expert FFN sizes must be positive")
+        if any(b < 0 or b >= self.n_blocks for b in self.linear_blocks):
+            problems.append("a linear-attention block index is outside 0..n_blocks-1")
+        if len(set(self.linear_blocks)) != len(self.linear_blocks):
+            problems.append("a linear-attention block is listed twice")
+        if self.linear_blocks and self.linear_attention is None:
+            problems.append("linear-attention blocks need the linear-attention shape")
+        if self.nextn_blocks < 0:
+            problems.append("nextn_blocks must be >= 0")
         if problems:
             raise CopeInputError(f"model {self.id}: " + "; ".join(problems))
 
@@ -153,6 +146,22 @@ class ModelSpec:
     def n_experts_total(self) -> int:
         return self.n_moe_layers * self.n_routed_experts
 
+    @property
+    def attention_blocks(self) -> tuple[int, ...]:
+        """Blocks that attend (and so hold a KV cache)."""
+        linear = set(self.linear_blocks)
+        return tuple(b for b in range(self.n_blocks) if b not in linear)
+
+    def block_kind(self, block: int) -> str:
+        """"full_attention", "sliding_attention" (a window or chunk) or "linear_attention"."""
+        if block in self.linear_blocks:
+            return "linear_attention"
+        return "sliding_attention" if self.attention.slides(block) else "full_attention"
+
+    @property
+    def block_kinds(self) -> tuple[str, ...]:
+        return tuple(self.block_kind(b) for b in range(self.n_blocks))
+
     # --- parameter counts ----------------------------------------------------
     def expert_params(self) -> int:
         """Weights of one routed expert."""
@@ -162,7 +171,12 @@ class ModelSpec:
     def shared_layer_params(self, block: int) -> int:
         """Weights every token touches in one block, whatever the routing."""
         norms = 2 * self.hidden_size
-        params = self.attention.params(self.hidden_size) + norms
+        if block in self.linear_blocks:
+            assert self.linear_attention is not None  # checked in __post_init__
+            mixer = self.linear_attention.params(self.hidden_size)
+        else:
+            mixer = self.attention.params(self.hidden_size)
+        params = mixer + norms
         if block in self.moe_blocks:
             router = self.hidden_size * self.n_routed_experts
             shared = 3 * self.hidden_size * self.shared_expert_ffn_size
@@ -187,29 +201,57 @@ class ModelSpec:
         return self.non_expert_params() + self.n_experts_total * self.expert_params()
 
     # --- bytes under a quantization (exact from the file when there is one) ----
-    def expert_bytes(self, quant: Quantization) -> int:
-        """One routed expert: the size of one expert slot in VRAM."""
+    def tensor_sizes(self, quant: Quantization) -> ExactBytes | None:
+        """Per-tensor byte sizes: the file's, else llama.cpp's mix for `quant`; None: use bits per weight."""
         if self.exact_bytes is not None:
-            # Files may mix types across layers (llama.cpp's Q4_K_M stores some layers'
-            # down projections at Q6_K), so experts differ in size; a slot must hold the
-            # largest, and every slot is sized alike.
+            return self.exact_bytes
+        if quant.llama_ftype:
+            from engine.quant_mix import mixed_sizes  # noqa: PLC0415  (it builds on this module)
+
+            return mixed_sizes(self, quant)
+        return None
+
+    def expert_bytes(self, quant: Quantization) -> int:
+        """One routed expert: the size of one expert slot in VRAM.
+
+        Mixes differ across layers (llama.cpp's Q4_K_M stores half the layers' down
+        projections at Q6_K). From a model file, the largest: the file's experts must
+        fit the slots COPE's executor fills with them. Without a file, the mean over the
+        layers of llama.cpp's mix, as the averaged bits per weight always gave: what a
+        decode step reads per expert on average and what whole-layer placement
+        (--n-cpu-moe) holds per expert; `expert_bytes_per_layer` has each layer's.
+        """
+        if self.exact_bytes is not None:
             return self.exact_bytes.max_expert_bytes
+        sizes = self.tensor_sizes(quant)
+        if sizes is not None:
+            per_layer = sizes.expert_bytes_per_layer
+            return -(-sum(per_layer) // len(per_layer))
         return quant.expert_bytes(self.expert_params())
 
+    def expert_bytes_per_layer(self, quant: Quantization) -> tuple[int, ...]:
+        """One routed expert's bytes in each MoE layer (`moe_blocks` order)."""
+        sizes = self.tensor_sizes(quant)
+        if sizes is not None:
+            return sizes.expert_bytes_per_layer
+        return (quant.expert_bytes(self.expert_params()),) * self.n_moe_layers
+
     def shared_layer_bytes(self, quant: Quantization, block: int) -> int:
-        if self.exact_bytes is not None:
-            return self.exact_bytes.shared_layer_bytes[block]
+        sizes = self.tensor_sizes(quant)
+        if sizes is not None:
+            return sizes.shared_layer_bytes[block]
         return quant.non_expert_bytes(self.shared_layer_params(block))
 
     def head_bytes(self, quant: Quantization) -> int:
-        if self.exact_bytes is not None:
-            e = self.exact_bytes
-            return e.embedding_bytes if self.tied_embeddings else e.head_bytes
+        sizes = self.tensor_sizes(quant)
+        if sizes is not None:
+            return sizes.embedding_bytes if self.tied_embeddings else sizes.head_bytes
         return quant.non_expert_bytes(self.head_params())
 
     def non_expert_bytes(self, quant: Quantization) -> int:
-        if self.exact_bytes is not None:
-            return self.exact_bytes.non_expert_bytes()
+        sizes = self.tensor_sizes(quant)
+        if sizes is not None:
+            return sizes.non_expert_bytes()
         return quant.non_expert_bytes(self.non_expert_params())
 
     def gpu_non_expert_bytes(self, quant: Quantization) -> int:
@@ -218,28 +260,61 @@ class ModelSpec:
         The token embedding table stays in host memory (only looked up, never
         multiplied), unless it is tied to the output head, which is on the GPU.
         """
+        sizes = self.tensor_sizes(quant)
         if self.tied_embeddings:
             embedding = 0
-        elif self.exact_bytes is not None:
-            embedding = self.exact_bytes.embedding_bytes
+        elif sizes is not None:
+            embedding = sizes.embedding_bytes
         else:
             embedding = quant.non_expert_bytes(self.embedding_params())
         return self.non_expert_bytes(quant) - embedding
 
+    def weight_bytes(self, quant: Quantization) -> int:
+        """Every weight llama.cpp loads: all routed experts plus the non-expert weights."""
+        experts = sum(self.expert_bytes_per_layer(quant)) * self.n_routed_experts
+        return experts + self.non_expert_bytes(quant)
+
+    def file_bytes(self, quant: Quantization) -> int:
+        """The GGUF file's tensor data: the loaded weights plus blocks llama.cpp skips (NextN)."""
+        sizes = self.tensor_sizes(quant)
+        skipped = sizes.skipped_bytes if sizes is not None else 0
+        return self.weight_bytes(quant) + skipped
+
+    # --- per-sequence caches ----------------------------------------------------
     def kv_read_bytes_per_layer(self, block: int, context_tokens: int) -> int:
-        """KV-cache bytes one decode step reads in `block` with `context_tokens` cached."""
+        """KV-cache bytes one decode step reads in `block` with `context_tokens` cached.
+
+        Zero for a linear-attention block: it keeps a fixed state instead
+        (`recurrent_state_bytes_per_layer`).
+        """
+        if block in self.linear_blocks:
+            return 0
         a = self.attention
-        tokens = context_tokens
-        if a.sliding_window_tokens and not (a.sliding_window_every and (block + 1) % a.sliding_window_every == 0):
-            tokens = min(context_tokens, a.sliding_window_tokens)
+        tokens = min(context_tokens, a.sliding_window_tokens) if a.slides(block) else context_tokens
         return tokens * a.kv_elements_per_token() * KV_CACHE_BYTES_PER_ELEMENT
 
     def kv_cache_bytes(self, context_tokens: int) -> int:
         return sum(self.kv_read_bytes_per_layer(b, context_tokens) for b in range(self.n_blocks))
 
+    def recurrent_state_bytes_per_layer(self, block: int) -> int:
+        """A linear-attention block's state for one sequence (read and written every step)."""
+        if block not in self.linear_blocks or self.linear_attention is None:
+            return 0
+        return self.linear_attention.state_bytes()
+
+    def recurrent_state_bytes(self) -> int:
+        """All linear-attention blocks' states for one sequence: fixed, whatever the context."""
+        return sum(self.recurrent_state_bytes_per_layer(b) for b in self.linear_blocks)
+
 
 def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
-    """Build a ModelSpec from one catalog entry; `origin` names the file for errors."""
+    """Build a ModelSpec from one catalog entry; `origin` names the file for errors.
+
+    Block placement, besides an explicit `moe_blocks` list: `first_dense_blocks` (DeepSeek's
+    first_k_dense_replace) and `moe_layer_step` (Llama 4's interleave_moe_layer_step: block
+    i holds experts when (i + 1) % step == 0). Linear-attention blocks: `linear_blocks`, or
+    `full_attention_interval` (every n-th block attends, the others are linear).
+    """
     try:
         attn = dict(entry["attention"])
         n_blocks = int(entry["n_blocks"])
@@ -247,7 +322,16 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             moe_blocks = tuple(int(b) for b in entry["moe_blocks"])
         else:
             first_dense = int(entry.get("first_dense_blocks", 0))
-            moe_blocks = tuple(range(first_dense, n_blocks))
+            step = int(entry.get("moe_layer_step", 1))
+            moe_blocks = tuple(b for b in range(first_dense, n_blocks) if (b + 1) % step == 0)
+        linear = entry.get("linear_attention")
+        if "linear_blocks" in entry:
+            linear_blocks = tuple(int(b) for b in entry["linear_blocks"])
+        elif "full_attention_interval" in entry:
+            every = int(entry["full_attention_interval"])
+            linear_blocks = tuple(b for b in range(n_blocks) if (b + 1) % every)
+        else:
+            linear_blocks = ()
         return ModelSpec(
             id=str(entry["id"]),
             name=str(entry["name"]),
@@ -268,10 +352,15 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             gated_experts=bool(entry.get("gated_experts", True)),
             hf_repo=str(entry.get("hf_repo", "")),
             default_quant=str(entry.get("default_quant", "Q4_K_M")),
+            linear_blocks=linear_blocks,
+            linear_attention=LinearAttentionShape(**dict(linear)) if linear else None,
+            nextn_blocks=int(entry.get("nextn_blocks", 0)),
+            aliases=tuple(str(a) for a in entry.get("aliases", ())),
+            native_expert_type=str(entry.get("native_expert_type", "")),
         )
     except CopeInputError as exc:
         if exc.path is None:  # ModelSpec's own checks: name the file they came from
             raise CopeInputError(str(exc), path=origin) from None
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise CopeInputError(f"bad model entry {entry.get('id', '?')!r}: {exc!r}", path=origin) from None

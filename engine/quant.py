@@ -18,6 +18,9 @@ class Quantization:
     # Q8_0), so non-expert weights get their own average.
     non_expert_bits_per_weight: float
     source: str
+    # The llama.cpp file type (llama-quantize's name, e.g. "Q4_K_M", "MXFP4_MOE") whose
+    # per-tensor rules engine.quant_mix applies; "" for a plain average with no rules.
+    llama_ftype: str = ""
 
     def expert_bytes(self, params: int) -> int:
         return int(round(params * self.expert_bits_per_weight / 8))
@@ -56,7 +59,16 @@ def _parse_quantizations(data: object, *, origin: str) -> dict[str, Quantization
                 raise CopeInputError(f"{where} ({row['name']}): field {field!r} must be a number "
                                      f"in (0, 32], got {value!r}", path=origin)
             bits[field] = float(value)
-        q = Quantization(name=row["name"], source=row["source"], **bits)
+        ftype = row.get("llama_ftype", "")
+        if not isinstance(ftype, str):
+            raise CopeInputError(f"{where} ({row['name']}): field 'llama_ftype' must be a string", path=origin)
+        if ftype:
+            from engine.quant_mix import FILE_TYPES  # noqa: PLC0415
+
+            if ftype.upper() not in FILE_TYPES:
+                raise CopeInputError(f"{where} ({row['name']}): field 'llama_ftype' {ftype!r} is not one of "
+                                     f"{', '.join(FILE_TYPES)}", path=origin)
+        q = Quantization(name=row["name"], source=row["source"], llama_ftype=ftype.upper(), **bits)
         if q.name.upper() in table:
             raise CopeInputError(f"{where}: duplicate name {q.name!r}", path=origin)
         table[q.name.upper()] = q

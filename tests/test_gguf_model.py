@@ -368,3 +368,70 @@ def test_missing_experts_per_token(tmp_path):
     path = write_qwen3moe(tmp_path / "nok.gguf", top_k=False).close()
     with pytest.raises(CopeInputError, match=r"nok\.gguf: missing metadata 'qwen3moe.expert_used_count'"):
         model_from_gguf(path)
+
+
+# --- hybrid (linear attention) and NextN blocks ----------------------------------------
+
+
+def tiny_hybrid_spec():
+    """A qwen35moe-shaped model: 4 blocks, block 3 attends (gated), blocks 0-2 are Gated
+    DeltaNet; one shared expert; one NextN block in the file."""
+    from engine.model import AttentionShape, LinearAttentionShape, ModelSpec
+
+    return ModelSpec(
+        id="tiny-hybrid", name="tiny-hybrid", arch="qwen35moe", n_blocks=4, moe_blocks=(0, 1, 2, 3),
+        n_routed_experts=E, top_k=2, n_shared_experts=1, hidden_size=H, expert_ffn_size=F,
+        shared_expert_ffn_size=F, dense_ffn_size=0, vocab_size=V, tied_embeddings=False,
+        attention=AttentionShape("gqa", 2, 1, 128, output_gate=True), source="test",
+        linear_blocks=(0, 1, 2), linear_attention=LinearAttentionShape(2, 4, 64, 64, 4), nextn_blocks=1)
+
+
+def write_from_mix(path: Path, spec, quant: str) -> Path:
+    """A GGUF holding exactly the tensors engine.gguf_tensors lists, typed by llama.cpp's rules."""
+    from engine.quant_mix import tensor_types
+
+    w = Writer(path, spec.arch)
+    g = w.w
+    g.add_block_count(spec.n_blocks + spec.nextn_blocks)
+    g.add_embedding_length(H)
+    g.add_expert_count(E)
+    g.add_expert_used_count(2)
+    g.add_head_count(2)
+    g.add_head_count_kv(1)
+    g.add_key_length(128)
+    g.add_ssm_conv_kernel(4)
+    g.add_ssm_state_size(64)
+    g.add_ssm_group_count(2)
+    g.add_ssm_time_step_rank(4)
+    g.add_ssm_inner_size(256)
+    g.add_full_attention_interval(4)
+    g.add_nextn_predict_layers(spec.nextn_blocks)
+    g.add_file_type(15)  # MOSTLY_Q4_K_M
+    for t, type_name in tensor_types(spec, quant):
+        ne = (t.cols, t.rows, t.experts) if t.experts > 1 else (t.cols, t.rows) if t.rows > 1 else (t.cols,)
+        w.t(t.name, ne, T[type_name])
+    return w.close()
+
+
+def test_a_file_written_by_the_rules_reads_back_with_the_sizes_the_rules_predict(tmp_path):
+    spec = tiny_hybrid_spec()
+    quant = get_quantization("Q4_K_M")
+    model = model_from_gguf(write_from_mix(tmp_path / "tiny-hybrid.gguf", spec, "Q4_K_M"))
+    predicted = spec.tensor_sizes(quant)
+    exact = model.exact_bytes
+    # The NextN block is not a block of the model: its bytes are the file's only.
+    assert model.n_blocks == 4 and model.nextn_blocks == 1 and model.moe_blocks == (0, 1, 2, 3)
+    assert exact.skipped_bytes == predicted.skipped_bytes > 0
+    assert exact.expert_bytes_per_layer == predicted.expert_bytes_per_layer
+    assert exact.shared_layer_bytes == predicted.shared_layer_bytes
+    assert exact.shared_expert_bytes == predicted.shared_expert_bytes
+    assert (exact.embedding_bytes, exact.head_bytes, exact.other_bytes) == (
+        predicted.embedding_bytes, predicted.head_bytes, predicted.other_bytes)
+    tensor_data = sum(t.n_bytes for t in read_local_header(tmp_path / "tiny-hybrid.gguf").tensors)
+    assert model.file_bytes(quant) == spec.file_bytes(quant) == tensor_data
+    # Which blocks attend, and the linear blocks' shape, from the tensors and the ssm metadata.
+    assert model.linear_blocks == (0, 1, 2) and model.linear_attention == spec.linear_attention
+    assert model.attention.output_gate and model.block_kinds == spec.block_kinds
+    assert model.kv_cache_bytes(1000) == spec.kv_cache_bytes(1000) == 1000 * 2 * 1 * 128 * 2
+    assert model.recurrent_state_bytes() == 3 * spec.linear_attention.state_bytes()
+

@@ -14,9 +14,16 @@ from engine.quant import get_quantization
 
 CONFIGS = "model-configs__moe-lrc"
 
-# Q4_K_M experts: gate and up at Q4_K (144 bytes per 256 weights), ffn_down at Q6_K
-# (210 bytes per 256) in half the layers and Q4_K in the other half.
-Q4_K_M_EXPERT_BITS = (144 + 144 + (144 + 210) / 2) * 8 / (3 * 256)
+def q4_k_m_expert_bytes(hidden: int, ffn: int) -> int:
+    """A Q4_K_M expert averaged over the layers: gate and up at Q4_K (144 bytes per 256
+    weights); ffn_down at Q6_K (210 bytes per 256) in llama.cpp's use_more_bits layers (half
+    of them here) and Q4_K in the others, or, when its rows (ffn wide) are not a multiple of
+    256, Q8_0 (34 bytes per 32) and Q5_0 (22 bytes per 32) (tensor_type_fallback)."""
+    if ffn % 256 == 0:
+        down = hidden * ffn * (210 + 144) // 512
+    else:
+        down = hidden * ffn * (34 + 22) // 64
+    return 2 * hidden * ffn * 144 // 256 + down
 
 
 @pytest.fixture
@@ -80,7 +87,7 @@ def test_mixtral(configs):
     assert m.arch == "llama"
     assert m.moe_blocks == tuple(range(32))
     assert m.expert_params() == 3 * 4096 * 14336
-    assert m.expert_bytes(get_quantization("Q4_K_M")) == round(3 * 4096 * 14336 * Q4_K_M_EXPERT_BITS / 8)
+    assert m.expert_bytes(get_quantization("Q4_K_M")) == q4_k_m_expert_bytes(4096, 14336)
     assert (m.n_routed_experts, m.top_k, m.n_shared_experts) == (8, 2, 0)
     assert (m.attention.n_heads, m.attention.n_kv_heads, m.attention.head_dim) == (32, 8, 4096 // 32)
 
@@ -90,7 +97,7 @@ def test_qwen3_moe(configs):
     assert m.arch == "qwen3moe"
     assert m.moe_blocks == tuple(range(48))  # decoder_sparse_step 1, mlp_only_layers []
     assert m.expert_params() == 3 * 2048 * 768
-    assert m.expert_bytes(get_quantization("Q4_K_M")) == 3 * 2048 * 768 * Q4_K_M_EXPERT_BITS / 8
+    assert m.expert_bytes(get_quantization("Q4_K_M")) == q4_k_m_expert_bytes(2048, 768)
     assert m.expert_bytes(get_quantization("Q4_0")) == 3 * 2048 * 768 * 4.5 / 8
     assert m.attention.head_dim == 128 and m.attention.n_kv_heads == 4  # head_dim given, not 2048/32
 
@@ -122,7 +129,7 @@ def test_qwen15_moe(configs):
     assert m.arch == "qwen2moe"
     assert m.moe_blocks == tuple(range(24))
     assert m.expert_params() == 3 * 2048 * 1408
-    assert m.expert_bytes(get_quantization("Q4_K_M")) == round(3 * 2048 * 1408 * Q4_K_M_EXPERT_BITS / 8)
+    assert m.expert_bytes(get_quantization("Q4_K_M")) == q4_k_m_expert_bytes(2048, 1408)
     assert (m.n_shared_experts, m.shared_expert_ffn_size) == (1, 5632)  # shared_expert_intermediate_size
 
 
@@ -133,7 +140,7 @@ def test_jamba_experts_every_other_block(configs):
     assert m.moe_blocks == (1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
     assert m.dense_blocks == tuple(range(0, 32, 2)) and m.dense_ffn_size == 14336
     assert m.expert_params() == 3 * 4096 * 14336
-    assert m.expert_bytes(get_quantization("Q4_K_M")) == round(3 * 4096 * 14336 * Q4_K_M_EXPERT_BITS / 8)
+    assert m.expert_bytes(get_quantization("Q4_K_M")) == q4_k_m_expert_bytes(4096, 14336)
 
 
 def test_deepseek_moe_16b(configs):

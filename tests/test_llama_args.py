@@ -148,3 +148,17 @@ def test_cope_estimate_json_matches_the_partition_it_describes(capsys):
 def test_cope_estimate_needs_a_model(capsys):
     assert main(["estimate", *FAST, "--", "llama-server", "-m", "/nowhere/x.gguf"]) == EXIT_INPUT
     assert "--model" in capsys.readouterr().err
+
+
+def test_cope_estimate_takes_model_and_quant_from_a_missing_files_name(capsys):
+    # The file is on another machine: its published name says the catalog model and quant.
+    assert main(["estimate", "--json", *FAST, "--", "llama-server", "-m",
+                 "/elsewhere/Qwen3-30B-A3B-Instruct-2507-Q3_K_M.gguf", "-t", "8", "--n-cpu-moe", "24"]) == EXIT_OK
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert "priced as the catalog's qwen3-30b-a3b, Q3_K_M (from the file name)" in captured.err
+    assert doc["command"]["cpu_moe_blocks"] == list(range(24))
+    # --quant still wins over the name.
+    assert main(["estimate", "--json", "--quant", "Q8_0", *FAST, "--", "llama-server", "-m",
+                 "/elsewhere/gpt-oss-20b-mxfp4.gguf", "-t", "8"]) == EXIT_OK
+    assert "priced as the catalog's gpt-oss-20b (from the file name)" in capsys.readouterr().err

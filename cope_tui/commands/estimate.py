@@ -30,18 +30,29 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.service.advice import estimate_command
     from engine.errors import CopeInputError
     from engine.llama_args import parse_llama_command
+    from engine.model_names import model_from_file_name
 
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
     command = parse_llama_command(words)
-    model_arg = args.model
+    model_arg, quant = args.model, None
     if model_arg is None:
         if command.model_path and os.path.exists(command.model_path):
             model_arg = command.model_path  # the model reader may know the file
+        elif command.model_path and (named := model_from_file_name(command.model_path)) is not None:
+            # The file is elsewhere (another machine): its name says the catalog model.
+            model_arg = named.model_id
+            quant = None if getattr(args, "quant", None) else named.quant
+            said = f"{named.model_id}" + (f", {named.quant}" if quant else "")
+            print(f"cope: -m {command.model_path}: priced as the catalog's {said} (from the file name)",
+                  file=sys.stderr)
+            for note in named.notes:
+                print(f"cope: {note}", file=sys.stderr)
         else:
             raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
-    advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg)
+    advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg,
+                              quant=quant)
     est = estimate_command(advice, command)  # recomputed at the command's own settings where they differ
     if args.json:
         from cope_tui.commands.output import write_json

@@ -12,7 +12,13 @@ Bytes, all from the tensor table (weights are never read):
   biases and scales) of block N, divided by the expert count: one expert's bytes there;
 - shared layer: everything else in block N (attention, norms, router, shared experts
   `_shexp`, a dense block's FFN);
-- embedding `token_embd.weight`, head `output.weight`, the rest outside blocks.
+- embedding `token_embd.weight`, head `output.weight`, the rest outside blocks;
+- the multi-token-prediction (NextN) blocks a GLM-4.5 file keeps after the model's blocks
+  (`{arch}.nextn_predict_layers`): llama.cpp does not load them, so they are not blocks
+  of the model, only bytes of the file (`skipped_bytes`).
+
+Blocks with `ssm_*` tensors are linear-attention (Gated DeltaNet) blocks of a hybrid model
+(Qwen3-Next, Qwen3.5): their shape comes from the `{arch}.ssm.*` metadata.
 
 A split GGUF (`NAME-00001-of-00003.gguf`) is read as one model: any shard's path finds
 its siblings, the first shard holds the metadata, the tensor tables are summed.
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.errors import CopeInputError
-from engine.model import AttentionShape, ExactBytes, ModelSpec
+from engine.model import AttentionShape, ExactBytes, LinearAttentionShape, ModelSpec
 from engine.quant import Quantization
 
 from cope_tui.sources.gguf_header import ArrayLength, GGUFHeader, TensorInfo, read_local_header
@@ -175,7 +181,18 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     n_blocks = meta.int_("{arch}.block_count") or (max(blocks) + 1 if blocks else 0)
     if blocks and max(blocks) >= n_blocks:
         raise CopeInputError(f"tensor blk.{max(blocks)}.* is beyond {arch}.block_count = {n_blocks}", path=where)
+    nextn = meta.int_("{arch}.nextn_predict_layers", default=0) or 0
+    if not 0 <= nextn < n_blocks:
+        raise CopeInputError(f"metadata {arch}.nextn_predict_layers = {nextn} with {n_blocks} blocks", path=where)
+    n_blocks -= nextn
+    skipped_bytes = 0
+    for b in [b for b in blocks if b >= n_blocks]:
+        skipped_bytes += sum(t.n_bytes for _, t in blocks.pop(b))
+    for b in [b for b in expert_tensors if b >= n_blocks]:
+        del expert_tensors[b]
     moe_blocks = tuple(sorted(expert_tensors))
+    if not moe_blocks:
+        raise CopeInputError("not an MoE model: routed-expert tensors only in its NextN blocks", path=where)
 
     # Routed experts: count and width from the weights' shapes (ne0 = input, ne1 = output, ne2 = experts).
     weights = {(b, role): t for b, items in expert_tensors.items() for role, kind, t in items if kind == "weight"}
@@ -219,7 +236,8 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
             meta.int_("{arch}.feed_forward_length") or 0)
 
     exact = _exact_bytes(blocks, expert_tensors, outside, moe_blocks, n_blocks, n_experts, fields, where,
-                         n_files=n_files)
+                         n_files=n_files, skipped_bytes=skipped_bytes)
+    linear_blocks = tuple(b for b in range(n_blocks) if any(rest.startswith("ssm_") for rest, _ in blocks.get(b, [])))
     name = fields.get("general.name")
     stem = Path(where).name
     m = SPLIT_RE.match(stem)
@@ -243,11 +261,14 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
             dense_ffn_size=dense_ffn,
             vocab_size=vocab,
             tied_embeddings=tied,
-            attention=_attention(meta, hidden),
+            attention=_attention(meta, hidden, blocks),
             source=f"GGUF: {where}{files} (byte sizes exact from the tensor table)",
             gated_experts=gated,
             default_quant=exact.quant_name,
             exact_bytes=exact,
+            linear_blocks=linear_blocks,
+            linear_attention=_linear_attention(meta) if linear_blocks else None,
+            nextn_blocks=nextn,
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None
@@ -270,7 +291,22 @@ def _expert_width(weights: Mapping[tuple[int, str], TensorInfo], block: int, met
     return width, gated
 
 
-def _attention(meta: _Meta, hidden: int) -> AttentionShape:
+def _linear_attention(meta: _Meta) -> LinearAttentionShape:
+    """Gated DeltaNet from llama.cpp's ssm metadata (convert_hf_to_gguf.py Qwen3NextModel):
+    state_size = linear_key_head_dim, group_count = linear_num_key_heads, time_step_rank =
+    linear_num_value_heads, inner_size = value heads x value head dim."""
+    value_heads = meta.required("{arch}.ssm.time_step_rank", "linear-attention value heads")
+    inner = meta.required("{arch}.ssm.inner_size", "linear-attention value width")
+    return LinearAttentionShape(
+        n_key_heads=meta.required("{arch}.ssm.group_count", "linear-attention key heads"),
+        n_value_heads=value_heads,
+        key_head_dim=meta.required("{arch}.ssm.state_size", "linear-attention key head size"),
+        value_head_dim=inner // value_heads,
+        conv_kernel=meta.required("{arch}.ssm.conv_kernel", "linear-attention convolution"),
+    )
+
+
+def _attention(meta: _Meta, hidden: int, blocks: Mapping[int, list[tuple[str, TensorInfo]]]) -> AttentionShape:
     heads = meta.required("{arch}.attention.head_count", "attention heads")
     kv_heads = meta.int_("{arch}.attention.head_count_kv", default=heads) or heads
     kv_lora = meta.int_("{arch}.attention.kv_lora_rank")
@@ -285,9 +321,16 @@ def _attention(meta: _Meta, hidden: int) -> AttentionShape:
                               kv_lora_rank=kv_lora, qk_nope_head_dim=key - rope, qk_rope_head_dim=rope,
                               v_head_dim=value)
     head_dim = meta.int_("{arch}.attention.key_length") or hidden // heads
+    # Gated attention (Qwen3-Next, Qwen3.5): attn_q also yields the output gate, twice as wide.
+    q_rows = {t.shape[1] for items in blocks.values() for rest, t in items
+              if rest == "attn_q.weight" and len(t.shape) >= 2}
+    gate = q_rows == {2 * heads * head_dim}
     window = meta.int_("{arch}.attention.sliding_window", default=0) or 0
     every = 0
-    if window:
+    if meta.arch == "llama4":
+        # llama.cpp's llama4: chunked attention over 8192 tokens, every 4th block full (NoPE).
+        window, every = window or 8192, 4
+    elif window:
         pattern = meta.get("{arch}.attention.sliding_window_pattern")
         if meta.arch == "gpt-oss":
             every = 2  # llama.cpp: blocks alternate sliding and full attention
@@ -296,13 +339,13 @@ def _attention(meta: _Meta, hidden: int) -> AttentionShape:
         else:
             window = 0  # an unknown pattern: plan for full attention everywhere (the safe size)
     return AttentionShape(kind="gqa", n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
-                          sliding_window_tokens=window, sliding_window_every=every)
+                          sliding_window_tokens=window, sliding_window_every=every, output_gate=gate)
 
 
 def _exact_bytes(blocks: Mapping[int, list[tuple[str, TensorInfo]]],
                  expert_tensors: Mapping[int, list[tuple[str, str, TensorInfo]]],
                  outside: list[TensorInfo], moe_blocks: tuple[int, ...], n_blocks: int, n_experts: int,
-                 fields: Mapping[str, Any], where: str, *, n_files: int) -> ExactBytes:
+                 fields: Mapping[str, Any], where: str, *, n_files: int, skipped_bytes: int = 0) -> ExactBytes:
     per_expert = []
     for b in moe_blocks:
         total = 0
@@ -333,6 +376,7 @@ def _exact_bytes(blocks: Mapping[int, list[tuple[str, TensorInfo]]],
         quant_name=_file_type_name(fields),
         quant_summary=quant_summary(expert_tensors, blocks, outside, moe_blocks),
         source=where + (f" ({n_files} files)" if n_files > 1 else ""),
+        skipped_bytes=skipped_bytes,
     )
 
 

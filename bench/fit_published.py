@@ -1,0 +1,103 @@
+"""Fit the analytic cost model's free constants, once and globally, on the published runs.
+
+    python bench/fit_published.py
+
+The constants COPE cannot read off a spec sheet (how much of the memory bandwidth a
+quantized mat-vec reaches on each device, what one CPU thread streams, the fixed
+latencies of a block, a token and a hand-over) are fitted together to the decode speeds
+of the rows of ../shared/calibration/published-decode.csv whose hardware is stated
+(bench/published_rows.py), minimising the mean squared log ratio of estimated to
+published tokens/s. One set of constants for every row: nothing per model, per row or per
+source. It prints the fitted values for engine/analytic_cost.py's AnalyticAssumptions and
+the fit's residuals, for docs/accuracy.md. A test (tests/test_accuracy_fit.py) checks that
+the constants in the code are what this fit gives.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.published import CSV, price_all, published_rows  # noqa: E402
+from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
+
+# The constants the fit moves (in log space, so each stays positive), and where it starts.
+FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_s", "gpu_block_overhead_s",
+          "token_fixed_s", "sync_s")
+START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficiency=0.5, cpu_thread_bytes_per_s=8e9,
+                            gpu_block_overhead_s=20e-6, token_fixed_s=200e-6, sync_s=40e-6)
+BOUNDS = {"gpu_bandwidth_efficiency": (0.2, 1.0), "cpu_bandwidth_efficiency": (0.1, 1.0)}
+
+
+def assumptions_of(x: np.ndarray, base: AnalyticAssumptions = START) -> AnalyticAssumptions:
+    values = {name: float(math.exp(v)) for name, v in zip(FITTED, x)}
+    for name, (low, high) in BOUNDS.items():
+        values[name] = min(max(values[name], low), high)
+    return replace(base, **values)
+
+
+def loss(x: np.ndarray, rows_csv) -> float:  # type: ignore[no-untyped-def]
+    ratios = [p.ratio for p in price_all(rows_csv, assumptions_of(x)) if p.row.stated and p.ratio is not None]
+    return float(np.mean(np.log(ratios) ** 2))
+
+
+def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iterations: int = 400, tol: float = 1e-7) -> np.ndarray:
+    """Minimise f from x0 (a plain Nelder-Mead: numpy only, deterministic)."""
+    n = len(x0)
+    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink towards the best
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def fit(rows_csv) -> AnalyticAssumptions:  # type: ignore[no-untyped-def]
+    x0 = np.log([getattr(START, name) for name in FITTED])
+    return assumptions_of(nelder_mead(lambda x: loss(x, rows_csv), x0))
+
+
+def main() -> int:
+    if not CSV.exists():
+        print(f"fit_published.py: {CSV} not found", file=sys.stderr)
+        return 2
+    rows_csv = published_rows(CSV)
+    best = fit(rows_csv)
+    print("fitted constants (engine/analytic_cost.py AnalyticAssumptions):")
+    for f in fields(AnalyticAssumptions):
+        mark = "  fitted" if f.name in FITTED else ""
+        print(f"  {f.name} = {getattr(best, f.name):.6g}{mark}")
+    ratios = [(p.row.index, p.ratio) for p in price_all(rows_csv, best) if p.row.stated and p.ratio is not None]
+    print(f"rows fitted: {len(ratios)}; mean squared log ratio {np.mean(np.log([r for _, r in ratios]) ** 2):.5f}")
+    print("ratios: " + ", ".join(f"{i}: {r:.2f}" for i, r in ratios))
+    print(asdict(best))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""COPE's decode estimate of every published run it can price, beside what was published.
+
+    python bench/published.py [--csv PATH] [--json OUT]
+
+Each row of ../shared/calibration/published-decode.csv that bench/published_rows.py
+transcribes is priced through the code path of `cope estimate` (the request built from
+the model, quantization and hardware presets, the command's own settings, its placement
+priced by engine/command_estimate.py) with the analytic cost model, the fidelity COPE
+uses for a machine it has not measured. The published tokens/s are only compared with:
+they never enter the estimate. Rows it cannot price are listed with the reason.
+
+Summary: over the rows whose hardware is stated, the mean absolute percentage error, the
+worst ratios (predicted / published) and how many fall within 0.75-1.33; the rows priced
+on an assumed CPU apart; and whether each sweep (same source and hardware, one setting
+varied) comes out in the published order. No timing assertions: a report to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
+from cope_tui.options import PlanChoices  # noqa: E402
+from cope_tui.service.request import build_request  # noqa: E402
+from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel  # noqa: E402
+from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
+from engine.errors import CopeInputError  # noqa: E402
+from engine.llama_args import parse_llama_command  # noqa: E402
+
+CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
+GOOD = (0.75, 1.33)
+NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GPU preset is not used
+
+
+@dataclass(frozen=True)
+class Priced:
+    row: Row
+    published_tps: float | None  # None: not a single number
+    price: CommandPrice | None
+    problem: str | None  # why it has no figure (input error, would not run)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.price is None or not self.price.runs or not self.published_tps:
+            return None
+        return self.price.tokens_per_s / self.published_tps
+
+
+def published_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def tokens_per_s(text: str) -> float | None:
+    """A published figure: a number, or the midpoint of a range "a-b"; None for "~x"."""
+    text = text.strip()
+    if not text or text.startswith("~"):
+        return None
+    if "-" in text:
+        low, high = (float(x) for x in text.split("-", 1))
+        return (low + high) / 2
+    return float(text)
+
+
+def sized(quant, model, file_bytes: float):  # type: ignore[no-untyped-def]
+    """`quant` with its experts' bits per weight set so the model's bytes are the file's
+    (a custom mix published by its size; the non-expert weights keep the quant's bits)."""
+    non_expert = model.non_expert_params() * quant.non_expert_bits_per_weight / 8
+    experts = model.n_experts_total * model.expert_params()
+    bits = (file_bytes - non_expert) * 8 / experts
+    return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits)
+
+
+def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None) -> Priced:
+    tps = tokens_per_s(published["tg_tok_s"])
+    try:
+        choices = PlanChoices(model=row.model, quant=row.quant, gpu=row.gpu or NO_GPU, cpu=row.cpu, memory=row.memory,
+                              trace="synthetic", tokens=20)
+        request = build_request(choices)
+        if row.file_gib:
+            request = replace(request, quant=sized(request.quant, request.model, row.file_gib * 2**30))
+        command = parse_llama_command(shlex.split(row.command))
+        request = replace(request, **command_settings(command, request))
+        model = AnalyticCostModel(request.model, request.quant, request.platform,
+                                  context_tokens=request.context_tokens, attention_tokens=request.attention_tokens,
+                                  kv_bytes_per_element=request.kv_bytes_per_element,
+                                  assumptions=assumptions or AnalyticAssumptions())
+        price = price_placement_command(request, model, command)
+    except CopeInputError as exc:
+        return Priced(row, tps, None, f"cannot price: {exc}")
+    return Priced(row, tps, price, price.refusal)
+
+
+def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None) -> list[Priced]:
+    out = []
+    for row in ROWS:
+        published = rows_csv[row.index]
+        if row.model_in_csv not in published["model"]:
+            raise SystemExit(f"published.py: row {row.index} is {published['model']!r}, the transcription says "
+                             f"{row.model_in_csv!r}: the CSV changed; update bench/published_rows.py")
+        out.append(price_row(row, published, assumptions))
+    return out
+
+
+def mape(ratios: list[float]) -> float:
+    return sum(abs(r - 1) for r in ratios) / len(ratios) if ratios else float("nan")
+
+
+def sweep_orders(priced: list[Priced]) -> list[tuple[str, bool, str]]:
+    """(sweep, right order?, the published and predicted orders) of every sweep."""
+    sweeps: dict[str, list[Priced]] = {}
+    for p in priced:
+        if p.row.sweep and p.ratio is not None:
+            sweeps.setdefault(p.row.sweep, []).append(p)
+    out = []
+    for name, members in sorted(sweeps.items()):
+        if len(members) < 2:
+            continue
+        by_pub = [p.row.index for p in sorted(members, key=lambda p: -p.published_tps)]
+        by_est = [p.row.index for p in sorted(members, key=lambda p: -p.price.tokens_per_s)]
+        # Ties in the published figure (within 2%) may come in either order.
+        ok = all(_not_inverted(a, b) for i, a in enumerate(members) for b in members[i + 1:])
+        out.append((name, ok, f"published {by_pub}, estimated {by_est}"))
+    return out
+
+
+def _not_inverted(a: Priced, b: Priced) -> bool:
+    pub = a.published_tps - b.published_tps
+    if abs(pub) <= 0.02 * max(a.published_tps, b.published_tps):
+        return True
+    return (a.price.tokens_per_s - b.price.tokens_per_s) * pub > 0
+
+
+def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) -> dict:
+    lines = [f"{'row':>3}  {'runtime':<12} {'model':<16} {'quant':<8} {'gpu':<18} {'cpu':<24} "
+             f"{'published':>9} {'COPE':>7} {'ratio':>6}"]
+    for p in priced:
+        r = p.row
+        est = f"{p.price.tokens_per_s:7.2f}" if p.ratio is not None else "      -"
+        ratio = f"{p.ratio:6.2f}" if p.ratio is not None else "     -"
+        pub = f"{p.published_tps:9.2f}" if p.published_tps else "        -"
+        mark = "" if r.stated else "  (assumed: " + r.assumed + ")"
+        lines.append(f"{r.index:>3}  {r.runtime:<12} {r.model[:16]:<16} {r.quant:<8} {str(r.gpu or '-')[:18]:<18} "
+                     f"{r.cpu[:24]:<24} {pub} {est} {ratio}{mark}")
+        if p.problem:
+            lines.append(f"       {p.problem}")
+    stated = [p for p in priced if p.row.stated and p.ratio is not None]
+    assumed = [p for p in priced if not p.row.stated and p.ratio is not None]
+    refused = [p for p in priced if p.ratio is None]
+    sweeps = sweep_orders(priced)
+    summary = {
+        "rows_in_csv": total_rows,
+        "priced_hardware_stated": len(stated),
+        "priced_hardware_assumed": len(assumed),
+        "not_priced_by_cope": len(refused),
+        "skipped": len(skipped_rows),
+        "mape_stated": mape([p.ratio for p in stated]),
+        "mape_assumed": mape([p.ratio for p in assumed]),
+        "within_0.75_1.33_stated": sum(GOOD[0] <= p.ratio <= GOOD[1] for p in stated),
+        "worst_low": sorted((round(p.ratio, 3), p.row.index) for p in stated)[:3],
+        "worst_high": sorted((round(p.ratio, 3), p.row.index) for p in stated)[-3:][::-1],
+        "sweeps": [{"sweep": name, "right_order": ok, "orders": how} for name, ok, how in sweeps],
+    }
+    lines += [
+        "",
+        f"priced: {len(stated)} rows with the hardware stated, {len(assumed)} on an assumed CPU or file; "
+        f"{len(refused)} not priced by COPE; {len(skipped_rows)} skipped (of {total_rows})",
+        f"hardware stated: MAPE {summary['mape_stated']:.1%}, {summary['within_0.75_1.33_stated']} of {len(stated)} "
+        f"within {GOOD[0]}-{GOOD[1]}; lowest ratios {summary['worst_low']}, highest {summary['worst_high']}",
+        f"assumed hardware: MAPE {summary['mape_assumed']:.1%}",
+        "sweeps: " + "; ".join(f"{name} {'right' if ok else 'WRONG'} ({how})" for name, ok, how in sweeps),
+        "not priced by COPE: " + "; ".join(f"{p.row.index}: {p.problem}" for p in refused),
+        "skipped: " + "; ".join(f"{i}: {why}" for i, why in sorted(skipped_rows.items())),
+    ]
+    print("\n".join(lines))
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", default=str(CSV))
+    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    args = parser.parse_args()
+    path = Path(args.csv)
+    if not path.exists():
+        print(f"published.py: {path} not found (the calibration data lives beside the checkout)", file=sys.stderr)
+        return 2
+    rows_csv = published_rows(path)
+    summary = report(price_all(rows_csv), SKIPPED, len(rows_csv))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+    return 0 if not math.isnan(summary["mape_stated"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
