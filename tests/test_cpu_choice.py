@@ -47,7 +47,7 @@ def this_machine(tmp_path, monkeypatch):
 
 def measured_platform(value: float = 71.3e9) -> Platform:
     cpu = detected_7950x(mem_bandwidth_bytes_per_s=Fact.measured(
-        value, "multi-threaded read bandwidth: 16 threads at once, numpy sums of a float32 array of 512 MiB"))
+        value, "multi-threaded read bandwidth: 16 threads at once, numpy max-reductions of a uint32 array of 512 MiB"))
     return Platform(gpu=unknown_gpu("test"), cpu=cpu)
 
 
@@ -222,3 +222,21 @@ def test_cli_plans_for_a_named_cpu_with_its_memory(capsys):
     assert cpu["mem_bandwidth_bytes_per_s"]["value"] == pytest.approx(307.2e9)
     assert cpu["mem_bandwidth_bytes_per_s"]["basis"] == "given"
     assert cpu["sockets"]["value"] == 2 and cpu["memory_channels"]["value"] == 8
+
+
+def test_cope_detect_keeps_its_measurement_and_advise_then_uses_it(this_machine, monkeypatch, capsys):
+    import probes.detect as detect
+
+    monkeypatch.setattr(detect, "detect_platform", lambda measure=True, progress=None: measured_platform(64.0e9))
+    assert main(["detect", "--json"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "kept the measured CPU memory bandwidth" in err
+    [kept] = list((this_machine / "machine").glob("cpu-bandwidth-*.json"))
+    assert json.loads(kept.read_text())["bytes_per_s"] == 64.0e9
+    monkeypatch.setattr(host, "detect_cpu", detected_7950x)
+    code, out, err = _advise(capsys, "--threads", "16")
+    assert code == EXIT_OK, err
+    doc = json.loads(out)
+    bw = doc["inputs"]["platform"]["cpu"]["mem_bandwidth_bytes_per_s"]
+    assert (bw["value"], bw["basis"]) == (64.0e9, "measured")
+    assert any("measured on this machine by `cope detect`" in n for n in doc["notes"])
