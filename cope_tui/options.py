@@ -121,9 +121,10 @@ def _gpu_presets() -> list[tuple[str, str]]:
 
 
 def _cpu_presets() -> list[tuple[str, str]]:
-    from engine.platform import cpu_presets
+    from engine.cpu_presets import cpu_models, cpu_presets
 
-    return [(spec.name, pid) for pid, spec in cpu_presets().items()]
+    # A typical machine shares its CPU's name: its id tells the two apart.
+    return [(spec.name if pid in cpu_models() else f"{spec.name} ({pid})", pid) for pid, spec in cpu_presets().items()]
 
 
 def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
