@@ -74,6 +74,18 @@ def _words(text: str | tuple) -> tuple[str, ...]:
     return tuple(w.strip() for w in str(text).split(",") if w.strip())
 
 
+def _memory(text: str):  # type: ignore[no-untyped-def]
+    from engine.memory_spec import parse_memory_spec  # noqa: PLC0415
+
+    return parse_memory_spec(text)
+
+
+def _bandwidth(text: str) -> float:
+    from engine.memory_spec import parse_bandwidth_gbps  # noqa: PLC0415
+
+    return parse_bandwidth_gbps(text)
+
+
 def _positive(value: float) -> str | None:
     if not (math.isfinite(value) and value > 0):
         return f"must be a positive number, got {value}"
@@ -109,9 +121,10 @@ def _gpu_presets() -> list[tuple[str, str]]:
 
 
 def _cpu_presets() -> list[tuple[str, str]]:
-    from engine.platform import cpu_presets
+    from engine.cpu_presets import cpu_models, cpu_presets
 
-    return [(spec.name, pid) for pid, spec in cpu_presets().items()]
+    # A typical machine shares its CPU's name: its id tells the two apart.
+    return [(spec.name if pid in cpu_models() else f"{spec.name} ({pid})", pid) for pid, spec in cpu_presets().items()]
 
 
 def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
@@ -139,10 +152,19 @@ class PlanChoices:
         help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one)")
     cpu: str | None = _option(
         None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",
-        help="CPU preset (default: this machine's CPU)")
+        help="CPU preset or name (see `cope presets`; '2x NAME' for two sockets; a name that is no preset needs "
+             "--memory or --ram-bandwidth; default: this machine's CPU)")
     ram_gib: float | None = _option(
         None, flag="--ram-gib", metavar="GIB", parse=_float, check=_positive,
         help="the machine's RAM, GiB, for the host-memory check (default: detected, or the CPU preset's)")
+    memory: Any = _option(
+        None, flag="--memory", metavar="TYPE-SPEEDxCHANNELS", parse=_memory,
+        help="one socket's memory, e.g. ddr5-4800x2, ddr4-3200x8, lpddr5x-8000x256bit (default: detected, or the "
+             "CPU preset's usual); its theoretical peak is the bandwidth planned with")
+    ram_bandwidth_gbps: float | None = _option(
+        None, flag="--ram-bandwidth", metavar="GBPS", parse=_bandwidth, check=_positive,
+        help="CPU memory bandwidth to plan with, GB/s (default: what `cope detect` measured on this machine, else "
+             "the memory's theoretical peak)")
     vram_budget_gib: float | None = _option(
         None, flag="--vram-budget", metavar="GIB", parse=_float, check=_positive, label="VRAM budget GiB",
         group="hardware", hint="all", help="VRAM to use, GiB (default: all)")

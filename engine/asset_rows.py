@@ -13,14 +13,14 @@ SCHEMA_VERSION = 1
 class Rows:
     """Checks the fields of one asset's entries, raising errors that name asset and field."""
 
-    def __init__(self, asset: str, data: Any, list_key: str):
+    def __init__(self, asset: str, data: Any, list_key: str, *, version: int = SCHEMA_VERSION):
         self.asset = asset
         self.path = f"assets/{asset}"
         if not isinstance(data, dict):
             self.fail("the top level must be a JSON object")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            self.fail(f"schema_version: expected {SCHEMA_VERSION}, found {version!r}")
+        found = data.get("schema_version")
+        if found != version:
+            self.fail(f"schema_version: expected {version}, found {found!r}")
         rows = data.get(list_key)
         if not isinstance(rows, list) or not rows:
             self.fail(f"{list_key}: must be a non-empty list")

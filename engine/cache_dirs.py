@@ -11,7 +11,8 @@ dependency):
 - Windows: `%LOCALAPPDATA%\\cope\\cope\\Cache` (platformdirs names the app twice, as
   author and as app; it asks the shell for Local AppData, which %LOCALAPPDATA% holds).
 
-Under the root: `traces/<model>-<what>.cope.npz` and `profiles/<key>.json`.
+Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json` and
+`machine/cpu-bandwidth-<key>.json` (engine.bandwidth_store).
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def traces_dir(root: str | os.PathLike | None = None) -> Path:
 
 def profiles_dir(root: str | os.PathLike | None = None) -> Path:
     return cache_root(root) / "profiles"
+
+
+def machine_dir(root: str | os.PathLike | None = None) -> Path:
+    """Measurements of this machine kept between runs (its CPU memory bandwidth)."""
+    return cache_root(root) / "machine"
 
 
 # --- trace names ----------------------------------------------------------------------

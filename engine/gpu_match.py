@@ -6,7 +6,8 @@ card only when that name is one of its `device_names` (assets/gpus.json), compar
 without case, spaces or punctuation, so a "RTX 4090 Laptop GPU", a "RTX 4090 D" or a
 "RTX 3080 Ti" never borrows another card's figures. Where one name covers variants
 (the RTX 3060 with 12 or 8 GB, the RTX 4060 Ti and 5060 Ti with 16 or 8 GB), the memory
-detection saw must be the preset's within 10%. A MIG slice is never a whole card.
+detection saw must be the preset's within 10%. A MIG slice is never a whole card. A
+leading "NVIDIA" is optional (older drivers left it out of GeForce names).
 `with_preset_figures` fills what detection could not get from the matched preset.
 """
 
@@ -21,7 +22,8 @@ VRAM_TOLERANCE = 0.10
 
 
 def _key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+    # Drivers before 2021 named GeForce cards without the vendor ("GeForce RTX 2080 Ti").
+    return re.sub(r"^nvidia", "", re.sub(r"[^a-z0-9]", "", name.lower()))
 
 
 def preset_for_device(name: str, vram_bytes: int | float | None = None) -> GpuSpec | None:

@@ -1,9 +1,10 @@
 """The machine a policy runs on: GPU and CPU figures, each with its basis.
 
 Every figure is a `Fact`: a value (or None when unknown) plus where it came from
-(a preset's spec sheet, detection on this host, a measurement, or an assumption) and a
-note that says how or why. Presets are read from assets/gpus.json and assets/cpus.json
-and validated once, where they are read.
+(a preset's spec sheet, detection on this host, a measurement, a flag the person gave, or
+an assumption) and a note that says how or why. GPU presets are read from assets/gpus.json
+here, CPU presets from assets/cpus.json by engine.cpu_presets; both are validated once,
+where they are read, and found by name through engine.preset_names.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 from engine.asset_rows import Rows as _Rows
 from engine.assets_io import load_asset_json
-from engine.errors import CopeInputError
+from engine.preset_names import find_preset
 
-BASES = ("preset", "detected", "measured", "assumed", "unknown")
+BASES = ("preset", "detected", "measured", "given", "assumed", "unknown")
 
 # PCIe payload bandwidth per lane and direction after line encoding (8b/10b is gone
 # from gen3 on; 128b/130b): gen3 8 GT/s, gen4 16 GT/s, gen5 32 GT/s.
@@ -37,11 +38,11 @@ DEFAULT_CPU_PRESET = "desktop-ddr5"
 
 @dataclass(frozen=True)
 class Fact:
-    """One figure with its basis: preset, detected, measured, assumed or unknown."""
+    """One figure with its basis: preset, detected, measured, given, assumed or unknown."""
 
     value: float | int | str | None  # None when unknown
     basis: str
-    note: str  # preset: the source; detected: how; assumed: why; unknown: why
+    note: str  # preset: the source; detected, measured: how; given: which flag; assumed, unknown: why
 
     def __post_init__(self) -> None:
         if self.basis not in BASES:
@@ -67,6 +68,10 @@ class Fact:
     @classmethod
     def measured(cls, value: float | int | str, how: str) -> Fact:
         return cls(value, "measured", how)
+
+    @classmethod
+    def given(cls, value: float | int | str, flag: str) -> Fact:
+        return cls(value, "given", flag)
 
     @classmethod
     def assumed(cls, value: float | int | str, why: str) -> Fact:
@@ -132,16 +137,27 @@ class GpuSpec:
         return _spec_to_dict(self)
 
 
+_NOT_SAID = Fact.unknown("not known: neither given, nor detected, nor in a preset")
+
+
 @dataclass(frozen=True)
 class CpuSpec:
     name: str
     preset_id: str | None
-    physical_cores: Fact
+    physical_cores: Fact  # of the whole machine (every socket)
     logical_threads: Fact
     ram_bytes: Fact
     ram_available_bytes: Fact
+    # The bandwidth COPE plans with: a measured figure, else the theoretical peak of one
+    # socket's memory (engine.cpu_choice says why one socket; docs/hardware.md).
     mem_bandwidth_bytes_per_s: Fact
     numa_nodes: Fact
+    # The memory itself, one socket's (defaults keep older constructors working).
+    sockets: Fact = field(default=_NOT_SAID)
+    memory_type: Fact = field(default=_NOT_SAID)  # "DDR5"
+    memory_speed_mts: Fact = field(default=_NOT_SAID)  # mega-transfers per second
+    memory_channels: Fact = field(default=_NOT_SAID)  # 64-bit channels of one socket
+    mem_peak_bytes_per_s: Fact = field(default=_NOT_SAID)  # theoretical peak of one socket
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)
@@ -245,102 +261,35 @@ def gpu_presets() -> dict[str, GpuSpec]:
     return out
 
 
-@cache
 def cpu_presets() -> dict[str, CpuSpec]:
-    """CPU presets (typical machines) from assets/cpus.json, by id (validated once, cached)."""
-    r = _Rows(CPU_ASSET, load_asset_json(CPU_ASSET), "cpus")
-    out: dict[str, CpuSpec] = {}
-    for i, row_id in enumerate(r.unique_ids()):
-        name = r.text(i, "name")
-        source = r.text(i, "source")
-        cores = r.positive_int(i, "physical_cores")
-        threads = r.positive_int(i, "logical_threads")
-        if threads < cores:
-            r.fail(f"{r._where(i, 'logical_threads')}: {threads} is fewer than physical_cores {cores}")
-        ram = r.positive_int(i, "ram_bytes")
-        bandwidth = r.positive_number(i, "mem_bandwidth_bytes_per_s")
-        memory = r.text(i, "memory")
-        numa = r.positive_int(i, "numa_nodes")
-        ram_note = f"typical RAM for this preset's class of machine, not a spec-sheet figure ({memory})"
-        out[row_id] = CpuSpec(
-            name=name,
-            preset_id=row_id,
-            physical_cores=Fact.preset(cores, source),
-            logical_threads=Fact.preset(threads, source),
-            ram_bytes=Fact.preset(ram, ram_note),
-            ram_available_bytes=Fact.assumed(
-                ram, "preset: assumed all RAM is available; a real machine keeps some for the OS and other programs"
-            ),
-            mem_bandwidth_bytes_per_s=Fact.preset(
-                bandwidth, f"theoretical peak of {memory}; sustained bandwidth is lower ({source})"
-            ),
-            numa_nodes=Fact.preset(numa, f"{memory} ({source})"),
-        )
-    return out
+    """CPU presets from assets/cpus.json, by id: CPU models and typical machines (engine.cpu_presets)."""
+    from engine.cpu_presets import cpu_presets as load  # noqa: PLC0415 - it reads this module's types
+
+    return load()
 
 
-# --- lookup by name -----------------------------------------------------------------
-
-_VENDOR_PREFIX = re.compile(r"^(nvidia|geforce|amd|intel)+")
+# --- lookup by name (engine.preset_names) -----------------------------------------
 
 
-def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def _without_vendor(squashed: str) -> str:
-    return _VENDOR_PREFIX.sub("", squashed) or squashed
-
-
-def _aliases(preset_id: str, name: str) -> set[str]:
-    """The spellings that find a preset: id, display name, and shortened forms."""
-    ids = {preset_id}
-    names = {name}
-    # Without the memory size ("rtx-3060" for "rtx-3060-12gb"); an alias that several
-    # presets share ("a100") is reported as ambiguous.
-    ids |= {re.sub(r"(?i)[\s_-]*\d+\s*gb\b", "", x) for x in ids}
-    names |= {re.sub(r"(?i)[\s_-]*\d+\s*gb\b", "", x) for x in names}
-    out = {_squash(x) for x in ids}
-    out |= {_without_vendor(_squash(x)) for x in names}  # vendor words only off names
-    out |= {a.replace("pcie", "").replace("sxm", "") for a in out}  # "h100" is either form factor
-    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d))", "", a) for a in out}
-    # The model number alone: "4090", "7950x", "13900k", "9654".
-    out |= {re.sub(r"^(rtx|ryzenthreadripper|threadripper|ryzen\d|corei\d|epyc)", "", a) for a in out}
-    return {a for a in out if a}
-
-
-def _lookup(kind: str, asset: str, table: dict[str, Any], query: str) -> Any:
-    key = query.strip().lower()
-    if key in table:
-        return table[key]
-    hits: dict[str, set[str]] = {}
-    for preset_id, spec in table.items():
-        for alias in _aliases(preset_id, spec.name):
-            hits.setdefault(alias, set()).add(preset_id)
-    squashed = _squash(query)
-    tries = (squashed, _without_vendor(squashed))
-    tries += tuple(t.replace("pcie", "") for t in tries)  # "A100-PCIE-40GB" as nvidia-smi says
-    found: list[str] = []
-    for t in tries:
-        if t in hits:
-            found = sorted(hits[t])
-            break
-    if len(found) == 1:
-        return table[found[0]]
-    if len(found) > 1:
-        raise CopeInputError(f"{kind} preset {query!r} is ambiguous: it could be {', '.join(found)}")
-    known = ", ".join(table)
-    raise CopeInputError(f"unknown {kind} preset {query!r}; known: {known} (assets/{asset})")
+_SIZE = re.compile(r"(?i)[\s_-]*\d+\s*gb\b")
 
 
 def get_gpu_preset(name: str) -> GpuSpec:
     """A GPU preset by id or name: "rtx-4090", "RTX 4090", "rtx4090", "4090"."""
-    return _lookup("GPU", GPU_ASSET, gpu_presets(), name)
+    table = gpu_presets()
+    names = {k: v.name for k, v in table.items()}
+    # The name with the card's memory, as people write it: "RTX 4090 24GB", "RTX 5070 (12GB)".
+    sized = {k: [f"{_SIZE.sub('', v.name)} {int(v.vram_bytes.value) // 2**30}GB"]  # type: ignore[arg-type]
+             for k, v in table.items()}
+    return table[find_preset("GPU", GPU_ASSET, names, name, more_names=sized)]
 
 
 def get_cpu_preset(name: str) -> CpuSpec:
-    """A CPU preset by id or name: "desktop-ddr5", "AMD Ryzen 9 7950X", "7950x"."""
-    return _lookup("CPU", CPU_ASSET, cpu_presets(), name)
+    """A CPU preset by id or name: "desktop-ddr5", "AMD Ryzen 9 7950X", "7950x",
+    "AMD Ryzen 9 7950X 16-Core Processor"."""
+    from engine.cpu_presets import get_cpu_preset as get  # noqa: PLC0415 - it reads this module's types
+
+    return get(name)
 
 
 # --- assumptions for analytic estimates ---------------------------------------------

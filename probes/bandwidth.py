@@ -1,4 +1,5 @@
-"""Short, bounded bandwidth measurements: CPU memory, host-to-device copies, GPU memory.
+"""Short, bounded bandwidth measurements: host-to-device copies, GPU memory (and, from
+probes.cpu_bandwidth, CPU memory read by many threads).
 
 Each returns a `Fact`: measured, with the method in the note (sizes, runs, median), or
 unknown with the reason. None raises; each stops after its time budget (a warm-up and at
@@ -15,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.platform import Fact
+from probes.cpu_bandwidth import measure_cpu_memory_bandwidth  # noqa: F401 - callers import it from here
 
 MIB = 1024**2
 MIN_RUNS = 3
-CPU_BYTES = 512 * MIB
 GPU_BYTES = 512 * MIB
 MAX_H2D_BYTES = 1024 * MIB
 
@@ -66,64 +67,7 @@ def _cuda(torch: Any) -> tuple[Any, str | None]:
     return torch, None
 
 
-# --- CPU --------------------------------------------------------------------------
-
-
-def measure_cpu_memory_bandwidth(
-    size_bytes: int = CPU_BYTES, repeats: int = 7, budget_s: float = 1.5, *, torch: Any = _IMPORT
-) -> Fact:
-    """Read bandwidth of main memory: sum a float32 array far larger than the caches.
-
-    With torch, the sum runs on torch's CPU threads (decode streams weights from memory
-    on many threads, as this does); without torch, numpy sums on one thread, which
-    understates a many-channel machine, and the note says so.
-    """
-    size_bytes = max(4 * MIB, int(size_bytes))
-    n = size_bytes // 4
-    try:
-        if torch is _IMPORT:
-            try:
-                import torch as _torch
-
-                torch = _torch
-            except Exception:
-                torch = None
-        if torch is not None:
-            x = torch.ones(n, dtype=torch.float32)  # pages touched before timing
-            threads = int(torch.get_num_threads())
-            how = f"torch.sum over a float32 tensor on {threads} torch CPU thread(s)"
-
-            def once() -> float:
-                t0 = time.perf_counter()
-                float(x.sum())
-                return time.perf_counter() - t0
-        else:
-            import numpy as np
-
-            x = np.ones(n, dtype=np.float32)
-            how = "numpy sum over a float32 array on one thread (no torch: multi-threaded bandwidth is higher)"
-
-            def once() -> float:
-                t0 = time.perf_counter()
-                float(x.sum())
-                return time.perf_counter() - t0
-
-        once()  # warm-up: thread pool start, page faults
-        times = _runs(once, repeats, budget_s)
-        del x
-    except MemoryError:
-        return Fact.unknown(f"not measured: could not allocate {_mib(size_bytes)} for the measurement")
-    except Exception as exc:
-        return Fact.unknown(f"not measured: the CPU measurement failed ({_why(exc)})")
-    median = statistics.median(times)
-    if median <= 0:
-        return Fact.unknown("not measured: the timer did not advance")
-    value = n * 4 / median
-    return Fact.measured(
-        value,
-        f"read bandwidth: {how}, {_mib(n * 4)}, median of {len(times)} runs after a warm-up "
-        f"(best {_gb(n * 4 / min(times))})",
-    )
+# --- CPU: probes.cpu_bandwidth (many threads at once, numpy) --------------------------
 
 
 # --- GPU --------------------------------------------------------------------------

@@ -63,8 +63,14 @@ def detect_platform(
             gpu = replace(gpu, h2d_pageable_bytes_per_s=_skipped(gpu.h2d_pageable_bytes_per_s))
         return Platform(gpu=gpu, cpu=cpu)
 
-    say("measuring CPU memory bandwidth")
-    cpu = replace(cpu, mem_bandwidth_bytes_per_s=_merge(cpu.mem_bandwidth_bytes_per_s, measure_cpu_memory_bandwidth()))
+    say("measuring CPU memory bandwidth (every core reading at once)")
+    cores = cpu.physical_cores
+    measured = measure_cpu_memory_bandwidth(threads=int(cores.value) if cores.known else None)  # type: ignore[arg-type]
+    if measured.known and cpu.mem_peak_bytes_per_s.known:
+        peak = float(cpu.mem_peak_bytes_per_s.value)  # type: ignore[arg-type]
+        measured = Fact.measured(measured.value, f"{measured.note}; {float(measured.value) / peak:.0%} of "  # type: ignore[arg-type]
+                                                 f"the detected memory's theoretical peak {peak / 1e9:.1f} GB/s")
+    cpu = replace(cpu, mem_bandwidth_bytes_per_s=_merge(cpu.mem_bandwidth_bytes_per_s, measured))
 
     if gpu.name == NO_GPU_NAME:
         return Platform(gpu=gpu, cpu=cpu)  # every GPU figure already says why it is unknown

@@ -1,4 +1,4 @@
-"""Detect this machine's CPU and RAM from /proc and /sys, without torch.
+"""Detect this machine's CPU, RAM and memory modules from /proc and /sys, without torch.
 
 The parsers take the files' text, so tests can feed them sample contents; `detect_cpu`
 reads the real files and never raises on a missing or unreadable one: the figure is then
@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import os
 import platform as _platform
+from dataclasses import replace
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from engine.bandwidth_store import machine_key
+from engine.cpu_presets import with_memory
+from engine.errors import CopeInputError
+from engine.memory_spec import memory_spec
 from engine.platform import CpuSpec, Fact
+from probes.memory_detect import MemoryFacts, detect_memory, read_dmidecode
 
 BANDWIDTH_UNKNOWN_NOTE = "not measured; run the probes"
 
@@ -68,6 +74,12 @@ def cpuinfo_physical_cores(text: str, allowed: set[int] | None = None) -> int | 
     return len(pairs) or None
 
 
+def cpuinfo_sockets(text: str) -> int | None:
+    """Distinct "physical id"s over the logical CPUs, or None when the file gives none."""
+    ids = {b["physical id"] for b in cpuinfo_blocks(text) if "physical id" in b}
+    return len(ids) or None
+
+
 def meminfo_bytes(text: str) -> dict[str, int]:
     """/proc/meminfo fields in bytes ("MemTotal: 16384 kB" -> {"MemTotal": 16777216})."""
     units = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
@@ -105,8 +117,41 @@ def _affinity() -> set[int] | None:
         return None
 
 
-def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys") -> CpuSpec:
-    """This machine's CPU and RAM; every field may be unknown, with the reason."""
+def machine_id(roots: Iterable[str | Path] = ("/etc", "/var/lib/dbus")) -> str:
+    """This installation's machine id (systemd's, else D-Bus's), else the host name."""
+    for root in roots:
+        text = _read(Path(root) / "machine-id")
+        if text and text.strip():
+            return text.strip()
+    return _platform.node() or "unknown-host"
+
+
+def this_machine_key(cpu: CpuSpec) -> str:
+    """The key engine.bandwidth_store files this machine's measurements under."""
+    ram = int(cpu.ram_bytes.value) if cpu.ram_bytes.known and cpu.ram_bytes.basis == "detected" else None  # type: ignore[arg-type]
+    return machine_key(cpu.name, os.cpu_count(), ram, machine_id())
+
+
+def with_memory_facts(cpu: CpuSpec, mem: MemoryFacts) -> CpuSpec:
+    """`cpu` with the memory detection read: all of it (type, speed, channels and their
+    theoretical peak) when detection gave all three, else what it gave."""
+    if mem.type.known and mem.speed_mts.known and mem.channels.known:
+        try:
+            spec = memory_spec(str(mem.type.value), int(mem.speed_mts.value), channels=int(mem.channels.value))  # type: ignore[arg-type]
+        except CopeInputError as exc:  # a speed or channel count outside what COPE accepts
+            return replace(cpu, memory_type=mem.type, memory_speed_mts=mem.speed_mts, memory_channels=mem.channels,
+                           mem_peak_bytes_per_s=Fact.unknown(f"detected memory not usable: {exc}"))
+        how = f"{mem.type.note}; speed: {mem.speed_mts.note}; channels: {mem.channels.note}"
+        out = with_memory(cpu, spec, "detected", how)
+        return replace(out, mem_bandwidth_bytes_per_s=cpu.mem_bandwidth_bytes_per_s)  # planning decides (cpu_choice)
+    return replace(cpu, memory_type=mem.type, memory_speed_mts=mem.speed_mts, memory_channels=mem.channels,
+                   mem_peak_bytes_per_s=Fact.unknown("the memory's type, speed and channels are not all detected"))
+
+
+def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
+               dmidecode=read_dmidecode) -> CpuSpec:  # type: ignore[no-untyped-def]
+    """This machine's CPU, RAM and memory; every field may be unknown, with the reason.
+    `dmidecode`: returns (`dmidecode -t 17` output or None, how) (tests pass a stub)."""
     proc, sys_ = Path(proc_root), Path(sys_root)
     cpuinfo_path, meminfo_path = proc / "cpuinfo", proc / "meminfo"
     cpuinfo = _read(cpuinfo_path)
@@ -167,7 +212,14 @@ def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys") -
     else:
         numa = Fact.unknown(f"{node_dir} missing or without node entries")
 
-    return CpuSpec(
+    # Sockets.
+    n_sockets = cpuinfo_sockets(cpuinfo) if cpuinfo is not None else None
+    if n_sockets is not None:
+        sockets = Fact.detected(n_sockets, f"distinct physical ids in {cpuinfo_path}")
+    else:
+        sockets = Fact.assumed(1, f"{cpuinfo_path} gives no physical ids; assumed one socket")
+
+    cpu = CpuSpec(
         name=name,
         preset_id=None,
         physical_cores=cores,
@@ -176,4 +228,6 @@ def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys") -
         ram_available_bytes=avail,
         mem_bandwidth_bytes_per_s=Fact.unknown(BANDWIDTH_UNKNOWN_NOTE),
         numa_nodes=numa,
+        sockets=sockets,
     )
+    return with_memory_facts(cpu, detect_memory(int(sockets.value), sys_, dmidecode))  # type: ignore[arg-type]

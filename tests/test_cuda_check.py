@@ -197,7 +197,7 @@ def test_detect_platform_says_why_the_gpu_was_not_measured(monkeypatch):
     from engine.platform import Fact
 
     _cpu_build_machine(monkeypatch)
-    monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda: Fact.measured(1e10, "stub"))
+    monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda threads=None: Fact.measured(1e10, "stub"))
     p = detect.detect_platform(measure=True)
     for f in (p.gpu.h2d_pageable_bytes_per_s, p.gpu.h2d_bytes_per_s, p.gpu.mem_bandwidth_bytes_per_s):
         assert "not measured: an NVIDIA GPU is present" in f.note and "pip install torch" in f.note

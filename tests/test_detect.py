@@ -351,9 +351,12 @@ def test_cpu_memory_bandwidth_is_measured_and_positive():
     assert "64 MiB" in f.note and "median of" in f.note
 
 
-def test_cpu_memory_bandwidth_without_torch_uses_numpy():
-    f = measure_cpu_memory_bandwidth(size_bytes=16 * 1024**2, repeats=3, budget_s=0.5, torch=None)
-    assert f.basis == "measured" and f.value > 0 and "numpy" in f.note
+def test_cpu_memory_bandwidth_reads_with_the_threads_asked_and_says_so():
+    many = measure_cpu_memory_bandwidth(size_bytes=16 * 1024**2, repeats=3, budget_s=0.5, threads=3)
+    assert many.basis == "measured" and many.value > 0
+    assert "multi-threaded read bandwidth: 3 threads at once" in many.note and "numpy" in many.note
+    one = measure_cpu_memory_bandwidth(size_bytes=16 * 1024**2, repeats=3, budget_s=0.5, threads=1)
+    assert one.known and "one thread" in one.note and "multi-threaded" not in one.note
 
 
 def test_gpu_measurements_unknown_without_cuda():
@@ -413,8 +416,8 @@ def test_cope_detect_text_lists_figures_with_basis(capsys, monkeypatch):
 def test_detect_platform_measures_cpu(monkeypatch):
     import probes.detect as detect
 
-    monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda: measure_cpu_memory_bandwidth(
-        size_bytes=32 * 1024**2, repeats=3, budget_s=0.3))
+    monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda threads=None: measure_cpu_memory_bandwidth(
+        size_bytes=32 * 1024**2, repeats=3, budget_s=0.3, threads=threads))
     monkeypatch.setattr(detect, "detect_gpu", lambda device=0: detect_gpu(
         torch=fake_torch(cuda_version=None), nvml=FakeNvml(fail_init=True)))
     steps: list[str] = []

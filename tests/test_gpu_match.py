@@ -26,7 +26,7 @@ MiB = 1024**2
         ("NVIDIA L40S", 46068 * MiB, "l40s"),
         ("NVIDIA RTX A6000", 49140 * MiB, "rtx-a6000"),
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887 * MiB, "rtx-pro-6000"),
-        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887 * MiB, "rtx-pro-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887 * MiB, "rtx-pro-6000-max-q"),
         ("NVIDIA GeForce RTX 3060", 12288 * MiB, "rtx-3060-12gb"),
         ("NVIDIA GeForce RTX 3080", 10240 * MiB, "rtx-3080"),
         ("NVIDIA GeForce RTX 3090", 24576 * MiB, "rtx-3090"),
@@ -39,6 +39,20 @@ MiB = 1024**2
         ("NVIDIA GeForce RTX 5080", 16303 * MiB, "rtx-5080"),
         ("NVIDIA GeForce RTX 5090", 32607 * MiB, "rtx-5090"),
         ("nvidia geforce rtx 4090", None, "rtx-4090"),  # case and memory unknown
+        ("NVIDIA GeForce RTX 4090 D", 24564 * MiB, "rtx-4090d"),
+        ("NVIDIA GeForce RTX 3090 Ti", 24564 * MiB, "rtx-3090-ti"),
+        ("NVIDIA GeForce RTX 3080 Ti", 12288 * MiB, "rtx-3080-ti"),
+        ("NVIDIA GeForce RTX 4080 SUPER", 16376 * MiB, "rtx-4080-super"),
+        ("NVIDIA GeForce RTX 5070", 12227 * MiB, "rtx-5070"),
+        ("NVIDIA GeForce GTX 1650 SUPER", 3911 * MiB, "gtx-1650-super"),
+        ("GeForce RTX 2080 Ti", 11019 * MiB, "rtx-2080-ti"),  # a driver from before 2021: no vendor word
+        ("NVIDIA RTX 6000 Ada Generation", 49140 * MiB, "rtx-6000-ada"),
+        ("NVIDIA RTX A5000", 24564 * MiB, "rtx-a5000"),
+        ("NVIDIA L4", 23034 * MiB, "l4"),
+        ("NVIDIA H100 NVL", 95830 * MiB, "h100-nvl"),
+        ("NVIDIA H200 NVL", 143771 * MiB, "h200-nvl"),
+        ("NVIDIA A100-SXM4-80GB", 81920 * MiB, "a100-sxm4-80gb"),
+        ("Tesla T4", 15360 * MiB, "t4"),
     ],
 )
 def test_real_device_names_find_their_preset(name, vram, pid):
@@ -50,17 +64,14 @@ def test_real_device_names_find_their_preset(name, vram, pid):
     "name, vram",
     [
         ("NVIDIA GeForce RTX 4090 Laptop GPU", 16376 * MiB),  # another card under a similar name
-        ("NVIDIA GeForce RTX 4090 D", 24564 * MiB),
-        ("NVIDIA GeForce RTX 3080 Ti", 12288 * MiB),
-        ("NVIDIA GeForce RTX 4080 SUPER", 16376 * MiB),
+        ("NVIDIA GeForce RTX 4090 D v2", 24564 * MiB),
+        ("NVIDIA GeForce RTX 5070 Laptop GPU", 8151 * MiB),
         ("NVIDIA GeForce RTX 3060", 8192 * MiB),  # the 8 GB card, 240 GB/s
         ("NVIDIA GeForce RTX 3080", 12288 * MiB),  # the 12 GB card, 912 GB/s
         ("NVIDIA GeForce RTX 5060 Ti", 8151 * MiB),
         ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984 * MiB),  # a slice is not the card
-        ("NVIDIA H100 NVL", 95830 * MiB),
-        ("NVIDIA H200 NVL", 143771 * MiB),
-        ("NVIDIA A100-SXM4-80GB", 81920 * MiB),
-        ("Tesla T4", 15360 * MiB),
+        ("NVIDIA GeForce RTX 4060 Ti", 8188 * MiB),  # the 8 GB card has no preset
+        ("Tesla V100-SXM2-16GB", 16160 * MiB),
         ("", None),
     ],
 )

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import engine.cpu_presets as cpus_mod
 import engine.platform as plat
 from engine.errors import CopeInputError
 from engine.platform import (
@@ -50,17 +51,25 @@ GPU_IDS = {
     "h200",
     "b200",
     "l40s",
+    # added with the hardware descriptions (GeForce 16/20/30/40/50, workstation, datacenter)
+    "gtx-1650-super", "gtx-1660-super", "rtx-2060", "rtx-2060-super", "rtx-2070", "rtx-2070-super", "rtx-2080",
+    "rtx-2080-super", "rtx-2080-ti", "titan-rtx", "rtx-3050", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080-ti",
+    "rtx-3090-ti", "rtx-4060", "rtx-4070", "rtx-4070-super", "rtx-4070-ti", "rtx-4080-super", "rtx-4090d", "rtx-5050",
+    "rtx-5060", "rtx-5070", "rtx-5090d", "rtx-a4000", "rtx-a4500", "rtx-a5000", "rtx-a5500", "rtx-2000-ada",
+    "rtx-4000-sff-ada", "rtx-4000-ada", "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada", "rtx-pro-6000-max-q", "t4",
+    "a10", "a40", "l4", "l40", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-nvl", "h200-nvl",
 }
 
 
 @pytest.fixture
 def fresh_presets():
     """Clear the preset caches around a test that swaps the loader."""
-    gpu_presets.cache_clear()
-    cpu_presets.cache_clear()
+    caches = (gpu_presets, cpus_mod.cpu_models, cpus_mod.machines, cpus_mod.cpu_presets)
+    for c in caches:
+        c.cache_clear()
     yield
-    gpu_presets.cache_clear()
-    cpu_presets.cache_clear()
+    for c in caches:
+        c.cache_clear()
 
 
 # --- GPU presets ------------------------------------------------------------------
@@ -101,6 +110,17 @@ def test_all_gpu_presets_load_with_positive_figures_and_a_source():
         ("rtx-3080", 10 * GiB, 760e9, 4, 16, 68),
         ("rtx-5060-ti-16gb", 16 * GiB, 448e9, 5, 8, 36),
         ("rtx-5070-ti", 16 * GiB, 896e9, 5, 16, 70),
+        ("rtx-3090-ti", 24 * GiB, 1008e9, 4, 16, 84),
+        ("rtx-4090d", 24 * GiB, 1008e9, 4, 16, 114),
+        ("rtx-5070", 12 * GiB, 672e9, 5, 16, 48),
+        ("gtx-1650-super", 4 * GiB, 192e9, 3, 16, 20),
+        ("rtx-2080-ti", 11 * GiB, 616e9, 3, 16, 68),
+        ("rtx-pro-6000-max-q", 96 * GiB, 1792e9, 5, 16, 188),
+        ("rtx-6000-ada", 48 * GiB, 960e9, 4, 16, 142),
+        ("l4", 24 * GiB, 300e9, 4, 16, 58),
+        ("a100-sxm4-80gb", 80 * GiB, 2039e9, 4, 16, 108),
+        ("h100-nvl", 94 * GiB, 3900e9, 5, 16, 132),
+        ("t4", 16 * GiB, 320e9, 3, 16, 40),
     ],
 )
 def test_gpu_preset_matches_spec_sheet(pid, vram_bytes, bandwidth, gen, lanes, sms):
@@ -153,10 +173,24 @@ def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
         ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
         ("A100 80GB", "a100-80gb"),
         ("L40S", "l40s"),
+        # as the published measurements name them, memory size included
+        ("RTX 3090 Ti 24GB", "rtx-3090-ti"),
+        ("RTX 4090D 24GB", "rtx-4090d"),
+        ("RTX 5070 (12GB)", "rtx-5070"),
+        ("GTX 1650 SUPER 4GB", "gtx-1650-super"),
+        ("RTX PRO 6000 Blackwell Max-Q 96GB", "rtx-pro-6000-max-q"),
+        ("RTX A6000 48GB", "rtx-a6000"),
+        ("RTX 3060 12GB", "rtx-3060-12gb"),
+        ("RTX 6000 Ada", "rtx-6000-ada"),
     ],
 )
 def test_gpu_lookup_variants(query, pid):
     assert get_gpu_preset(query).preset_id == pid
+
+
+def test_a_memory_size_the_card_does_not_have_finds_nothing():
+    with pytest.raises(CopeInputError, match="unknown GPU preset 'RTX 4090 16GB'"):
+        get_gpu_preset("RTX 4090 16GB")
 
 
 def test_gpu_lookup_unknown_lists_known_ids():
@@ -181,8 +215,10 @@ def test_cpu_presets_load():
     assert {"desktop-ddr4", "desktop-ddr5", "intel-desktop-ddr5", "workstation", "server-epyc"} <= set(presets)
     for pid, c in presets.items():
         assert c.preset_id == pid
-        for fact in (c.physical_cores, c.logical_threads, c.ram_bytes, c.mem_bandwidth_bytes_per_s, c.numa_nodes):
+        for fact in (c.physical_cores, c.logical_threads, c.ram_bytes, c.mem_bandwidth_bytes_per_s, c.numa_nodes,
+                     c.sockets, c.memory_speed_mts, c.memory_channels, c.mem_peak_bytes_per_s):
             assert fact.basis == "preset" and fact.value > 0 and fact.note
+        assert c.memory_type.basis == "preset" and c.memory_type.value in ("DDR4", "DDR5", "LPDDR5X")
         assert c.logical_threads.value >= c.physical_cores.value
     assert presets["desktop-ddr4"].mem_bandwidth_bytes_per_s.value == pytest.approx(51.2e9)
     assert presets["desktop-ddr5"].mem_bandwidth_bytes_per_s.value == pytest.approx(96e9)
@@ -199,11 +235,11 @@ def test_cpu_presets_load():
         ("desktop-ddr5", "desktop-ddr5"),
         ("Desktop DDR5", "desktop-ddr5"),
         ("intel desktop ddr5", "intel-desktop-ddr5"),
-        ("AMD Ryzen 9 7950X", "desktop-ddr5"),
-        ("5800x", "desktop-ddr4"),
-        ("i9-13900K", "intel-desktop-ddr5"),
-        ("Threadripper 7980X", "workstation"),
-        ("EPYC 9654", "server-epyc"),
+        ("AMD Ryzen 9 7950X", "ryzen-9-7950x"),
+        ("5800x", "ryzen-7-5800x"),
+        ("i9-13900K", "core-i9-13900k"),
+        ("Threadripper 7980X", "threadripper-7980x"),
+        ("EPYC 9654", "epyc-9654"),
     ],
 )
 def test_cpu_lookup_variants(query, pid):
@@ -255,7 +291,7 @@ def test_a_gpu_figure_without_its_source_is_refused(monkeypatch, fresh_presets, 
 
 
 def test_corrupt_asset_top_level(monkeypatch, fresh_presets):
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: {"schema_version": 2, "cpus": []})
+    monkeypatch.setattr(cpus_mod, "load_asset_json", lambda name: {"schema_version": 1, "cpus": []})
     with pytest.raises(CopeInputError, match=r"cpus\.json.*schema_version"):
         cpu_presets()
     monkeypatch.setattr(plat, "load_asset_json", lambda name: {"schema_version": 1, "gpus": "x"})
@@ -266,8 +302,8 @@ def test_corrupt_asset_top_level(monkeypatch, fresh_presets):
 def test_corrupt_cpu_asset_names_asset_and_field(monkeypatch, fresh_presets):
     data = plat.load_asset_json("cpus.json")
     del data["cpus"][0]["physical_cores"]
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
-    with pytest.raises(CopeInputError, match=r"cpus\.json.*desktop-ddr4.*physical_cores"):
+    monkeypatch.setattr(cpus_mod, "load_asset_json", lambda name: data)
+    with pytest.raises(CopeInputError, match=r"cpus\.json.*ryzen-5-3500.*physical_cores"):
         cpu_presets()
 
 

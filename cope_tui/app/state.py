@@ -21,9 +21,12 @@ def _detect_gpu():  # type: ignore[no-untyped-def]
 
 
 def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
+    from cope_tui.service.hardware import remember_cpu_bandwidth
     from probes.detect import detect_platform
 
-    return detect_platform(measure=True, expert_bytes=expert_bytes, progress=progress)
+    platform = detect_platform(measure=True, expert_bytes=expert_bytes, progress=progress)
+    remember_cpu_bandwidth(platform)  # planning on this machine uses it from now on
+    return platform
 
 
 def _run_probes(request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]

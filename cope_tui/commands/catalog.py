@@ -30,13 +30,16 @@ def presets(args: argparse.Namespace) -> int:
     print("GPUs:")
     for pid, gpu in gpu_presets().items():
         print(
-            f"  {pid:<20} {gpu.name:<36} {gpu.vram_bytes.value / GIB:>5.0f} GiB "
+            f"  {pid:<20} {gpu.name:<52} {gpu.vram_bytes.value / GIB:>5.0f} GiB "
             f"{gpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.0f} GB/s  PCIe {gpu.pcie_gen.value} x{gpu.pcie_lanes.value}"
         )
-    print("CPUs:")
+    print("CPUs (one socket; '2x NAME' for two; --memory TYPE-SPEEDxCHANNELS replaces the usual memory):")
     for pid, cpu in cpu_presets().items():
+        memory = f"{cpu.memory_channels.value} x {cpu.memory_type.value}-{cpu.memory_speed_mts.value}"
+        if cpu.memory_type.value and str(cpu.memory_type.value).startswith("LP"):
+            memory = f"{cpu.memory_type.value}-{cpu.memory_speed_mts.value} ({cpu.memory_channels.value} x 16-bit)"
         print(
-            f"  {pid:<20} {cpu.name:<36} {cpu.physical_cores.value:>3} cores "
+            f"  {pid:<24} {cpu.name:<34} {cpu.physical_cores.value:>3} cores  {memory:<22} "
             f"{cpu.mem_bandwidth_bytes_per_s.value / 1e9:>6.1f} GB/s"
         )
     return EXIT_OK

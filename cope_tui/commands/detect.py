@@ -25,6 +25,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"cope: {msg}", file=sys.stderr, flush=True)
 
     platform = detect_platform(measure=not args.no_measure, progress=say)
+    from cope_tui.service.hardware import remember_cpu_bandwidth
+
+    kept = remember_cpu_bandwidth(platform)
+    if kept is not None:
+        say(f"kept the measured CPU memory bandwidth for planning on this machine ({kept})")
     warnings = platform_warnings(platform)
     for line in warnings:
         say(f"warning: {line}")

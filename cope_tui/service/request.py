@@ -11,7 +11,7 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from engine.advise import AdviseRequest
 from engine.errors import CopeInputError
 from engine.memory import GIB
-from engine.platform import GpuSpec, Platform, get_cpu_preset, get_gpu_preset, platform_from
+from engine.platform import GpuSpec, Platform, get_gpu_preset
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
@@ -51,7 +51,8 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
             assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
         quant = get_quantization(quant_name)
 
-    platform = _platform(args, assumed, detect_cpu, detect_gpu)
+    hardware_notes: list[str] = []
+    platform = _platform(args, assumed, hardware_notes, detect_cpu, detect_gpu)
     platform = with_ram(platform, args.ram_gib, assumed)
 
     gpu_vram = platform.gpu.vram_bytes
@@ -86,7 +87,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         profile=profile,
         evictions=tuple(Eviction(e) for e in args.evictions),
         prefetch_mode=args.prefetch_mode,
-        notes=model_notes + tuple(f"assumed {a}" for a in assumed) + trace_notes,
+        notes=model_notes + tuple(f"assumed {a}" for a in assumed) + tuple(hardware_notes) + trace_notes,
     )
 
 
@@ -98,19 +99,14 @@ def load_model(arg: str, *, gguf_file: str | None = None):
     return resolve_model(arg, gguf_file=gguf_file)
 
 
-def _platform(args: PlanChoices, assumed: list[str], detect_cpu, detect_gpu) -> Platform:
+def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cpu, detect_gpu) -> Platform:
+    from cope_tui.service.hardware import plan_cpu  # noqa: PLC0415
+
     gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
-    detected = None
-    if args.cpu is None:
-        if detect_cpu is None:
-            from probes.host import detect_cpu as detect_cpu  # noqa: PLC0415 - reads /proc only
-        detected = detect_cpu()
-    else:
-        get_cpu_preset(args.cpu)
-    platform = platform_from(None, args.cpu, detected, detected_gpu=gpu)
-    if not platform.cpu.mem_bandwidth_bytes_per_s.known or platform.cpu.mem_bandwidth_bytes_per_s.basis == "assumed":
-        assumed.append("CPU memory bandwidth: " + platform.cpu.mem_bandwidth_bytes_per_s.note)
-    return platform
+    cpu = plan_cpu(args, detect_cpu)  # --cpu, --memory, --ram-bandwidth; else this machine (a stored measurement)
+    assumed.extend(cpu.assumed)
+    notes.extend(cpu.notes)
+    return Platform(gpu=gpu, cpu=cpu.cpu)
 
 
 def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-untyped-def]

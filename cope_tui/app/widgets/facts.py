@@ -1,4 +1,4 @@
-"""Formatting of figures with their basis (detected / measured / preset / assumed)."""
+"""Formatting of figures with their basis (detected / measured / preset / given / assumed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ BASIS_STYLE = {
     "measured": "bold green",
     "detected": "cyan",
     "preset": "yellow",
+    "given": "bold",
     "assumed": "magenta",
     "unknown": "dim",
 }
