@@ -29,10 +29,10 @@ from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 # The constants the fit moves (in log space, so each stays positive), and where it starts.
 FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_s", "gpu_block_overhead_s",
-          "token_fixed_s", "sync_s")
+          "cpu_block_overhead_s", "token_fixed_s")
 START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficiency=0.5, cpu_thread_bytes_per_s=8e9,
-                            gpu_block_overhead_s=20e-6, token_fixed_s=200e-6, sync_s=40e-6)
-BOUNDS = {"gpu_bandwidth_efficiency": (0.2, 1.0), "cpu_bandwidth_efficiency": (0.1, 1.0)}
+                            gpu_block_overhead_s=20e-6, token_fixed_s=200e-6)
+BOUNDS = {"gpu_bandwidth_efficiency": (0.6, 0.9), "cpu_bandwidth_efficiency": (0.1, 1.0)}
 
 
 def assumptions_of(x: np.ndarray, base: AnalyticAssumptions = START) -> AnalyticAssumptions:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import shlex
@@ -36,6 +37,7 @@ from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel  # noqa:
 from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
 from engine.llama_args import parse_llama_command  # noqa: E402
+from engine.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
 GOOD = (0.75, 1.33)
@@ -81,16 +83,24 @@ def sized(quant, model, file_bytes: float):  # type: ignore[no-untyped-def]
     return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits)
 
 
+@functools.cache
+def prepared(row: Row):  # type: ignore[no-untyped-def]
+    """(request at the command's settings, command) of a row; cached, since only the cost
+    model's constants change between the fit's evaluations."""
+    memory = parse_memory_spec(row.memory) if row.memory else None
+    choices = PlanChoices(model=row.model, quant=row.quant, gpu=row.gpu or NO_GPU, cpu=row.cpu, memory=memory,
+                          ram_gib=row.ram_gib, trace="synthetic", tokens=20)
+    request = build_request(choices)
+    if row.file_gib:
+        request = replace(request, quant=sized(request.quant, request.model, row.file_gib * 2**30))
+    command = parse_llama_command(shlex.split(row.command))
+    return replace(request, **command_settings(command, request)), command
+
+
 def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None) -> Priced:
     tps = tokens_per_s(published["tg_tok_s"])
     try:
-        choices = PlanChoices(model=row.model, quant=row.quant, gpu=row.gpu or NO_GPU, cpu=row.cpu, memory=row.memory,
-                              trace="synthetic", tokens=20)
-        request = build_request(choices)
-        if row.file_gib:
-            request = replace(request, quant=sized(request.quant, request.model, row.file_gib * 2**30))
-        command = parse_llama_command(shlex.split(row.command))
-        request = replace(request, **command_settings(command, request))
+        request, command = prepared(row)
         model = AnalyticCostModel(request.model, request.quant, request.platform,
                                   context_tokens=request.context_tokens, attention_tokens=request.attention_tokens,
                                   kv_bytes_per_element=request.kv_bytes_per_element,

@@ -30,6 +30,7 @@ class Row:
     command: str  # as it ran (model path a placeholder)
     runtime: str = "llama.cpp"  # or "ik_llama.cpp"
     memory: str | None = None  # --memory when the row states it (else the preset's usual)
+    ram_gib: float | None = None  # --ram-gib when the row states the RAM
     file_gib: float | None = None  # the published file size: the experts' bits scaled to it
     stated: bool = True
     assumed: str = ""
@@ -68,7 +69,7 @@ ROWS: tuple[Row, ...] = (
     Row(9, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q3_K_M", "rtx-3090-ti", "ryzen-9-7950x",
         r"llama-bench -m m.gguf -ngl 99 -ot blk\.1[2-9]\.ffn.*=CPU;blk\.[2-8][0-9]\.ffn.*=CPU;blk\.9[0-3]\.ffn.*=CPU "
         f"-fa 1 -ctk q8_0 -ctv q8_0 -t 16 {SWEEP_0}", runtime="ik_llama.cpp", memory="ddr5-6000x2", file_gib=106.83,
-        stated=False, assumed="an AM5 Ryzen 9 7950X with 2 DIMMs of DDR5-6000 (the row: 'AM5 gaming rig', 96 GB)"),
+        stated=False, assumed="an AM5 Ryzen 9 7950X with 2 DIMMs of DDR5-6000 (the row: 'AM5 gaming rig', 96 GB)", ram_gib=96),
     Row(10, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", "rtx-a6000", "threadripper-pro-5965wx",
         r"llama-bench -m m.gguf -ngl 99 -ot blk\.1[4-9]\.ffn.*=CPU;blk\.[2-8][0-9]\.ffn.*=CPU;blk\.9[0-3]\.ffn.*=CPU "
         f"-fa 1 -t 24 {SWEEP_0}", runtime="ik_llama.cpp", stated=False,
@@ -79,27 +80,27 @@ ROWS: tuple[Row, ...] = (
         assumed="a Threadripper PRO 5965WX (the row: 'Threadripper Pro, 24 cores') with its 8 channels of DDR4-3200"),
     Row(12, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q6_K", None, "epyc-9355",
         f"llama-bench -m m.gguf -ngl 0 -t 48 -fa 1 -ctk q8_0 -ctv q8_0 {SWEEP_0}", memory="ddr5-6000x12",
-        file_gib=193 / 1.073741824, sweep="9355"),
+        file_gib=193 / 1.073741824, sweep="9355", ram_gib=512),
     Row(13, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q6_K", "rtx-3090", "epyc-9355",
         r"llama-bench -m m.gguf -ngl 99 -ot blk\.(0|1|2|3|4)\.ffn.*=CUDA0;ffn.*=CPU -t 48 -fa 1 -ctk q8_0 -ctv q8_0 "
-        + SWEEP_0, memory="ddr5-6000x12", file_gib=193 / 1.073741824, sweep="9355"),
+        + SWEEP_0, memory="ddr5-6000x12", file_gib=193 / 1.073741824, sweep="9355", ram_gib=512),
     Row(15, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q6_K", None, "epyc-9355",
         f"llama-bench -m m.gguf -ngl 0 -t 48 -fa 1 -ctk q8_0 -ctv q8_0 {SWEEP_0}", runtime="ik_llama.cpp",
-        memory="ddr5-6000x12", file_gib=212 / 1.073741824, sweep="9355-ik"),
+        memory="ddr5-6000x12", file_gib=212 / 1.073741824, sweep="9355-ik", ram_gib=512),
     Row(16, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q6_K", "rtx-3090", "epyc-9355",
         r"llama-bench -m m.gguf -ngl 99 -ot blk\.(0|1|2|3|4)\.ffn.*=CUDA0;ffn.*=CPU -t 48 -fa 1 -ctk q8_0 -ctv q8_0 "
-        + SWEEP_0, runtime="ik_llama.cpp", memory="ddr5-6000x12", file_gib=212 / 1.073741824, sweep="9355-ik"),
-    Row(18, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", None, "xeon-gold-6138",
-        f"llama-bench -m m.gguf -ngl 0 -t 20 -fa 1 {SWEEP_0}", runtime="ik_llama.cpp", memory="ddr4-2666x12",
-        sweep="2x6138"),
-    Row(19, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q8_0", None, "xeon-gold-6138",
-        f"llama-bench -m m.gguf -ngl 0 -t 20 -fa 1 {SWEEP_0}", runtime="ik_llama.cpp", memory="ddr4-2666x12",
-        sweep="2x6138"),
+        + SWEEP_0, runtime="ik_llama.cpp", memory="ddr5-6000x12", file_gib=212 / 1.073741824, sweep="9355-ik", ram_gib=512),
+    Row(18, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", None, "2x xeon-gold-6138",
+        f"llama-bench -m m.gguf -ngl 0 -t 20 -fa 1 {SWEEP_0}", runtime="ik_llama.cpp", memory="ddr4-2666x6",
+        sweep="2x6138", ram_gib=512),
+    Row(19, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q8_0", None, "2x xeon-gold-6138",
+        f"llama-bench -m m.gguf -ngl 0 -t 20 -fa 1 {SWEEP_0}", runtime="ik_llama.cpp", memory="ddr4-2666x6",
+        sweep="2x6138", ram_gib=512),
     Row(23, "Qwen3-30B-A3B", "qwen3-30b-a3b", "IQ4_XS", "gtx-1650-super", "ryzen-5-3500",
         "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -fa 0 -p 0 -n 128", runtime="ik_llama.cpp",
-        memory="ddr4-2666x2", file_gib=15.32),
+        memory="ddr4-2666x2", file_gib=15.32, ram_gib=16),
     Row(24, "Qwen3-30B-A3B", "qwen3-30b-a3b", "IQ4_XS", "gtx-1650-super", "ryzen-5-3500",
-        "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -fa 0 -t 6 -p 0 -n 128", memory="ddr4-2666x2", file_gib=15.32),
+        "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -fa 0 -t 6 -p 0 -n 128", memory="ddr4-2666x2", file_gib=15.32, ram_gib=16),
     Row(26, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", None, "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 0 -t 16 -p 0 -n 128", file_gib=17.28, sweep="7950x-bench"),
     Row(27, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", None, "ryzen-9-7950x",
@@ -123,7 +124,7 @@ ROWS: tuple[Row, ...] = (
         assumed="a Ryzen 9 7950X (the row states no CPU); the question is only whether it fits"),
     Row(40, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-3090", "epyc-7343",
         "llama-server -m m.gguf -ngl 13 -c 4096", memory="ddr4-3200x4", stated=False,
-        assumed="64 GB as 4 channels of DDR4-3200, and MXFP4 experts (the row states neither)"),
+        assumed="64 GB as 4 channels of DDR4-3200, and MXFP4 experts (the row states neither)", ram_gib=64),
     Row(45, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-3090", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 25 -p 0 -n 128", sweep="3090-ncmoe", stated=False,
         assumed="a Ryzen 9 7950X with DDR5 (the row states no CPU)"),
@@ -141,13 +142,13 @@ ROWS: tuple[Row, ...] = (
         assumed="a Ryzen 9 7950X with DDR5 (the row states no CPU)"),
     Row(68, "GLM-4.7-Flash", "glm-4.7-flash", "Q5_K_M", None, "epyc-9175f",
         "llama-bench -m m.gguf -ngl 0 -t 13 -p 0 -n 128 -d 30000", runtime="ik_llama.cpp", memory="ddr5-6400x12",
-        sweep="9175f-glm"),
+        sweep="9175f-glm", ram_gib=768),
     Row(69, "GLM-4.7-Flash", "glm-4.7-flash", "Q5_K_M", "rtx-pro-6000-max-q", "epyc-9175f",
         "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -t 13 -p 0 -n 128 -d 30000", runtime="ik_llama.cpp",
-        memory="ddr5-6400x12", sweep="9175f-glm"),
+        memory="ddr5-6400x12", sweep="9175f-glm", ram_gib=768),
     Row(70, "GLM-4.7-Flash", "glm-4.7-flash", "Q5_K_M", "rtx-pro-6000-max-q", "epyc-9175f",
         "llama-bench -m m.gguf -ngl 99 -t 13 -p 0 -n 128 -d 30000", runtime="ik_llama.cpp", memory="ddr5-6400x12",
-        sweep="9175f-glm"),
+        sweep="9175f-glm", ram_gib=768),
     Row(75, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rtx-3090-ti", "ryzen-9-7950x",
         f"llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 {SWEEP_0}", runtime="ik_llama.cpp", stated=False,
         assumed="IQ4_K/IQ5_K experts as Q4_K_M; the CPU does not matter (everything on the GPU)"),

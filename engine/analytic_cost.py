@@ -41,18 +41,20 @@ KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 2
 
 @dataclass(frozen=True)
 class AnalyticAssumptions:
-    """The constants of the roofline model (docs/accuracy.md: where each comes from)."""
+    """The constants of the roofline model. "fitted": by bench/fit_published.py, once, on
+    the published runs with their hardware stated (docs/accuracy.md has the fit, its data
+    and its residuals); "assumed": small latencies the published runs cannot separate."""
 
-    gpu_bandwidth_efficiency: float = 0.70  # batch-1 quantized mat-vec vs spec-sheet peak
-    cpu_bandwidth_efficiency: float = 0.60  # ggml CPU mat-vec vs theoretical DRAM peak, all threads
-    cpu_thread_bytes_per_s: float = 12e9  # one thread streaming quantized weights
-    gpu_expert_launch_s: float = 15e-6  # a layer's mul_mat_id kernels (gate, up, down, activation)
-    gpu_block_overhead_s: float = 45e-6  # a block's other kernels: norms, rope, attention, router
-    cpu_dispatch_s: float = 10e-6  # waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 20e-6  # a block's other ops on the CPU (thread-pool barriers)
-    sync_s: float = 20e-6  # the hidden state to the CPU and the result back (a graph split)
-    copy_latency_s: float = 10e-6  # setting up one batch of host-to-device copies
-    token_fixed_s: float = 150e-6  # sampling, embedding lookup, graph build and launch
+    gpu_bandwidth_efficiency: float = 0.600  # fitted, held to 0.6-0.9 (docs/accuracy.md: why)
+    cpu_bandwidth_efficiency: float = 0.574  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_s: float = 9.08e9  # fitted: what one thread streams before the memory saturates
+    gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
+    gpu_block_overhead_s: float = 93.1e-6  # fitted: a block's other kernels (norms, rope, attention, router)
+    cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
+    cpu_block_overhead_s: float = 131e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
+    copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
+    token_fixed_s: float = 7.9e-6  # fitted (small): sampling, embedding lookup, graph launch
 
 
 class AnalyticCostModel:
