@@ -59,3 +59,16 @@ def _no_installed_runtimes(request, monkeypatch):
 
     monkeypatch.setattr("cope_tui.service.runtimes.scan_runtimes",
                         lambda llama_bin=None: RuntimeScan((), ("tests: no runtime looked for",)))
+
+
+@pytest.fixture
+def anyio_backend():
+    """The app's tests run on asyncio (Textual's loop)."""
+    return "asyncio"
+
+
+@pytest.fixture
+def app_caches(tmp_path, monkeypatch):
+    """An empty cache folder of the test's own and the Hub offline: what the app tests start from."""
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -89,18 +89,7 @@ def make_app(services: Services, choices: PlanChoices = FAST, **kw) -> CopeApp: 
     return CopeApp(services=services, choices=choices, **kw)
 
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def _caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("app_caches")]
 
 
 async def settle(pilot) -> None:  # type: ignore[no-untyped-def]

@@ -12,18 +12,7 @@ from textual.widgets import DataTable, Select  # noqa: E402
 from probes.runtimes import InstalledRuntime, RuntimeScan  # noqa: E402
 from tests.test_app import make_app, make_services, settle, table_column, text_of  # noqa: E402
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def _caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("app_caches")]
 
 
 def runtime_options(app) -> list[str]:  # type: ignore[no-untyped-def]

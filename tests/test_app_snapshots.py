@@ -13,6 +13,8 @@ pytest.importorskip("pytest_textual_snapshot")
 
 from tests.test_app import make_app, make_services, settle  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("app_caches")
+
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 SCREENS = {
     "results": (),
@@ -23,12 +25,6 @@ SCREENS = {
     "export": ("6",),
     "help": ("question_mark",),
 }
-
-
-@pytest.fixture(autouse=True)
-def _caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -161,11 +161,6 @@ def test_a_set_cancel_event_stops_advise_at_a_step_boundary():
 
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_the_cli_and_the_app_give_the_same_tpot_for_the_same_inputs_and_profile(cache, capsys):
     pytest.importorskip("textual")
