@@ -22,8 +22,8 @@ from engine.traces import registry
 from engine.traces.format import TraceFormat
 from tests.test_trace_io import make_model, make_trace, write_moe_beyond, _ids
 
-UNKNOWN = ("unknown trace format (expected .cope.npz, llama-moe-trace .csv, .jsonl or a folder of "
-           "moe-beyond CSV files)")
+UNKNOWN = ("unknown trace format (expected .cope.npz, llama-moe-trace .csv, .jsonl, a folder of "
+           "moe-beyond CSV files, FLAME-MoE layer_NN.parquet or CommitMoE labels .safetensors)")
 
 
 def _files(tmp_path: Path) -> dict[str, Path]:
@@ -74,9 +74,9 @@ def test_an_explicit_format_is_used_as_named(tmp_path):
     with pytest.raises(CopeInputError, match=r"c\.log:1: expected 4 comma-separated fields"):
         load_any_trace(path, model=make_model(), format="llama-moe-trace-csv")
     with pytest.raises(CopeInputError) as err:
-        load_any_trace(path, model=make_model(), format="parquet")
-    assert str(err.value) == (f"{path}: unknown trace format 'parquet': one of cope-npz, llama-moe-trace-csv, "
-                              "jsonl, moe-beyond-csv")
+        load_any_trace(path, model=make_model(), format="orc")
+    assert str(err.value) == (f"{path}: unknown trace format 'orc': one of cope-npz, llama-moe-trace-csv, "
+                              "jsonl, moe-beyond-csv, flame-parquet, commitmoe-safetensors")
 
 
 def test_an_unknown_format_is_one_line_naming_the_file(tmp_path):
@@ -119,7 +119,7 @@ def test_a_new_format_is_one_entry(tmp_path, monkeypatch):
     assert load_any_trace(tmp_path / "t.other", model=make_model()) is trace
     assert seen == [str(tmp_path / "t.fake"), str(tmp_path / "t.other")]
     (tmp_path / "notes.txt").write_text("hello\n", encoding="utf-8")
-    with pytest.raises(CopeInputError, match=r"moe-beyond CSV files or \.fake\)$"):
+    with pytest.raises(CopeInputError, match=r"CommitMoE labels \.safetensors or \.fake\)$"):
         load_any_trace(tmp_path / "notes.txt", model=make_model())
 
 

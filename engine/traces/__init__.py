@@ -6,6 +6,8 @@ One module per format, each with a `FORMAT` entry that `registry.FORMATS` lists:
 - `llama_csv`: llama-moe-trace CSV (`read_llama_moe_trace_csv` / `write_llama_moe_trace_csv`).
 - `jsonl`: generic JSONL, one record per (token, layer) (`read_jsonl_trace` / `write_jsonl_trace`).
 - `moe_beyond`: the moe-beyond DeepSeek-V2-Lite-Chat CSV folder (`read_moe_beyond_csv_dir`).
+- `flame_parquet`: FLAME-MoE's per-layer Parquet (`indices`/`scores`; pyarrow, the cope[parquet] extra).
+- `commitmoe_safetensors`: CommitMoE's safetensors labels (`top_indices`, `prompt_idx`, `tok`, `layer`).
 
 `registry.load_any_trace` picks the reader (explicit format, suffix, then the file's
 first bytes) and checks the trace fits the model with `validate.check_trace_fits_model`.

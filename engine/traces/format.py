@@ -49,3 +49,28 @@ def model_shape(path: str, model, label: str) -> dict:
         top_k=model.top_k,
         model_name=model.id,
     )
+
+
+# Published traces can hold tens of millions of tokens (FLAME-MoE: 52,428,800 per layer
+# file); replay needs far fewer, and memory would run out first. Readers of such formats
+# keep the first MAX_IMPORT_TOKENS tokens and say so in the trace's notes.
+MAX_IMPORT_TOKENS = 1_000_000
+MAX_IMPORT_BYTES = 8 * 1024**3  # a file larger than this is refused before it is opened
+
+
+def missing_reader(path: str, package: str, extra: str) -> CopeInputError:
+    """The one-line error for a format whose optional reader package is not installed."""
+    return CopeInputError(f"reading this format needs the {package} package: install cope[{extra}] "
+                          f"(pip install 'cope-tui[{extra}]')", path=path)
+
+
+def check_file_size(path: str) -> int:
+    """The file's size in bytes; CopeInputError when it is over MAX_IMPORT_BYTES or unreadable."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError as exc:
+        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    if size > MAX_IMPORT_BYTES:
+        raise CopeInputError(f"file is {size / 1024**3:.1f} GiB, over the {MAX_IMPORT_BYTES // 1024**3} GiB COPE "
+                             "reads as one trace: take one part of it", path=path)
+    return size

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine.errors import CopeInputError
 from engine.trace import RoutingTrace
-from engine.traces import cope_npz, jsonl, llama_csv, moe_beyond
+from engine.traces import commitmoe_safetensors, cope_npz, flame_parquet, jsonl, llama_csv, moe_beyond
 from engine.traces.format import HEAD_BYTES, TraceFormat
 from engine.traces.validate import check_trace_fits_model
 
@@ -25,7 +25,9 @@ FORMATS: tuple[TraceFormat, ...] = (
     cope_npz.FORMAT,
     llama_csv.FORMAT,  # before moe-beyond: a .csv that neither sniffs as is llama-moe-trace
     jsonl.FORMAT,
-    moe_beyond.FORMAT,
+    moe_beyond.FORMAT,  # before flame-parquet: a folder that neither sniffs as is moe-beyond's
+    flame_parquet.FORMAT,
+    commitmoe_safetensors.FORMAT,
 )
 
 
