@@ -52,7 +52,9 @@ def hub(hf_env, files, cope_cache):
     content = {("dataset", REPO, f"data/{name}"): data for name, data in files.items()}
     content[("dataset", "org/one-csv", "trace.csv")] = files["decode.csv"]
     content[("dataset", "org/one-csv", "README.md")] = b"# a trace\n"
-    content[("dataset", "org/parquet", "layer_00.parquet")] = b"PAR1 not really"
+    content[("dataset", "org/parquet", "layer_02.parquet")] = b"PAR1 not really"
+    content[("dataset", "org/two", "a.csv")] = files["decode.csv"]
+    content[("dataset", "org/two", "b.jsonl")] = files["routing.jsonl"]
     with FakeHub(content) as server:
         hf_env(server.endpoint)
         yield server
@@ -126,8 +128,11 @@ def test_pull_picks_the_only_trace_file_and_writes_out(hub, tmp_path, cope_cache
     result = pull_trace("org/one-csv", model=MODEL, out=out)
     assert result.filename == "trace.csv" and result.path == out and out.is_file()
     assert _cache_files(cope_cache) == []
-    with pytest.raises(CopeInputError, match=rf"^{REPO}: holds 3 trace files .*name one: cope trace pull {REPO}/FILE"):
-        pull_trace(REPO, model=MODEL)
+    with pytest.raises(CopeInputError, match=r"^org/two: holds 2 trace files \(a\.csv, b\.jsonl\); name one: "
+                                             r"cope trace pull org/two/FILE"):
+        pull_trace("org/two", model=MODEL)
+    # Beside other trace files, COPE's own (what `cope trace push` writes) is the one pulled.
+    assert pull_trace(REPO, model=MODEL).filename == "data/own.cope.npz"
 
 
 def test_advise_uses_the_pulled_trace(hub):
@@ -237,14 +242,19 @@ def test_corrupted_body_is_refused_even_without_a_checksum(hub, cope_cache, tmp_
     _assert_nothing_kept(cope_cache, tmp_path, "decode.csv")
 
 
-def test_formats_not_converted_yet(hub, cope_cache):
-    with pytest.raises(CopeInputError, match=r"^org/parquet/layer_00\.parquet: COPE cannot convert parquet traces yet"):
-        pull_trace("org/parquet/layer_00.parquet", model=MODEL)
-    with pytest.raises(CopeInputError, match=r"^org/parquet: COPE cannot convert parquet traces yet"):
-        pull_trace("org/parquet", model=MODEL)
-    with pytest.raises(CopeInputError, match=r"^CMU-FLAME/FLAME-MoE-Traces: COPE cannot convert parquet traces yet"):
-        pull_trace("CMU-FLAME/FLAME-MoE-Traces")
-    assert hub.requests[-1].path.startswith("/api/datasets/org/parquet")  # FLAME: refused before any request
+def test_unknown_formats_and_damaged_files(hub, cope_cache):
+    pytest.importorskip("pyarrow", reason="the parquet reader needs pyarrow (the cope[parquet] extra)")
+    with pytest.raises(CopeInputError, match=r"^org/parquet/layer_02\.parquet: not a readable Parquet file"):
+        pull_trace("org/parquet/layer_02.parquet", model=MODEL)
+    entry = IndexEntry(repo_id="org/cardonly", repo_type="dataset", format="unknown", model=MODEL)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hub_trace, "load_index", lambda: (entry,))
+        before = len(hub.requests)
+        with pytest.raises(CopeInputError, match=r"^org/cardonly: COPE cannot convert this dataset's traces "
+                                                 r"\(format unknown"):
+            pull_trace("org/cardonly")
+        assert len(hub.requests) == before  # refused before any request
+        assert hub_trace.entries_for(MODEL) == ()  # and never offered
     assert _cache_files(cope_cache) == []
 
 

@@ -1,0 +1,160 @@
+"""Downloading one file from the Hub for a trace pull: its size first, then the bytes, cancellable.
+
+huggingface_hub does the transfer (its cache, offline mode, token, resume); COPE passes
+it a progress-bar class whose `update` reports bytes and checks the cancel event, so a
+pull stops mid-download by raising `engine.progress.Cancelled`. A failed, refused or
+cancelled download leaves no partial file in the Hub cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from pathlib import Path
+
+from engine.errors import CopeInputError
+from engine.progress import Cancelled, Progress
+
+
+def endpoint() -> str:
+    from cope_tui.sources.hub_model import _endpoint  # noqa: PLC0415
+
+    return _endpoint()
+
+
+def list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]:
+    from huggingface_hub import HfApi  # noqa: PLC0415
+    from huggingface_hub import errors as hf  # noqa: PLC0415
+
+    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
+
+    where = endpoint()
+    try:
+        return list(HfApi(endpoint=where).list_repo_files(repo_id, repo_type=repo_type, revision=revision))
+    except hf.HFValidationError as exc:
+        raise CopeInputError(f"not a valid Hugging Face repo id: {_short(exc)}", path=repo_id) from None
+    except Exception as exc:  # noqa: BLE001 - any client or network failure: one line
+        error = _hub_error(exc, repo_id, "(file list)", where)
+        raise CopeInputError(_strip_where(error, f"{repo_id}/(file list)") +
+                             " (cannot list the repo's files; name one: REPO/FILE)", path=repo_id) from None
+
+
+def _strip_where(error: CopeInputError, where: str) -> str:
+    text = str(error)
+    return text[len(where) + 2:] if text.startswith(where + ": ") else text
+
+
+def file_size(repo_id: str, filename: str, repo_type: str, revision: str | None) -> int | None:
+    """The file's size in bytes as the Hub states it (None when it does not say), without downloading it."""
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub import errors as hf  # noqa: PLC0415
+
+    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
+
+    where = endpoint()
+    try:
+        info = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where, dry_run=True)
+    except hf.HFValidationError as exc:
+        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {_short(exc)}",
+                             path=f"{repo_id}/{filename}") from None
+    except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as exc:
+        raise _hub_error(exc, repo_id, filename, where) from None
+    return getattr(info, "file_size", None)
+
+
+def _progress_class(progress: Progress | None, cancel: threading.Event | None, label: str):
+    """A tqdm class for hf_hub_download that reports bytes and stops when `cancel` is set."""
+    from huggingface_hub.utils import tqdm as hub_tqdm  # noqa: PLC0415
+
+    class _Reporting(hub_tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True  # the caller shows progress; nothing on the terminal
+            super().__init__(*args, **kwargs)
+            self._done = int(kwargs.get("initial") or 0)
+            self._total = int(kwargs.get("total") or 0)
+
+        def update(self, n=1):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            self._done += int(n or 0)
+            if progress is not None:
+                progress(self._done, self._total, label)
+            return super().update(n)
+
+    return _Reporting
+
+
+def download(repo_id: str, filename: str, repo_type: str, revision: str | None, *,
+             progress: Progress | None = None, cancel: threading.Event | None = None) -> tuple[str, str | None]:
+    """(local path, commit) of the downloaded file; CopeInputError naming repo/file, or Cancelled."""
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub import errors as hf  # noqa: PLC0415
+
+    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
+
+    where_hub = endpoint()
+    where = f"{repo_id}/{filename}"
+    if cancel is not None and cancel.is_set():
+        raise Cancelled
+    try:
+        local = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where_hub,
+                                tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"))
+    except Cancelled:
+        remove_incomplete(repo_id, repo_type)
+        raise
+    except hf.HFValidationError as exc:
+        remove_incomplete(repo_id, repo_type)
+        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {_short(exc)}", path=where) from None
+    except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as exc:
+        remove_incomplete(repo_id, repo_type)
+        raise _hub_error(exc, repo_id, filename, where_hub) from None
+    except Exception as exc:  # noqa: BLE001 - a dropped connection, a short body, a disk error: one line
+        remove_incomplete(repo_id, repo_type)
+        raise CopeInputError(f"download from the Hub at {where_hub} failed: {_short(exc)}; nothing was kept, "
+                             "try again", path=where) from None
+    snapshot = Path(local)
+    for _ in Path(filename).parts:
+        snapshot = snapshot.parent
+    commit = snapshot.name if re.match(r"^[0-9a-f]{40}$", snapshot.name) else None
+    return local, commit
+
+
+def _repo_cache(repo_id: str, repo_type: str) -> Path:
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    return Path(constants.HF_HUB_CACHE) / f"{repo_type}s--{repo_id.replace('/', '--')}"
+
+
+def remove_incomplete(repo_id: str, repo_type: str) -> None:
+    """Drop the client's partial downloads of this repo, so nothing half-written stays behind."""
+    blobs = _repo_cache(repo_id, repo_type) / "blobs"
+    try:
+        for p in blobs.glob("*.incomplete"):
+            _unlink(p)
+    except OSError:
+        pass
+
+
+def forget_download(local: str) -> None:
+    """Delete a refused download from the Hub cache: the snapshot entry and its blob."""
+    blob = os.path.realpath(local)
+    _unlink(Path(local))
+    if blob != os.path.abspath(local):
+        _unlink(Path(blob))
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
