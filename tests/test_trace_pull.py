@@ -74,23 +74,47 @@ def _hf_files(tmp_path: Path) -> list[str]:
 # --- the index ---------------------------------------------------------------------------
 
 
-def test_index_lists_only_known_repos_unverified():
+def test_index_entries_are_unverified_and_fit_their_models():
     entries = load_index()
-    assert {e.repo_id for e in entries} == {
-        "CMU-FLAME/FLAME-MoE-Traces",
+    assert {e.repo_id for e in entries} >= {
         "RASMUS/commitmoe-qwen35-fp8-layers-v2",
-        "aswinkumar99/qwen3.8-flash-next-expert-traces",
-        "mkvn/quantization-cache-amplification",
+        "CMU-FLAME/FLAME-MoE-Traces",
+        "AmanPriyanshu/GPT-OSS-20B-MoE-expert-activations",
     }
     ids = set(catalog())
-    for e in entries:
-        assert e.repo_type == "dataset" and e.verified is False and e.sha256 is None
+    doc = json.loads((Path(__file__).resolve().parents[1] / "assets" / "trace_index.json").read_text())
+    for e, raw in zip(entries, doc["entries"]):
+        # Nothing was downloaded: no entry may claim a checksum, a size or verification.
+        assert e.repo_type == "dataset" and e.verified is False and e.sha256 is None and e.size_bytes is None
         assert "unverified until the first real download" in e.note
-        assert e.model is None or e.model in ids
-        assert all(m in ids for m in e.shape_fits)
+        assert e.readable or e.format == "unknown"
+        shape = raw["shape"]
+        for model_id in ([e.model] if e.model else []) + list(e.shape_fits):
+            assert model_id in ids
+            m = get_model(model_id)
+            assert (len(m.moe_blocks), m.n_routed_experts, m.top_k) == (shape["layers"], shape["experts"],
+                                                                        shape["top_k"]), (e.repo_id, model_id)
+    # Every catalog model has an entry (its own or same-shape routing) or is recorded as searched, none found.
+    covered = {m for e in entries for m in ([e.model] if e.model else []) + list(e.shape_fits)}
+    none_found = doc["searched"]["none_found"]
+    assert ids <= covered | set(none_found)
+    assert all("none found (" + doc["searched"]["date"] + ")" in v for v in none_found.values())
     # The asset ships with the package data.
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"*.json"' in pyproject
+
+
+def test_entries_for_offers_readable_entries_with_their_relation():
+    own = hub_trace.entries_for("qwen3.5-35b-a3b")
+    assert [(m.entry.repo_id, m.exact) for m in own] == [("RASMUS/commitmoe-qwen35-fp8-layers-v2", True)]
+    assert hub_trace.entry_label(own[0]) == "RASMUS/commitmoe-qwen35-fp8-layers-v2 unverified"
+    shaped = hub_trace.entries_for("qwen3.6-35b-a3b")
+    assert [m.exact for m in shaped] == [False]
+    assert hub_trace.entry_label(shaped[0]) == ("RASMUS/commitmoe-qwen35-fp8-layers-v2 (routing of qwen3.5-35b-a3b, "
+                                                "same shape \u2014 not this model's routing) unverified")
+    # Entries whose file format is unknown are listed in the index but never offered.
+    assert hub_trace.entries_for("gpt-oss-20b") == () and hub_trace.entries_for("olmoe-1b-7b") == ()
+    assert hub_trace.entries_for("mixtral-8x7b-instruct") == ()
 
 
 # --- success -------------------------------------------------------------------------------
@@ -279,4 +303,4 @@ def dataclass_replace(obj, **changes):
 
 def test_index_json_is_valid():
     doc = json.loads((Path(__file__).resolve().parents[1] / "assets" / "trace_index.json").read_text())
-    assert doc["format"] == "cope-trace-index" and len(doc["entries"]) == 4
+    assert doc["format"] == "cope-trace-index" and len(doc["entries"]) == len(load_index()) == 5
