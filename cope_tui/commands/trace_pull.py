@@ -1,13 +1,15 @@
 """`cope trace pull REPO[/FILE]`: fetch a published routing trace from the Hugging Face Hub.
 
     cope trace pull org/name[/FILE] [--model ID] [--sha256 HEX] [--out FILE] [--repo-type dataset|model]
+    cope trace pull --list [--model ID]      the index's entries ("unverified" until downloaded once)
+    cope trace pull --verify-index [--index FILE]   (maintainers, with network) pin the index
 
-Downloads the file with huggingface_hub (its cache, offline mode and token apply),
-checks its sha256 (--sha256, else the curated index's, when either gives one) and
-refuses a mismatch, converts it (COPE .cope.npz, llama-moe-trace CSV or generic JSONL)
-to COPE's format and writes it to --out or the trace cache
-(`<cache>/traces/<model>-<org>--<name>--<file>.cope.npz`), where `cope advise` finds it.
-The path goes to stdout, narration to stderr.
+Says which file it downloads and how large before it starts; downloads it with
+huggingface_hub (its cache, offline mode and token apply), checks its sha256 (--sha256,
+else the curated index's, when either gives one) and refuses a mismatch, converts it
+(any format engine/traces reads) to COPE's format and writes it to --out or the trace
+cache (`<cache>/traces/<model>-<org>--<name>--<file>.cope.npz`), where `cope advise`
+finds it. The path goes to stdout, narration to stderr.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cope_tui.exit_codes import EXIT_OK
+from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
+from engine.errors import CopeInputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     pull = sub.add_parser("pull", help="download a published routing trace from the Hugging Face Hub")
-    pull.add_argument("spec", metavar="REPO[/FILE]", help="dataset repo id org/name, optionally /path/to/file")
+    pull.add_argument("spec", metavar="REPO[/FILE]", nargs="?",
+                      help="dataset repo id org/name, optionally /path/to/file")
     pull.add_argument("--model", metavar="ID", help="the model the trace is from (catalog id, repo id or path); "
                       "default: the one the trace index names")
     pull.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file (default: the index's, if any)")
@@ -28,15 +32,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     pull.add_argument("--repo-type", choices=("dataset", "model"), default="dataset",
                       help="kind of Hub repo (default dataset)")
     pull.add_argument("--revision", metavar="REV", help="branch, tag or commit (default main)")
+    pull.add_argument("--list", action="store_true", help="list the trace index's entries (for --model: the ones "
+                      "COPE can pull for it) and stop")
+    pull.add_argument("--verify-index", action="store_true", help="maintainers: download every readable index "
+                      "entry, check it parses, pin its sha256 and size, and rewrite the index (needs network)")
+    pull.add_argument("--index", metavar="FILE", help="the index --verify-index rewrites (default: the shipped one)")
     pull.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from cope_tui.sources.hub_trace import pull_trace  # noqa: PLC0415
+def _say(message: str) -> None:
+    print(f"cope: {message}", file=sys.stderr, flush=True)
 
-    result = pull_trace(args.spec, model=args.model, sha256=args.sha256, out=args.out,
-                        repo_type=args.repo_type, revision=args.revision,
-                        log=lambda m: print(f"cope: {m}", file=sys.stderr, flush=True))
+
+def run(args: argparse.Namespace) -> int:
+    if args.verify_index or args.list:
+        if args.spec is not None:
+            raise CopeInputError("--verify-index and --list take no REPO: they work on the whole index")
+        return _verify(args) if args.verify_index else _list(args)
+    if args.spec is None:
+        raise CopeInputError("`cope trace pull` needs REPO[/FILE] (or --list, or --verify-index)")
+    from cope_tui.sources.hub_trace import plan_pull, pull_trace  # noqa: PLC0415
+
+    plan = plan_pull(args.spec, repo_type=args.repo_type, revision=args.revision)
+    result = pull_trace(args.spec, model=args.model, sha256=args.sha256, out=args.out, plan=plan, log=_say)
     trace = result.trace
     for note in trace.meta.notes:
         print(f"cope: note: {note}", file=sys.stderr)
@@ -45,3 +63,41 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     print(result.path)
     return EXIT_OK
+
+
+def _list(args: argparse.Namespace) -> int:
+    from cope_tui.sources.hub_trace import entries_for, entry_label, load_index  # noqa: PLC0415
+
+    if args.model:
+        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
+
+        matches = entries_for(resolve_model(args.model).id)
+        if not matches:
+            _say(f"the trace index offers no published trace of {args.model} or of its shape")
+        for m in matches:
+            print(f"{entry_label(m)}\t{m.entry.format}\t{pull_hint(m.entry, resolve_model(args.model).id)}")
+        return EXIT_OK
+    for e in load_index():
+        state = "" if e.verified else " unverified"
+        readable = e.format if e.readable else f"{e.format} (not readable: the card does not state the file format)"
+        fits = f"\tsame shape as {', '.join(e.shape_fits)}" if e.shape_fits else ""
+        print(f"{e.repo_id}{state}\t{readable}\t{e.model or e.model_in_card or '?'}{fits}")
+    return EXIT_OK
+
+
+def pull_hint(entry, model_id: str) -> str:
+    from cope_tui.sources.hub_trace import pull_command  # noqa: PLC0415
+
+    return pull_command(entry, model_id)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from cope_tui.sources.trace_index_verify import verify_index  # noqa: PLC0415
+
+    checks = verify_index(args.index, log=_say)
+    for c in checks:
+        print(f"{c.repo_id}\t{c.outcome}\t{c.detail}")
+    failed = [c for c in checks if c.outcome == "failed"]
+    _say(f"{sum(c.outcome == 'verified' for c in checks)} verified, {len(failed)} failed, "
+         f"{sum(c.outcome == 'skipped' for c in checks)} skipped (format not read); index rewritten")
+    return EXIT_OK if not failed else EXIT_INPUT
