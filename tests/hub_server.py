@@ -25,12 +25,21 @@ Failures, per file (`fail`), consumed in order; `times=None` keeps one forever:
 - `corrupt=True`: GET sends the content with its first byte flipped (ETag unchanged: a
   checksum mismatch);
 - `methods=("GET",)`: fail only those methods (default: HEAD and GET).
+Uploads (what huggingface_hub 2.4.0's `HfApi.create_repo` and `upload_folder` call), each
+refused with 401 without an `Authorization` header:
+- `POST /api/repos/create` ({"name", "organization", "type", "visibility"}): creates an empty
+  repo (`hub.created[(type, id)]` = its visibility), 409 when it exists;
+- `POST /api/validate-yaml` (a README.md's metadata): 400 when the `---` block is not closed;
+- `POST /api/{models|datasets|spaces}/{repo_id}/preupload/{rev}`: every file "regular";
+- `POST /api/{...}/{repo_id}/commit/{rev}` (NDJSON: a header, then base64 "file" lines): adds
+  the files to the repo (404 RepoNotFound for a repo neither created nor holding files).
 `refused_endpoint()` is a URL where nothing listens (connection refused).
 `hub.requests` logs every request (method, path, range, status, bytes sent, authorization).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -47,6 +56,8 @@ _RESOLVE_RE = re.compile(r"^/(?:(?P<type>datasets|spaces)/)?(?P<repo>[^/]+/[^/]+
 _API_RE = re.compile(
     r"^/api/(?P<type>models|datasets|spaces)/(?P<repo>[^/]+/[^/]+)"
     r"(?:/revision/(?P<rev>[^/]+)|/tree/(?P<tree_rev>[^/]+)(?:/(?P<folder>.*))?)?$")
+_UPLOAD_RE = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<repo>[^/]+/[^/]+)/(?P<op>preupload|commit)/"
+                        r"(?P<rev>[^/]+)$")
 _TYPE_OF = {None: "model", "datasets": "dataset", "spaces": "space",
             "models": "model"}
 
@@ -84,6 +95,7 @@ class FakeHub:
         self.files: dict[tuple[str, str, str], bytes] = {}
         self.failures: dict[tuple[str, str, str], list[Failure]] = {}
         self.requests: list[Request] = []
+        self.created: dict[tuple[str, str], str] = {}  # (repo type, repo id) -> visibility
         self._lock = threading.Lock()
         for key, data in (files or {}).items():
             self.add(*key, data)
@@ -175,6 +187,54 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve("GET")
 
+    def do_POST(self) -> None:
+        path = unquote(urlsplit(self.path).path)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.headers.get("Authorization"):
+            return self._reply("POST", path, 401, b'{"error": "Invalid credentials"}',
+                               {"Content-Type": "application/json"})
+        if path == "/api/repos/create":
+            return self._create(path, json.loads(body))
+        if path == "/api/validate-yaml":  # a README.md's metadata block: only its fences are checked here
+            text = json.loads(body).get("content", "")
+            fenced = not text.startswith("---") or "\n---\n" in text[3:]
+            doc = {"errors": [] if fenced else [{"message": "metadata block not closed"}], "warnings": []}
+            return self._reply("POST", path, 200 if fenced else 400, json.dumps(doc).encode(),
+                               {"Content-Type": "application/json"})
+        m = _UPLOAD_RE.match(path)
+        if m is None:
+            return self._reply("POST", path, 404, b"not found", {})
+        repo_type, repo_id = _TYPE_OF[m["type"]], m["repo"]
+        if (repo_type, repo_id) not in self.fake_hub.created and not self._repo_files(repo_type, repo_id):
+            return self._reply("POST", path, 404, b'{"error": "Repository not found"}',
+                               {"X-Error-Code": "RepoNotFound", "Content-Type": "application/json"})
+        if m["op"] == "preupload":
+            files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                     for f in json.loads(body)["files"]]
+            return self._json("POST", path, {"files": files})
+        for line in body.splitlines():
+            item = json.loads(line)
+            if item.get("key") == "file":
+                value = item["value"]
+                self.fake_hub.add(repo_type, repo_id, value["path"], base64.b64decode(value["content"]))
+        commit = self.fake_hub.commit(repo_type, repo_id)
+        url = f"{self.fake_hub.endpoint}/{_PREFIX[repo_type]}{repo_id}/commit/{commit}"
+        return self._json("POST", path, {"commitUrl": url, "commitOid": commit})
+
+    def _create(self, path: str, doc: dict) -> None:
+        repo_type = doc.get("type") or "model"
+        repo_id = f"{doc['organization']}/{doc['name']}" if doc.get("organization") else doc["name"]
+        key = (repo_type, repo_id)
+        if key in self.fake_hub.created or self._repo_files(repo_type, repo_id):
+            return self._reply("POST", path, 409, b'{"error": "You already created this repo"}',
+                               {"Content-Type": "application/json"})
+        self.fake_hub.created[key] = doc.get("visibility") or ("private" if doc.get("private") else "public")
+        return self._json("POST", path, {"url": f"{self.fake_hub.endpoint}/{_PREFIX[repo_type]}{repo_id}",
+                                         "name": repo_id})
+
+    def _json(self, method: str, path: str, doc) -> None:
+        self._reply(method, path, 200, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+
     # ---------------------------------------------------------------------------------
     def _serve(self, method: str) -> None:
         path = unquote(urlsplit(self.path).path)
@@ -257,8 +317,8 @@ class _Handler(BaseHTTPRequestHandler):
         # Log before the body goes out: a client that has read its reply must find its
         # request in the log (logging afterwards raced with the test's assertions).
         self.fake_hub._log(Request(method, path, self.headers.get("Range"), status,
-                                   len(send) if method == "GET" else 0, self.headers.get("Authorization")))
-        if method == "GET":
+                                   len(send) if method in ("GET", "POST") else 0, self.headers.get("Authorization")))
+        if method in ("GET", "POST"):
             try:
                 self.wfile.write(send)
                 self.wfile.flush()

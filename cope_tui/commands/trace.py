@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-from cope_tui.commands import trace_pull, trace_record
+from cope_tui.commands import trace_pull, trace_push, trace_record
 from engine.errors import CopeInputError
 
-SUBCOMMANDS = (trace_record, trace_pull)
+SUBCOMMANDS = (trace_record, trace_pull, trace_push)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("trace", help="record or fetch routing traces (see `cope trace -h`)")
+    group = sub.add_parser("trace", help="record, fetch or publish routing traces (see `cope trace -h`)")
     tsub = group.add_subparsers(dest="trace_command", metavar="SUBCOMMAND")
     for command in SUBCOMMANDS:
         command.register(tsub)
