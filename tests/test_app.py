@@ -76,6 +76,7 @@ def make_services(runner=None, **kw) -> Services:  # type: ignore[no-untyped-def
         run_probes=runner or FakeRunner(),
         measure_platform=lambda *a: pytest.fail("a test measured the machine"),
         record=lambda **a: pytest.fail("a test recorded a trace"),
+        plan_pull=lambda *a: pytest.fail("a test looked up a pull"),
         pull=lambda *a: pytest.fail("a test pulled a trace"),
         sweep_points=3,
         **kw,
@@ -357,34 +358,6 @@ async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
         await pilot.click("#synthetic")
         await settle(pilot)
         assert app.choices.trace == "synthetic" and app.advice.request.trace.n_tokens == 150
-
-
-async def test_pull_fetches_the_indexed_trace_in_a_worker(tmp_path):
-    from engine.catalog import get_model
-    from engine.synthetic import SyntheticSettings, synthetic_trace
-    from engine.traces import save_trace
-
-    model = get_model("olmoe-1b-7b")  # the index has a same-shape trace for it
-    path = tmp_path / "pulled.cope.npz"
-    save_trace(synthetic_trace(model, SyntheticSettings(tokens=200, seed=4, sequences=1)), path)
-    asked = []
-
-    def pull(spec, model_id, log):  # type: ignore[no-untyped-def]
-        asked.append((spec, model_id))
-        log("downloading (fake)")
-        return str(path)
-
-    from dataclasses import replace
-
-    app = make_app(replace(make_services(), pull=pull), choices=FAST.with_(model="olmoe-1b-7b"))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("3")
-        await pilot.click("#pull")
-        await settle(pilot)
-        assert asked and asked[0][1] == "olmoe-1b-7b"
-        assert app.choices.trace == str(path)
-        assert "Pulled" in text_of(app, "#record-status")
 
 
 def test_no_arguments_without_a_terminal_still_means_advise(capsys):

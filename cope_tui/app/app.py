@@ -22,6 +22,7 @@ from cope_tui.app.messages import (
     Progress,
     RuntimesFound,
     SweepReady,
+    PullPlanned,
     TraceRecorded,
     WorkFailed,
 )
@@ -80,6 +81,7 @@ class CopeApp(Workers, App[None]):
         self._probe_t0 = 0.0
         self._record_worker: Worker | None = None
         self._record_cancel = threading.Event()
+        self._pull_plan: tuple[str, object] | None = None  # (model id, hub_trace.PullPlan) shown, not started
         self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
@@ -363,27 +365,40 @@ class CopeApp(Workers, App[None]):
             self.action_show_tab("results")
 
     def action_pull_trace(self) -> None:
-        """Download the published trace the trace index names for this model (or one of
-        the same shape) into the trace cache, then use it."""
+        """Pull the published trace the trace index offers for this model (or one of the same
+        shape, labelled as another model's routing): the first press says which file and how
+        large, the second downloads it (Escape cancels mid-download)."""
         if self.advice is None:
             return
-        from cope_tui.sources.hub_trace import entries_for_model
+        from cope_tui.sources.hub_trace import entries_for, entry_label
 
         model = self.advice.request.model
-        exact, shaped = entries_for_model(model.id)
-        entries = exact or shaped
-        if not entries:
+        matches = entries_for(model.id)
+        if not matches:
             self.say(f"The trace index names no published trace of {model.id} (or of its shape): "
                      "record one or import a file", "warning")
             return
         if self._is_active(self._record_worker):
             self.say("A trace is already being fetched or recorded", "warning")
             return
-        entry = entries[0]
-        same = "" if exact else f" (same shape; from {entry.model_in_card or 'a model the index does not confirm'})"
-        self.say(f"Pulling {entry.repo_id}{same}; its format is checked on download")
-        self.query_one(TracePane).show_status(f"pulling {entry.repo_id}...")
-        self._record_worker = self.pull(entry.repo_id, model.id)
+        pane = self.query_one(TracePane)
+        planned, self._pull_plan = self._pull_plan, None
+        if planned is not None and planned[0] == model.id:  # the second press: download what was shown
+            plan = planned[1]
+            self._record_cancel = threading.Event()
+            pane.show_progress(0, plan.size_bytes or 1, f"downloading {plan.filename}")
+            self._record_worker = self.pull(f"{plan.repo_id}/{plan.filename}", model.id, self._record_cancel)
+            return
+        label = entry_label(matches[0])
+        pane.show_status(f"looking up {label}...")
+        self._record_worker = self.look_up_pull(matches[0].entry.repo_id, label, model.id)
+
+    def on_pull_planned(self, message: PullPlanned) -> None:
+        self._pull_plan = (message.model_id, message.plan)
+        text = (f"Pull will download {message.plan.describe()}: {message.label}. "
+                "Press Pull again to start; Escape cancels the download.")
+        self.query_one(TracePane).show_status(text)
+        self.say(text)
 
     def action_copy(self) -> None:
         export = self.current_export()

@@ -53,6 +53,14 @@ class TraceRecorded(Message):
         self.path, self.text = path, text
 
 
+class PullPlanned(Message):
+    """What Pull would download (a hub_trace.PullPlan) for `model_id`, looked up before any byte is fetched."""
+
+    def __init__(self, plan, label: str, model_id: str) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.plan, self.label, self.model_id = plan, label, model_id
+
+
 class CommandEstimated(Message):
     """A pasted llama.cpp command, priced (work.CommandEstimate)."""
 

@@ -42,10 +42,16 @@ def _scan_runtimes():  # type: ignore[no-untyped-def]
     return scan_runtimes()
 
 
-def _pull(spec: str, model: str, log):  # type: ignore[no-untyped-def]
+def _plan_pull(spec: str):  # type: ignore[no-untyped-def]
+    from cope_tui.sources.hub_trace import plan_pull
+
+    return plan_pull(spec)
+
+
+def _pull(spec: str, model: str, log, progress=None, cancel=None):  # type: ignore[no-untyped-def]
     from cope_tui.sources.hub_trace import pull_trace
 
-    return str(pull_trace(spec, model=model, log=log).path)
+    return str(pull_trace(spec, model=model, log=log, progress=progress, cancel=cancel).path)
 
 
 def _record(**kw):  # type: ignore[no-untyped-def]
@@ -63,7 +69,8 @@ class Services:
     measure_platform: Callable[..., Any] = _measure_platform
     run_probes: Callable[..., Any] = _run_probes  # -> cope_tui.service.pricing.ProbeOutcome
     record: Callable[..., Any] = _record
-    pull: Callable[..., Any] = _pull  # (spec, model id, log) -> path of the pulled trace
+    plan_pull: Callable[..., Any] = _plan_pull  # (spec) -> hub_trace.PullPlan: the file and its size
+    pull: Callable[..., Any] = _pull  # (spec, model id, log, progress, cancel) -> path of the pulled trace
     scan_runtimes: Callable[[], Any] | None = _scan_runtimes  # -> probes.runtimes.RuntimeScan
     sweep_points: int = 6  # VRAM budgets in the chart
     chart_series: int = 4  # best candidates drawn

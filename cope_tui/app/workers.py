@@ -21,6 +21,7 @@ from cope_tui.app.messages import (
     GpuDetected,
     ProbesFinished,
     Progress,
+    PullPlanned,
     RuntimesFound,
     SweepReady,
     TraceRecorded,
@@ -147,13 +148,31 @@ class Workers:
         self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
 
     @work(thread=True, exclusive=True, group="record", exit_on_error=False)
-    def pull(self, spec: str, model_id: str) -> None:
+    def look_up_pull(self, spec: str, label: str, model_id: str) -> None:
+        """What a pull of `spec` would download, and how large, before anything is fetched."""
+        try:
+            plan = self.services.plan_pull(spec)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(TraceRecorded(None, f"Pull: {why(exc)}"))
+            return
+        self.post_message(PullPlanned(plan, label, model_id))
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def pull(self, spec: str, model_id: str, cancel: threading.Event) -> None:
         def log(line: str) -> None:
-            self.post_message(Progress("record", 0, 1, line))
+            if not cancel.is_set():
+                self.post_message(Progress("record", 0, 1, line))
+
+        def progress(done: int, total: int, label: str) -> None:
+            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
+                self.post_message(Progress("record", done, total, label))
 
         try:
-            path = self.services.pull(spec, model_id, log)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(TraceRecorded(None, f"Pull failed: {why(exc)}"))
+            path = self.services.pull(spec, model_id, log, progress, cancel)
+        except Exception as exc:  # noqa: BLE001 - Cancelled included: one line either way
+            if cancel.is_set() or isinstance(exc, Cancelled):
+                self.post_message(TraceRecorded(None, "Pull cancelled; nothing was kept."))
+            else:
+                self.post_message(TraceRecorded(None, f"Pull failed: {why(exc)}"))
             return
         self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))

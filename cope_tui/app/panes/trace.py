@@ -72,7 +72,8 @@ class TracePane(VerticalScroll):
 
     def show_progress(self, done: int, total: int, label: str) -> None:
         self.query_one("#record-progress", ProgressBar).update(total=max(total, 1), progress=done)
-        self.query_one("#record-status", Static).update(f"recording: {label} (Escape cancels)")
+        doing = "" if label.startswith("downloading") else "recording: "
+        self.query_one("#record-status", Static).update(f"{doing}{label} (Escape cancels)")
 
     def show_status(self, text: str) -> None:
         self.query_one("#record-status", Static).update(text)
