@@ -158,3 +158,14 @@ def test_a_verified_entry_is_pulled_against_its_pinned_checksum(hub, tmp_path, m
     result = pull_trace("RASMUS/commitmoe-qwen35-fp8-layers-v2")  # file and model from the index
     assert result.checked_against == "the index" and result.trace.meta.model == QWEN35
     assert result.trace.n_tokens == 6 and result.trace.n_sequences == 2
+
+
+def test_a_same_shape_pull_says_whose_routing_it_is(hub, tmp_path, monkeypatch):
+    index = _index_copy(tmp_path)
+    verify_index(index)
+    entries = tuple(hub_trace._entry(e) for e in json.loads(index.read_text(encoding="utf-8"))["entries"])
+    monkeypatch.setattr(hub_trace, "load_index", lambda: entries)
+    result = pull_trace("RASMUS/commitmoe-qwen35-fp8-layers-v2", model="qwen3.6-35b-a3b")
+    assert result.trace.meta.model == "qwen3.6-35b-a3b"  # filed where `cope advise --model qwen3.6-35b-a3b` looks
+    assert ("routing of qwen3.5-35b-a3b, same shape as qwen3.6-35b-a3b: a stand-in, not this model's routing"
+            in result.trace.meta.notes)

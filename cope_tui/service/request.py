@@ -170,7 +170,7 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
     if args.trace is None:
         # No --trace: the newest cached trace of this model (recorded or pulled), else synthetic,
         # pointing at a published one when the trace index knows one.
-        from cope_tui.sources.hub_trace import entries_for_model, pull_command  # noqa: PLC0415
+        from cope_tui.sources.hub_trace import entries_for, pull_command, same_shape_words  # noqa: PLC0415
         from engine.cache_dirs import cached_traces  # noqa: PLC0415
         from engine.traces import check_trace_fits_model, load_trace  # noqa: PLC0415
 
@@ -192,15 +192,12 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
             break
         notes.extend(f"skipped cached trace {s}" for s in skipped)
         if full is None:
-            exact, shaped = entries_for_model(model.id)
             assumed.append(f"trace: synthetic (no --trace given and no usable cached trace of {model.id})")
-            for entry in exact:
-                notes.append(f"run `{pull_command(entry, model.id)}` to use a published trace of {model.id} "
-                             f"instead of synthetic routing")
-            for entry in shaped:
-                notes.append(f"run `{pull_command(entry, model.id)}` to use a published trace of the same shape "
-                             f"(from {entry.model_in_card or 'a model the index does not confirm'}) instead of "
-                             "synthetic routing; its format is unverified")
+            for match in entries_for(model.id):
+                whose = f"of {model.id}" if match.exact else f"({same_shape_words(match)})"
+                state = "" if match.entry.verified else "; the index entry is unverified (never downloaded to check)"
+                notes.append(f"run `{pull_command(match.entry, model.id)}` to use a published trace {whose} "
+                             f"instead of synthetic routing{state}")
     if full is None and (args.trace is None or args.trace == "synthetic"):
         settings = SyntheticSettings(
             tokens=2 * args.tokens, seed=args.seed, zipf_exponent=SYNTHETIC_ZIPF, sequences=2

@@ -134,12 +134,18 @@ def entries_for_model(model_id: str) -> tuple[list[IndexEntry], list[IndexEntry]
     return [m.entry for m in matches if m.exact], [m.entry for m in matches if not m.exact]
 
 
+def same_shape_words(match: IndexMatch) -> str | None:
+    """For routing of another model with the same shape: the words that say so (None for the model's own)."""
+    e = match.entry
+    return None if match.exact else SAME_SHAPE.format(other=e.model or e.model_in_card or "another model")
+
+
 def entry_label(match: IndexMatch) -> str:
     """How the CLI and the app name an offered entry: repo, whose routing it is, "unverified" until downloaded."""
     e = match.entry
     words = [e.repo_id]
     if not match.exact:
-        words.append("(" + SAME_SHAPE.format(other=e.model or e.model_in_card or "another model") + ")")
+        words.append(f"({same_shape_words(match)})")
     if not e.verified:
         words.append("unverified")
     return " ".join(words)
@@ -275,12 +281,16 @@ def pull_trace(spec: str, *, model: str | None = None, sha256: str | None = None
     source = f"hf://{'datasets/' if plan.repo_type == 'dataset' else ''}{repo_id}/{filename}" + (
         f"@{commit}" if commit else "")
     check = f"checked against {checked_against}" if checked_against else "not checked: no checksum known"
+    notes = (f"pulled from the Hugging Face Hub: {source}, sha256 {digest} ({check})",)
+    if spec_model is not None and entry is not None and entry.model and entry.model != spec_model.id:
+        # Filed under the model it stands in for (so advise finds it), but said whose routing it is.
+        notes += (f"routing of {entry.model}, same shape as {spec_model.id}: a stand-in, not this model's routing",)
     meta = dataclasses.replace(
         trace.meta,
         model=spec_model.id if spec_model is not None else trace.meta.model,
         source=source,
         origin="published",
-        notes=trace.meta.notes + (f"pulled from the Hugging Face Hub: {source}, sha256 {digest} ({check})",),
+        notes=trace.meta.notes + notes,
     )
     trace = dataclasses.replace(trace, meta=meta)
 
