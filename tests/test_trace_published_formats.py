@@ -182,7 +182,12 @@ def test_commitmoe_bad_files(tmp_path):
     garbage.write_bytes(b"\xff" * 64)
     with pytest.raises(CopeInputError, match=r"junk\.safetensors: not a readable safetensors file"):
         load_any_trace(garbage, model=model)
-    with pytest.raises(CopeInputError, match=r"block 40 is not an MoE block of the model"):
+    twice = tmp_path / "twice.safetensors"
+    safetensors_numpy.save_file({k: np.concatenate([v, v[:1]]) for k, v in cols.items()}, str(twice))
+    with pytest.raises(CopeInputError, match=r"twice\.safetensors: row \d+: second row for token 0 of sequence 0, "
+                                             r"block \d+ \(first at row \d+\)"):
+        load_any_trace(twice, model=model)
+    with pytest.raises(CopeInputError, match=r"row 1: block 40 is not an MoE block of the model"):
         bad_layer = tmp_path / "layer40.safetensors"
         safetensors_numpy.save_file({**cols, "layer": np.full_like(cols["layer"], 40)}, str(bad_layer))
         load_any_trace(bad_layer, model=model)

@@ -120,18 +120,23 @@ def read_commitmoe_safetensors(path, *, model_moe_blocks, n_experts: int, top_k:
         prompt, ids, tok, block = prompt[mask], ids[mask], tok[mask], block[mask]
         weights = None if weights is None else weights[mask]
 
-    def row_label(r: int) -> None:
-        return None  # a binary file has no lines; messages name the file only
+    def row_label(r: int) -> int:
+        return r + 1  # a binary file has no lines: messages say "row N" of the tensors instead
 
-    layer = check_cells(where, block, ids, row_label, moe_blocks=model_moe_blocks, n_experts=n_experts)
-    codes, first = np.unique(prompt, return_index=True)
-    order = np.argsort(first, kind="stable")  # sequences in order of first appearance
-    code_of = np.empty(codes.size, dtype=np.int64)
-    code_of[order] = np.arange(codes.size)
-    seq = code_of[np.searchsorted(codes, prompt)]
-    expert_ids, w, seq_starts, notes = assemble(where, seq=seq, pos=tok, layer=layer, ids=ids, weights=weights,
-                                                line_of=row_label, moe_blocks=model_moe_blocks,
-                                                seq_labels=[int(c) for c in codes[order]])
+    try:
+        layer = check_cells(where, block, ids, row_label, moe_blocks=model_moe_blocks, n_experts=n_experts)
+        codes, first = np.unique(prompt, return_index=True)
+        order = np.argsort(first, kind="stable")  # sequences in order of first appearance
+        code_of = np.empty(codes.size, dtype=np.int64)
+        code_of[order] = np.arange(codes.size)
+        seq = code_of[np.searchsorted(codes, prompt)]
+        expert_ids, w, seq_starts, notes = assemble(where, seq=seq, pos=tok, layer=layer, ids=ids, weights=weights,
+                                                    line_of=row_label, moe_blocks=model_moe_blocks,
+                                                    seq_labels=[int(c) for c in codes[order]])
+    except CopeInputError as exc:
+        row = f"row {exc.line}: " if exc.line else ""
+        raise CopeInputError(row + exc.message.replace(" at line ", " at row "), path=where) from None
+    notes = [n.replace(" at line ", " at row ") for n in notes]
     meta = TraceMeta(
         model=model_name,
         source=where,
