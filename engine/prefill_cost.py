@@ -286,28 +286,19 @@ class PrefillModel:
         per_token = m.vocab_size + 4 * m.hidden_size + 3 * m.top_k * m.expert_ffn_size
         return 4.0 * ubatch * per_token
 
-    def staging_bytes(self, placement, runtime: PrefillRuntime = LLAMA_CPP) -> float:  # type: ignore[no-untyped-def]
-        """The GPU copy of one layer's CPU expert tensors that an offloaded micro-batch needs
-        (the scheduler's input copy lives in the compute buffer)."""
-        if runtime.repacked or not (np.asarray(placement.expert_cpu_share) > 0).any():
-            return 0.0
-        return self.model.n_routed_experts * self.expert_bytes
-
-    def extra_vram_bytes(self, placement, ubatch: int, runtime: PrefillRuntime = LLAMA_CPP) -> float:  # type: ignore[no-untyped-def]
-        """VRAM beyond the decode plan's reserve (which holds the buffers at -ub 512)."""
-        grow = max(self.compute_buffer_bytes(ubatch) - self.compute_buffer_bytes(DEFAULT_UBATCH), 0.0)
-        return grow + self.staging_bytes(placement, runtime)
+    def extra_vram_bytes(self, ubatch: int) -> float:
+        """VRAM the compute buffer needs beyond the decode plan's reserve, which holds
+        llama.cpp's buffers at its default -ub 512 (and so the copy of one layer's CPU
+        experts an offloaded micro-batch lands in, the same at any -ub)."""
+        return max(self.compute_buffer_bytes(ubatch) - self.compute_buffer_bytes(DEFAULT_UBATCH), 0.0)
 
     def choose_ubatch(self, placement, prompt_tokens: int, headroom_bytes: float | None, *,  # type: ignore[no-untyped-def]
                       depth: int = 0, runtime: PrefillRuntime = LLAMA_CPP) -> PrefillCost:
         """The fastest -ub whose compute buffer fits `headroom_bytes` (VRAM left after the
-        placement; None: not checked); -ub 512 (llama.cpp's default) when none fits, marked."""
+        placement; None: not checked); -ub 512 and below always fit (the plan's reserve)."""
         useful = [u for u in UBATCH_CHOICES if u <= max(prompt_tokens, UBATCH_CHOICES[0])]
         fitting = [u for u in useful
-                   if headroom_bytes is None or self.extra_vram_bytes(placement, u, runtime) <= headroom_bytes]
-        if not fitting:
-            return self.prompt(placement, prompt_tokens, ubatch=DEFAULT_UBATCH, depth=depth, runtime=runtime,
-                               fits=False)
+                   if u <= DEFAULT_UBATCH or headroom_bytes is None or self.extra_vram_bytes(u) <= headroom_bytes]
         costs = [self.prompt(placement, prompt_tokens, ubatch=u, batch=max(DEFAULT_BATCH, u), depth=depth,
                              runtime=runtime) for u in fitting]
         return min(costs, key=lambda c: (c.prompt_s, c.ubatch))
