@@ -50,12 +50,17 @@ class PricedPrompt:
         return self.estimate_tps / self.published_tps
 
 
-@functools.cache
 def popularity(row: Row):  # type: ignore[no-untyped-def]
+    return _popularity(row.model)
+
+
+@functools.cache
+def _popularity(model: str):  # type: ignore[no-untyped-def]
     """Routing counts of the model's synthetic trace at COPE's usual length (the decode
-    benchmark replays 20 tokens, too few to say how many experts a micro-batch routes to)."""
-    choices = PlanChoices(model=row.model, quant=row.quant, gpu=row.gpu or "rtx-4060-ti-16gb", cpu=row.cpu,
-                          trace="synthetic", tokens=SYNTHETIC_TOKENS)
+    benchmark replays 20 tokens, too few to say how many experts a micro-batch routes to);
+    the same for every row of a model."""
+    choices = PlanChoices(model=model, gpu="rtx-4060-ti-16gb", cpu="ryzen-9-7950x", trace="synthetic",
+                          tokens=SYNTHETIC_TOKENS)
     return build_request(choices).profile.popularity()
 
 

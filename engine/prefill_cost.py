@@ -208,41 +208,27 @@ class PrefillModel:
         on_gpu = np.asarray(placement.gpu_blocks, dtype=bool) if has_gpu else np.zeros(model.n_blocks, dtype=bool)
         share = np.asarray(placement.expert_cpu_share, dtype=np.float64) if has_gpu else np.ones(model.n_moe_layers)
         offload = has_gpu and self.offloads(tokens, runtime)
-        used = routed_fraction(self.popularity, model.top_k, tokens)
-        whole_layer = model.n_routed_experts * self.expert_bytes
         attended = np.where(self.window > 0, np.minimum(depth + u / 2, self.window), depth + u / 2)
-        attn_flops = 4.0 * self.attn_width * attended  # QK^T and PV per token
-        tile = self.expert_tile_use(tokens)
-        gpu_flops = np.zeros(model.n_blocks)  # dense-equivalent: expert FLOPs over the tile's use
-        gpu_bytes = np.zeros(model.n_blocks)
-        cpu_flops = np.zeros(model.n_blocks)
-        copy_bytes = np.zeros(model.n_blocks)
-        for b in range(model.n_blocks):
-            block_flops = u * (self.shared_flops[b] + attn_flops[b])
-            if on_gpu[b]:
-                gpu_flops[b] += block_flops
-                gpu_bytes[b] += self.shared_bytes[b]
-            elif offload:  # a block left on the CPU: its weights copied too (MUL_MAT, u >= 32)
-                gpu_flops[b] += block_flops
-                gpu_bytes[b] += self.shared_bytes[b]
-                copy_bytes[b] += self.shared_bytes[b]
-            else:
-                cpu_flops[b] += block_flops
-            layer = self.layer_of.get(b)
-            if layer is None:
-                continue
-            s = share[layer]
-            expert_flops = u * model.top_k * self.expert_flops
-            gpu_expert_flops = expert_flops / tile
-            read = used[layer] * whole_layer
-            gpu_flops[b] += (1 - s) * gpu_expert_flops
-            gpu_bytes[b] += (1 - s) * read
-            if s > 0 and offload:
-                gpu_flops[b] += s * gpu_expert_flops
-                gpu_bytes[b] += s * read
-                copy_bytes[b] += s * (read if runtime.copies_used_experts else whole_layer)
-            elif s > 0:
-                cpu_flops[b] += s * expert_flops
+        block_flops = u * (self.shared_flops + 4.0 * self.attn_width * attended)  # QK^T and PV per token
+        # A block left on the CPU: its weights are copied too when the batch is offloaded (MUL_MAT, u >= 32).
+        shared_on_gpu = on_gpu | offload
+        gpu_flops = np.where(shared_on_gpu, block_flops, 0.0)
+        gpu_bytes = np.where(shared_on_gpu, self.shared_bytes, 0.0)
+        cpu_flops = np.where(shared_on_gpu, 0.0, block_flops)
+        copy_bytes = np.where(~on_gpu & offload, self.shared_bytes, 0.0)
+        # The routed experts of each MoE block, by layer (a split layer: the GPU's part, then the CPU's).
+        blocks = np.asarray(model.moe_blocks)
+        expert_flops = u * model.top_k * self.expert_flops
+        gpu_expert_flops = expert_flops / self.expert_tile_use(tokens)  # dense-equivalent: the tile's empty rows
+        read = routed_fraction(self.popularity, model.top_k, tokens) * model.n_routed_experts * self.expert_bytes
+        whole = model.n_routed_experts * self.expert_bytes
+        on_gpu_share = (1 - share) + (share if offload else 0.0)
+        np.add.at(gpu_flops, blocks, on_gpu_share * gpu_expert_flops)
+        np.add.at(gpu_bytes, blocks, on_gpu_share * read)
+        if offload:
+            np.add.at(copy_bytes, blocks, share * (read if runtime.copies_used_experts else whole))
+        else:
+            np.add.at(cpu_flops, blocks, share * expert_flops)
         gpu_s = np.maximum(gpu_flops / self.gpu_flops_per_s, gpu_bytes / self.gpu_bytes_per_s)
         gpu_s = np.where(gpu_flops > 0, gpu_s + self.a.layer_overhead_s, 0.0)
         cpu_s = cpu_flops / self.cpu_flops_per_s(runtime)
