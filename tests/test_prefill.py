@@ -205,3 +205,21 @@ def test_llama_args_reads_the_prompt_flags():
     assert cli.n_prompt is None  # llama-cli's -p is the prompt's text
     with pytest.raises(CopeInputError, match="-ub"):
         parse_llama_command(shlex.split("llama-bench -ub 0"))
+
+
+def test_the_readme_example_picks_another_placement_for_the_whole_request(capsys):
+    """README: `cope advise --model gpt-oss-120b --gpu rtx-3090 --cpu ryzen-9-7950x
+    --prompt-tokens 8000 --output-tokens 300`."""
+    argv = ["advise", "--model", "gpt-oss-120b", "--gpu", "rtx-3090", "--cpu", "ryzen-9-7950x",
+            "--prompt-tokens", "8000", "--output-tokens", "300", "--json", "--export"]
+    assert main(argv) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    decode_best = doc["recommendation"]["fastest_estimate"]
+    ranked = doc["workload"]["candidates"]
+    request_best = ranked[0]
+    by_id = {c["candidate"]: c for c in ranked}
+    fastest_decode = max(ranked, key=lambda c: c["decode_tokens_per_s"])
+    assert request_best["candidate"] != fastest_decode["candidate"]
+    assert request_best["request_s"] < by_id[fastest_decode["candidate"]]["request_s"]
+    assert request_best["ubatch"] > 512 and "-ub" in doc["export"]["argv"]
+    assert by_id[decode_best]["decode_tokens_per_s"] == fastest_decode["decode_tokens_per_s"]
