@@ -205,6 +205,7 @@ class PlanChoices:
         False, flag="--reprobe", is_switch=True, help="ignore the cached profile and probe again")
     workload: str | None = _option(
         None, flag="--workload", choices=tuple(WORKLOAD_PRESETS), check=_among(tuple(WORKLOAD_PRESETS)),
+        label="Workload", group="policy", hint="decode only",
         help="rank by the whole request of a named workload: "
              + ", ".join(f"{k} ({p} prompt, {n} output tokens)" for k, (p, n) in WORKLOAD_PRESETS.items())
              + " (default: decode speed only)")
