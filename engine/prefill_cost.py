@@ -17,7 +17,9 @@ the CPU. Below the threshold the CPU computes its experts.
 
 A micro-batch of u tokens at KV depth d costs, layer by layer: the GPU's work as a
 roofline (FLOPs at a fitted share of the GPU's tensor peak, or its weights' bytes at the
-decode model's GPU bandwidth, whichever is longer), the CPU's (FLOPs at a fitted rate per
+decode model's GPU bandwidth, whichever is longer; an expert GEMM whose share of the
+micro-batch, u x k / E tokens, fills less than a 128-row tile is charged for the whole
+tile), the CPU's (FLOPs at a fitted rate per
 thread), and the copy (bytes over the host-to-device bandwidth); added, or with
 double-buffered copies (MoE-CORE's alternating buffers: layer l+1's copy under layer l's
 compute) the larger of copy and GPU. The routed fraction of a layer for u tokens is
@@ -31,7 +33,6 @@ token is sampled from the last one's logits, so TTFT is the prompt's time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -47,7 +48,7 @@ DEFAULT_UBATCH = 512  # common/common.h: n_ubatch
 DEFAULT_BATCH = 2048  # common/common.h: n_batch
 UBATCH_CHOICES = (256, 512, 1024, 2048, 4096, 8192)
 # No figure for a GPU: its tensor FLOP/s taken as this many times its memory bandwidth
-# (the tabulated consumer GPUs span 70-190 FLOP per byte; assumed, and said so).
+# (the tabulated GPUs span about 70-200 FLOP per byte; assumed, and said so).
 FALLBACK_FLOP_PER_BYTE = 100.0
 
 
@@ -295,6 +296,3 @@ def request_time_s(ttft_s: float, tpot_s: float, output_tokens: int) -> float:
     logits, each of the rest costs a TPOT; N x TPOT is the simple, stated reading)."""
     return ttft_s + max(int(output_tokens), 0) * tpot_s
 
-
-def ubatches(prompt_tokens: int, ubatch: int) -> int:
-    return math.ceil(max(prompt_tokens, 1) / max(ubatch, 1))
