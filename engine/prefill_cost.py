@@ -264,11 +264,12 @@ class PrefillModel:
 
     # --- VRAM of the micro-batch ----------------------------------------------------------
     def compute_buffer_bytes(self, ubatch: int) -> float:
-        """llama.cpp's CUDA compute buffer at -ub `ubatch`, approximately: the graph is
-        reserved with every token an output (src/llama-context.cpp, graph_reserve), so the
-        logits [n_vocab, ub] f32, plus the largest live activations (a few hidden-sized
-        tensors and the experts' gate/up outputs [ff, k, ub] f32); flash attention keeps the
-        attention scores out of it."""
+        """llama.cpp's CUDA compute buffer at -ub `ubatch`, approximately (no closed form
+        exists: ggml-alloc measures the worst-case graph): the logits [n_vocab, ub] f32, on
+        the reading that the worst-case graph llama.cpp reserves (src/llama-context.cpp)
+        counts every token as an output (not re-checked against the current source), plus
+        the largest live activations (a few hidden-sized tensors and the experts' gate/up
+        outputs [ff, k, ub] f32); flash attention keeps the attention scores out of it."""
         m = self.model
         per_token = m.vocab_size + 4 * m.hidden_size + 3 * m.top_k * m.expert_ffn_size
         return 4.0 * ubatch * per_token
