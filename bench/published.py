@@ -9,7 +9,8 @@ priced by engine/command_estimate.py) with the analytic cost model, the fidelity
 uses for a machine it has not measured. The published tokens/s are only compared with:
 they never enter the estimate. Rows it cannot price are listed with the reason.
 
-Summary: over the rows whose hardware is stated, the mean absolute percentage error, the
+Then the prompt-processing figures (bench/published_prefill.py) of the rows that publish
+one. Summary: over the rows whose hardware is stated, the mean absolute percentage error, the
 worst ratios (predicted / published) and how many fall within 0.75-1.33; the rows priced
 on an assumed CPU apart; and whether each sweep (same source and hardware, one setting
 varied) comes out in the published order. No timing assertions: a report to read.
@@ -207,6 +208,11 @@ def main() -> int:
         return 2
     rows_csv = published_rows(path)
     summary = report(price_all(rows_csv), SKIPPED, len(rows_csv))
+    # The prompt-processing figures of the rows that publish one (bench/published_prefill.py).
+    from bench.published_prefill import price_all as price_prompts, report as report_prompts
+
+    print("\nPrompt processing (prompt tok/s):")
+    summary["prompt_processing"] = report_prompts(price_prompts(rows_csv))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
     return 0 if not math.isnan(summary["mape_stated"]) else 1

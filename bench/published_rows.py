@@ -205,3 +205,50 @@ SKIPPED: dict[int, str] = {
     81: "Laguna is not in the catalog; the fork's VRAM expert cache",
     82: "Ollama's automatic split: the placement is not stated",
 }
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """How a row's prompt figure was taken: P prompt tokens in micro-batches of `ubatch`
+    from KV depth `depth`, by a build that copies whole expert tensors or only the used
+    experts (mainline llama.cpp learnt the latter in the second half of 2025; ik_llama.cpp
+    copies whole tensors unless told), with ik_llama.cpp's `-rtr` (CPU experts repacked into
+    types only the CPU runs) and the batch threads (`-tb`) where the row gives them."""
+
+    prompt_tokens: int
+    ubatch: int = 512
+    depth: int = 0
+    copies_used_experts: bool = True
+    repacked: bool = False
+    threads: int | None = None
+    not_modelled: str = ""  # why COPE does not price the prompt figure ("" : it does)
+
+
+_BLAS = ("a BLAS build (the row: compiled with OpenBLAS): ggml's BLAS backend dequantizes each weight to f32 "
+         "for batches of 32 or more, a path COPE does not model")
+# The rows of ROWS that publish a prompt-processing figure, read from their context and
+# placement columns: "sweep PPn" is one micro-batch of n tokens (-ub n) at depth N_KV;
+# "ppN" is llama-bench's -p N from an empty cache. Only inputs: the published pp tok/s
+# are read from the CSV by bench/published_prefill.py.
+_APR25 = dict(copies_used_experts=False)  # April-May 2025 builds: whole tensors copied
+PROMPT_RUNS: dict[int, PromptRun] = {
+    0: PromptRun(512, **_APR25), 1: PromptRun(512, depth=8192, **_APR25), 2: PromptRun(512, **_APR25),
+    3: PromptRun(512, repacked=True), 4: PromptRun(512, depth=8192, repacked=True),
+    5: PromptRun(512, **_APR25), 6: PromptRun(512, depth=8192, **_APR25),
+    7: PromptRun(512, repacked=True), 8: PromptRun(512, depth=8192, repacked=True),
+    9: PromptRun(512, repacked=True), 10: PromptRun(512, repacked=True), 11: PromptRun(512, **_APR25),
+    12: PromptRun(512, not_modelled=_BLAS, **_APR25), 13: PromptRun(512, **_APR25), 15: PromptRun(512, repacked=True, not_modelled=_BLAS),
+    16: PromptRun(512, repacked=True), 18: PromptRun(512), 19: PromptRun(512),
+    26: PromptRun(512), 27: PromptRun(512),
+    28: PromptRun(4096, ubatch=4096, copies_used_experts=False),
+    29: PromptRun(4096, ubatch=4096, depth=16384, copies_used_experts=False),
+    30: PromptRun(4096, ubatch=4096, depth=28672, copies_used_experts=False),
+    31: PromptRun(2048, ubatch=2048, copies_used_experts=False),
+    32: PromptRun(2048, ubatch=2048, copies_used_experts=False),
+    45: PromptRun(4096, ubatch=256), 46: PromptRun(4096, ubatch=512), 47: PromptRun(4096, ubatch=2048),
+    48: PromptRun(4096, ubatch=4096), 49: PromptRun(8192, ubatch=8192),
+    68: PromptRun(512, threads=23), 69: PromptRun(512, threads=23), 70: PromptRun(512, threads=23),
+    75: PromptRun(512), 76: PromptRun(512), 78: PromptRun(512),
+}
+# One -ub sweep (same source, hardware and model, -ub varied): the order to get right.
+UBATCH_SWEEPS: dict[str, tuple[int, ...]] = {"3090 gpt-oss-120b -ub 256..8192": (45, 46, 47, 48, 49)}

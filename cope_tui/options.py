@@ -30,6 +30,12 @@ SYNTHETIC_SEED = 0
 EVICTIONS = ("lru", "score")
 PREFETCH_MODES = ("timed", "optimistic")
 FIDELITIES = ("analytic", "atomic", "combined")
+# Named workloads (--workload): (prompt tokens, output tokens). Assumed shapes of common
+# requests, stated so a user can compare: chat, a conversation turn with some history
+# (1,000 in, 300 out); rag, a question over retrieved passages (8,000 in, 300 out);
+# code-agent, an agent step with a repository's files and its history in context
+# (30,000 in, 1,000 out). --prompt-tokens / --output-tokens override either number.
+WORKLOAD_PRESETS = {"chat": (1000, 300), "rag": (8000, 300), "code-agent": (30000, 1000)}
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,19 @@ class PlanChoices:
         group="pricing", help="time for probes when atomic/combined has no cached profile (default 60)")
     reprobe: bool = _option(
         False, flag="--reprobe", is_switch=True, help="ignore the cached profile and probe again")
+    workload: str | None = _option(
+        None, flag="--workload", choices=tuple(WORKLOAD_PRESETS), check=_among(tuple(WORKLOAD_PRESETS)),
+        label="Workload", group="policy", hint="decode only",
+        help="rank by the whole request of a named workload: "
+             + ", ".join(f"{k} ({p} prompt, {n} output tokens)" for k, (p, n) in WORKLOAD_PRESETS.items())
+             + " (default: decode speed only)")
+    prompt_tokens: int | None = _option(
+        None, flag="--prompt-tokens", metavar="P", parse=_int, check=_positive_int,
+        help="prompt tokens of the request: rank by time to first token + output tokens x time per token, "
+             "and choose -ub/-b (default: decode speed only)")
+    output_tokens: int | None = _option(
+        None, flag="--output-tokens", metavar="N", parse=_int, check=_at_least(0),
+        help="output tokens of the request (with --prompt-tokens or --workload)")
     llama_bin: str | None = _option(
         None, flag="--llama-bin", metavar="DIR",
         help="folder with llama-server/llama-cli/llama-bench (default: PATH); says which runtime runs now")

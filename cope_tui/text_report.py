@@ -173,6 +173,11 @@ def render_command_estimate(est: CommandEstimate) -> str:
             f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
             f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB  (rank {est.rank} of {est.of})",
         ]
+        pp = yours.prefill
+        if pp is not None:
+            fit = "" if pp.fits else "  (its compute buffer does not fit the VRAM left: llama.cpp would fail)"
+            lines.append(f"               pp{pp.prompt_tokens}: {pp.tokens_per_s:8.1f} prompt tok/s at -ub {pp.ubatch} "
+                         f"-b {pp.batch} ({pp.prompt_s:.2f} s; copies {pp.copy_s:.2f} s){fit}")
     speed = f"  ({est.speedup:.2f}x yours)" if yours.runs else ""
     lines += [
         f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",

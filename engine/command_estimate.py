@@ -18,6 +18,7 @@ from engine.advise import AdviseRequest, Recommendation
 from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
 from engine.estimate import Estimate
+from engine.prefill_cost import PrefillCost
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, command_notes
 from engine.llama_placement import (
@@ -57,6 +58,7 @@ class CommandPrice:
     memory: PlacementMemory | None
     fidelity: str
     refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
+    prefill: "PrefillCost | None" = None  # llama-bench's pp test (engine/command_prefill.py); None: none
 
     @property
     def runs(self) -> bool:
@@ -148,7 +150,11 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         model, request.quant, request.platform, context_tokens=request.context_tokens,
         attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
     cost = placement_cost(request, cost_model, placement, analytic, stage=stage)
-    return CommandPrice(detail, cost, memory, cost_model.fidelity)
+    from engine.command_prefill import bench_prompt_tokens, price_prefill
+
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill)
 
 
 def _maps_to(placement: LlamaPlacement, stage: bool) -> str:

@@ -50,6 +50,14 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
     ArgSpec("n_depth", ("-d", "--n-depth"), True),
     ArgSpec("n_gen", ("-n", "--n-gen", "--n-predict"), True),
+    # Prompt processing: llama-bench's -p (prompt tokens of its pp test; llama-cli's -p is the
+    # prompt text, not read), the micro-batch and the logical batch (common/arg.cpp
+    # --ubatch-size/--batch-size), the batch threads, and ik_llama.cpp's run-time repack.
+    ArgSpec("n_prompt", ("-p", "--n-prompt"), True),
+    ArgSpec("ubatch", ("-ub", "--ubatch-size"), True),
+    ArgSpec("batch", ("-b", "--batch-size"), True),
+    ArgSpec("threads_batch", ("-tb", "--threads-batch"), True),
+    ArgSpec("repack", ("-rtr", "--run-time-repack"), True),  # a switch in the server, -rtr <0|1> in llama-bench
     ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
     ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
     # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
@@ -58,6 +66,7 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("device", ("-dev", "--device"), True),
 )
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
+_OPTIONAL_VALUE = ("flash_attn", "repack")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
 
 
@@ -81,6 +90,11 @@ class LlamaCommand:
     multi_gpu: str | None  # why the command uses more than one GPU (None: one at most)
     unknown: tuple[str, ...]  # flags (with their value, if any) we do not model
     notes: tuple[str, ...]
+    n_prompt: int | None = None  # llama-bench -p: its prompt-processing test's tokens (0: none)
+    ubatch: int | None = None  # -ub
+    batch: int | None = None  # -b
+    threads_batch: int | None = None  # -tb
+    repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -138,11 +152,11 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
             continue
         if inline is not None:
             value = inline
-        elif i < len(words) and (spec.setting != "flash_attn" or not _FLAG_SHAPE.match(words[i])):
+        elif i < len(words) and (spec.setting not in _OPTIONAL_VALUE or not _FLAG_SHAPE.match(words[i])):
             value = words[i]
             i += 1
-        elif spec.setting == "flash_attn":
-            value = "on"  # older builds: -fa was a switch
+        elif spec.setting in _OPTIONAL_VALUE:
+            value = "on"  # older builds: -fa was a switch; -rtr is one in llama-server
         else:
             raise CopeInputError(f"{WHERE}: {name} needs a value")
         if spec.setting == "override_tensor":
@@ -169,13 +183,30 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     no_mmap = "no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
     n_depth = _first_int(values.get("n_depth"), "-d", tool, notes) or 0
     n_gen = _first_int(values.get("n_gen"), "-n", tool, notes)
+    prompt = _prompt_settings(values, tool, notes)
     return LlamaCommand(
         binary=binary, tool=tool, model_path=values.get("model"), gpu_layers=values.get("gpu_layers"),
         threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
         n_depth=n_depth, n_gen=n_gen, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
-        unknown=tuple(unknown), notes=tuple(notes),
+        unknown=tuple(unknown), notes=tuple(notes), **prompt,
     )
+
+
+def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> dict:
+    """-p (llama-bench only), -ub, -b, -tb and -rtr as LlamaCommand fields."""
+    out: dict = {}
+    if "n_prompt" in values and tool == "llama-bench":
+        out["n_prompt"] = _first_int(values["n_prompt"], "-p", tool, notes)
+    for setting, flag in (("ubatch", "-ub"), ("batch", "-b"), ("threads_batch", "-tb")):
+        if setting in values:
+            n = _first_int(values[setting], flag, tool, notes)
+            if not n:
+                raise CopeInputError(f"{WHERE}: {flag} must be positive, got {values[setting]!r}")
+            out[setting] = n
+    if "repack" in values:
+        out["repack"] = values["repack"].split(",")[0].lower() not in ("0", "false", "off")
+    return out
 
 
 def _first_int(text: str | None, flag: str, tool: str, notes: list[str]) -> int | None:

@@ -721,3 +721,22 @@ async def test_the_app_starts_on_the_detected_gpu_and_warns_when_torch_cannot_us
         app.query_one("#gpu").clear()
         await settle(pilot)
         assert app.advice.request.platform.gpu.name == "NVIDIA GeForce RTX 4090"
+
+
+async def test_a_workload_shows_both_speeds_and_the_request_time_and_the_chart_plots_either():
+    app = make_app(make_services(), FAST.with_(workload="rag", gpu="rtx-4060-ti-16gb"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        ranking = app.workload_ranking
+        assert ranking is not None and ranking.workload.prompt_tokens == 8000
+        summary = text_of(app, "#results-summary")
+        assert "fastest request" in summary and "TTFT" in summary and "prompt" in summary
+        breakdown = text_of(app, "#breakdown")
+        assert "request" in breakdown and "prompt tok/s at -ub" in breakdown and "decode tok/s" in breakdown
+        chart = app.query_one("ThroughputChart")
+        decode_series = chart.series
+        assert all(p.prompt_tokens_per_s for p in app.sweep_points)
+        await pilot.press("t")
+        assert app.chart_metric == "prompt" and chart.series != decode_series
+        await pilot.press("t")
+        assert app.chart_metric == "decode"

@@ -59,6 +59,7 @@ class CopeApp(Workers, App[None]):
         Binding("r", "recompute", "Recompute", show=False),
         Binding("m", "measure", "Measure", show=False),
         Binding("e", "paste_command", "Estimate yours", show=False),
+        Binding("t", "toggle_chart", "Chart decode/prompt", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -72,6 +73,8 @@ class CopeApp(Workers, App[None]):
         self.detected_gpu = None
         self.advice: Advice | None = None
         self.sweep_points: list[SweepPoint] = []
+        self.workload_ranking = None  # engine.workload.WorkloadRanking when a workload is chosen
+        self.chart_metric = "decode"  # or "prompt" (with a workload)
         self.sweep_message = "computing the VRAM sweep..."
         self.selected_id: str | None = None
         self.labels: dict[str, str] = {}
@@ -188,11 +191,15 @@ class CopeApp(Workers, App[None]):
             self.selected_id = self.run_now_id() or ids[0]
         self.sweep_points = []
         self.sweep_message = "computing the VRAM sweep..."
+        from cope_tui.service.workload import rank, workload_of
+
+        workload = workload_of(self.choices)
+        self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         for pane in self.panes():
             pane.update_from(self)
         if first and self.query_one(TabbedContent).active == "results":
             self.query_one("#results-table", DataTable).focus()
-        self.sweep(self.advice)
+        self.sweep(self.advice, workload)
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
@@ -304,6 +311,14 @@ class CopeApp(Workers, App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_toggle_chart(self) -> None:
+        """The chart plots decode tok/s, or with a workload prompt tok/s."""
+        if self.workload_ranking is None:
+            self.notify("choose a Workload (Model tab) to chart prompt tok/s")
+            return
+        self.chart_metric = "prompt" if self.chart_metric == "decode" else "decode"
+        self.query_one(ResultsPane).show_sweep(self)
 
     def action_paste_command(self) -> None:
         self.action_show_tab("export")

@@ -25,6 +25,7 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `c` | copy the command of the selected candidate |
 | `s` | save it to a file (artefacts beside it) |
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
+| `t` | with a Workload: chart prompt tok/s instead of decode tok/s |
 | `?` / `F1` | this help |
 | `q` | quit |
 
@@ -40,6 +41,8 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   expert-cache fork (github.com/thecodacus/llama.cpp), `kt` SGLang + kt-kernel; `~`
   approximately, `none` no runtime, `no RAM` does not fit in RAM. Move the cursor to
   select a candidate; the chart shows tokens/s against the VRAM budget for the best few.
+  With a **Workload** (Model tab: chat, rag, code-agent) each candidate also shows its
+  time to first token, prompt and decode tok/s and the whole request's time.
 - **Export**: the command of the selected candidate for each runtime that runs it
   (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,
   with its estimated speed. Paste the command you run today (`e`) to see what it maps

@@ -85,9 +85,9 @@ class Workers:
                       CommandEstimated)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
-    def sweep(self, advice: service.Advice) -> None:
-        self._deliver("sweep", lambda cancel: service.sweep(advice, self.services.sweep_points, cancel=cancel),
-                      SweepReady)
+    def sweep(self, advice: service.Advice, workload=None) -> None:  # type: ignore[no-untyped-def]
+        self._deliver("sweep", lambda cancel: service.sweep(advice, self.services.sweep_points, cancel=cancel,
+                                                            workload=workload), SweepReady)
 
     @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
     def find_runtimes(self) -> None:

@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--json", action="store_true", help="one JSON document on stdout")
     adv.add_argument("--all", action="store_true", help="list every candidate in the table")
     adv.add_argument("--export", action="store_true",
-                     help="also print the llama.cpp command of the fastest estimate (JSON: an \"export\" object)")
+                     help="also print the llama.cpp command of the fastest estimate, or with a workload of the "
+                          "fastest request with its -b/-ub (JSON: an \"export\" object)")
 
     adv.set_defaults(run=run)
 
@@ -25,10 +26,20 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.service.runtimes import run_advice, scan_runtimes
     from engine.export import export_for
 
-    recommendation = advice_from_args(args).rec
+    from cope_tui.options import choices_from_args
+    from cope_tui.service.workload import export_with_batch, rank, workload_of
+
+    workload = workload_of(choices_from_args(args))  # None: decode only (checked before the ranking)
+    advice = advice_from_args(args)
+    recommendation = advice.rec
+    ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
     runs = run_advice(recommendation, scan.names)
-    export = export_for(recommendation, recommendation.best) if args.export else None
+    export = None
+    if args.export:
+        target = recommendation.best if ranking is None else ranking.best.estimate
+        export = export_for(recommendation, target)
+        export = export if ranking is None else export_with_batch(export, ranking)
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
     if args.json:
@@ -37,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
         doc = recommendation_to_dict(recommendation, runs)
         doc["runtimes"] = scan.to_dict()
+        if ranking is not None:
+            doc["workload"] = ranking.to_dict()
         if export is not None:
             doc["export"] = export.to_dict()
         write_json(doc)
@@ -44,8 +57,13 @@ def run(args: argparse.Namespace) -> int:
         from cope_tui.text_report import render_export, render_recommendation
 
         sys.stdout.write(render_recommendation(recommendation, runs=runs, limit=None if args.all else 15))
+        if ranking is not None:
+            from cope_tui.workload_report import render_workload
+
+            sys.stdout.write("\n" + render_workload(ranking, recommendation, limit=None if args.all else 10))
         if export is not None:
-            sys.stdout.write("\nllama.cpp command for the fastest estimate:\n" + render_export(export))
+            what = "the fastest estimate" if ranking is None else "the fastest request"
+            sys.stdout.write(f"\nllama.cpp command for {what}:\n" + render_export(export))
     return EXIT_OK
 
 

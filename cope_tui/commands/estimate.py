@@ -90,6 +90,8 @@ def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
         m = yours.memory
         doc.update(vram_used_bytes=m.vram_bytes, vram_total_bytes=m.vram_total_bytes, host_bytes=m.host_bytes,
                    ram=m.ram.to_dict())
+    if yours.prefill is not None:
+        doc["prompt_processing"] = yours.prefill.to_dict()
     if yours.cost is not None:
         c = yours.cost
         doc["breakdown_s"] = {"gpu_blocks": c.gpu_blocks_s, "cpu_blocks": c.cpu_blocks_s,

@@ -42,11 +42,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.runtime == "sglang-kt" and args.binary is not None:
         raise CopeInputError("--binary names a llama.cpp program; sglang-kt runs python -m sglang.launch_server")
-    rec = advice_from_args(args).rec
+    from cope_tui.options import choices_from_args
+    from cope_tui.service.workload import export_with_batch, rank, workload_of
+
+    workload = workload_of(choices_from_args(args))
+    advice = advice_from_args(args)
+    rec = advice.rec
     estimate = rec.estimate_of(args.candidate)
     side_dir = os.path.dirname(args.out) or None if args.out else None
     export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
                         side_dir=side_dir, hf_model=args.hf_model)
+    if workload is not None:  # -b/-ub only for a named workload
+        export = export_with_batch(export, rank(advice, workload))
     for note in export.notes:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
@@ -39,6 +39,7 @@ class Advice:
 class SweepPoint:
     budget_bytes: int
     tokens_per_s: dict[str, float]  # candidate id -> tokens/s at this budget
+    prompt_tokens_per_s: dict[str, float] = field(default_factory=dict)  # with a workload: prefill tok/s
 
 
 def plan(
@@ -77,11 +78,20 @@ def sweep_budgets_for(rec: Recommendation, n_points: int) -> list[int]:
 
 
 def sweep(advice: Advice, n_points: int, *, progress: Progress | None = None,
-          cancel: threading.Event | None = None) -> list[SweepPoint]:
-    """tokens/s of every candidate at a few VRAM budgets."""
+          cancel: threading.Event | None = None, workload=None) -> list[SweepPoint]:  # type: ignore[no-untyped-def]
+    """tokens/s of every candidate at a few VRAM budgets (and, with a workload, prompt
+    tokens/s at the -ub each budget leaves room for)."""
     budgets = sweep_budgets_for(advice.rec, n_points)
     recs = sweep_budgets(advice.request, advice.cost_model, budgets, progress=progress, cancel=cancel)
-    return [SweepPoint(b, {e.candidate.id: e.tokens_per_s for e in r.estimates}) for b, r in zip(budgets, recs)]
+    points = []
+    for b, r in zip(budgets, recs):
+        prompt = {}
+        if workload is not None:
+            from engine.workload import rank_workload
+
+            prompt = {w.candidate_id: w.prefill.tokens_per_s for w in rank_workload(r, workload).estimates}
+        points.append(SweepPoint(b, {e.candidate.id: e.tokens_per_s for e in r.estimates}, prompt))
+    return points
 
 
 def parse_pasted(text: str) -> LlamaCommand:

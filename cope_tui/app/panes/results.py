@@ -112,6 +112,13 @@ class ResultsPane(Vertical):
                        f"({req.vram_budget_bytes / GIB:.1f} GiB budget) + {req.platform.cpu.name}, "
                        f"{req.threads} threads; {rec.cost_model.fidelity} cost model; "
                        f"vs base = against {baseline.candidate.id}")
+        ranking = getattr(app, "workload_ranking", None)
+        if ranking is not None:
+            best = ranking.best
+            summary.append(f"; {ranking.workload.describe()}: fastest request {best.candidate_id} "
+                           f"{best.request_s:.1f} s (TTFT {best.prefill.ttft_s:.1f} s, "
+                           f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s)",
+                           style="bold")
         self.query_one("#results-summary", Static).update(summary)
         table = self.query_one(DataTable)
         self.compact = self.app.size.width < WIDE_AT
@@ -151,7 +158,15 @@ class ResultsPane(Vertical):
         from cope_tui.text_report import runs_on_text
 
         label = f"runs on: {runs_on_text(app.runs.row(e.candidate.id))}" if app.runs is not None else ""
-        self.query_one("#breakdown", Static).update(breakdown_text(e, app.advice.rec.baseline(), label))
+        text = breakdown_text(e, app.advice.rec.baseline(), label)
+        ranking = getattr(app, "workload_ranking", None)
+        w = ranking.of(e.candidate.id) if ranking is not None else None
+        if w is not None:
+            text.append(f"\nrequest {w.request_s:.2f} s = TTFT {w.prefill.ttft_s:.2f} s "
+                        f"({w.prefill.tokens_per_s:.0f} prompt tok/s at -ub {w.prefill.ubatch}) + "
+                        f"{ranking.workload.output_tokens} x {e.tpot_s * 1e3:.2f} ms ({e.tokens_per_s:.1f} decode tok/s)",
+                        style="bold")
+        self.query_one("#breakdown", Static).update(text)
 
     def show_sweep(self, app) -> None:  # type: ignore[no-untyped-def]
         chart = self.query_one(ThroughputChart)
@@ -163,9 +178,12 @@ class ResultsPane(Vertical):
         shown = [(str(rank), e.candidate.id) for rank, e in enumerate(estimates[: app.services.chart_series], 1)]
         if baseline not in estimates[: app.services.chart_series]:
             shown.append(("B", baseline.candidate.id))
+        prompt = getattr(app, "chart_metric", "decode") == "prompt"
+        chart.border_title = "prompt tok/s vs VRAM budget (t: decode)" if prompt else "tok/s vs VRAM budget"
         series = []
         for mark, cid in shown:
-            pts = [(p.budget_bytes / GIB, p.tokens_per_s[cid]) for p in app.sweep_points if cid in p.tokens_per_s]
+            speeds = (lambda p: p.prompt_tokens_per_s) if prompt else (lambda p: p.tokens_per_s)
+            pts = [(p.budget_bytes / GIB, speeds(p)[cid]) for p in app.sweep_points if cid in speeds(p)]
             if pts:
                 series.append((mark, pts))
         legend = f"marks: ranks 1-{min(len(estimates), app.services.chart_series)} at this budget"
