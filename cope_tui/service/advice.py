@@ -62,6 +62,8 @@ def plan(
 def advise_with(request: AdviseRequest, pricing: Pricing, *, progress: Progress | None = None,
                 cancel: threading.Event | None = None) -> Advice:
     rec = advise(request, pricing.cost_model, progress=progress, cancel=cancel)
+    if pricing.note:
+        rec = replace(rec, notes=rec.notes + (pricing.note,))
     return Advice(request, pricing, rec)
 
 
