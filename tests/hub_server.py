@@ -26,6 +26,7 @@ Failures, per file (`fail`), consumed in order; `times=None` keeps one forever:
   checksum mismatch);
 - `methods=("GET",)`: fail only those methods (default: HEAD and GET).
 `refused_endpoint()` is a URL where nothing listens (connection refused).
+The root `/` answers 200 and is not logged (COPE asks it whether the Hub is there).
 `hub.requests` logs every request (method, path, range, status, bytes sent, authorization).
 """
 
@@ -178,6 +179,11 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------------------------
     def _serve(self, method: str) -> None:
         path = unquote(urlsplit(self.path).path)
+        if path == "/":  # the endpoint's root: COPE's is-the-Hub-there check, not logged
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         m = _RESOLVE_RE.match(path)
         if m:
             return self._resolve(method, path, _TYPE_OF[m["type"]], m["repo"], m["rev"], m["file"])

@@ -261,7 +261,13 @@ def _list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]
 
     from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
 
+    from cope_tui.sources.hub_model import _offline, not_reached  # noqa: PLC0415
+    from cope_tui.sources.hub_net import unreachable  # noqa: PLC0415
+
     endpoint = _endpoint()
+    away = None if _offline() else unreachable(endpoint)
+    if away is not None:
+        raise not_reached(endpoint, away, "its file list cannot be read (name a file: REPO/FILE)", repo_id)
     try:
         return list(HfApi(endpoint=endpoint).list_repo_files(repo_id, repo_type=repo_type, revision=revision))
     except hf.HFValidationError as exc:
@@ -283,10 +289,17 @@ def _download(repo_id: str, filename: str, repo_type: str, revision: str | None)
 
     from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
 
+    from cope_tui.sources.hub_model import _offline, not_reached  # noqa: PLC0415
+    from cope_tui.sources.hub_net import unreachable  # noqa: PLC0415
+
     endpoint = _endpoint()
     where = f"{repo_id}/{filename}"
+    away = None if _offline() else unreachable(endpoint)  # no Hub: the cache, without retries
     try:
-        local = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=endpoint)
+        local = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=endpoint,
+                                local_files_only=away is not None)
+    except hf.LocalEntryNotFoundError if away is not None else () as exc:  # type: ignore[misc]
+        raise not_reached(endpoint, away, f"{filename} is not in the Hub cache", where) from None
     except hf.HFValidationError as exc:
         _remove_incomplete(repo_id, repo_type)
         raise CopeInputError(f"not a valid Hugging Face repo id or file name: {_short(exc)}", path=where) from None
