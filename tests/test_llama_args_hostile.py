@@ -118,3 +118,15 @@ def test_threads_above_the_cpus_are_priced_at_the_cpus_and_never_exported(capsys
     argv = doc["export"]["argv"]
     assert int(argv[argv.index("-t") + 1]) <= 32
     assert sum("4096 threads are more than the 32 logical CPUs" in n for n in doc["notes"]) == 1
+
+
+def test_threads_flag_above_the_cpus_is_clamped_with_one_note(capsys):
+    import json
+
+    code = main(["advise", "--cpu", "ryzen-9-7950x", "--threads", "99999999999999999999", "--tokens", "40", "--json"])
+    assert code == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    argv = doc["recommendation"]["run_now"]["argv"]
+    assert argv[argv.index("-t") + 1] == "32"
+    text = json.dumps(doc)
+    assert text.count("threads are more than the 32 logical CPUs") == 1
