@@ -25,6 +25,7 @@ MAX_PATTERN = 4096  # characters
 MAX_DEPTH = 64  # nested groups
 MAX_STATES = 4_000  # NFA states after counted repetitions are expanded
 MAX_NAME = 256  # characters of a name searched (longer names: RegexError)
+MAX_CACHED = 4096  # DFA states (sets of NFA states) kept per pattern
 MAX_COUNT = MAX_NAME + 1  # a {n,m} count above this cannot decide a name of MAX_NAME characters
 
 _LINE_TERMINATORS = "\n\r\u2028\u2029"
@@ -406,6 +407,8 @@ class Pattern:
                 if holds:
                     stack.append(state[2])
         result = frozenset(s for s in seen if self._states[s][0] in ("set", "match"))
+        if len(self._closures) >= MAX_CACHED:
+            self._closures.clear()
         self._closures[key] = result
         return result
 
@@ -414,6 +417,8 @@ class Pattern:
         found = self._steps.get(key)
         if found is None:
             found = frozenset(st[2] for s in current if (st := self._states[s])[0] == "set" and ch in st[1])
+            if len(self._steps) >= MAX_CACHED:  # a cache, not a record: memory stays bounded
+                self._steps.clear()
             self._steps[key] = found
         return found
 
@@ -424,7 +429,7 @@ def _context(name: str, pos: int) -> tuple[bool, bool, bool, bool]:
     return pos == 0, pos == len(name), before, after
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # --n-cpu-moe 512 takes 512; -ot patterns the rest
 def compile_pattern(pattern: str) -> Pattern:
     """The pattern compiled (cached); raises RegexError with the reason."""
     try:
