@@ -17,6 +17,7 @@ import argparse
 import sys
 import traceback
 
+from cope_tui.commands.output import clean_output, error_line
 from cope_tui.commands import advise, catalog, detect, estimate, export, trace, validate, verify
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
 from engine.errors import CopeInputError
@@ -43,11 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv and sys.stdin.isatty() and sys.stdout.isatty():
         return _launch_app()
+    with clean_output():  # escaped text, one-line warnings (cope_tui/commands/output.py)
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv or ["advise"])
         return args.run(args)
     except CopeInputError as exc:
-        print(f"cope: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("cope: interrupted", file=sys.stderr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
@@ -61,10 +62,14 @@ def _option(default: Any, **meta: Any) -> Any:
 
 
 def _int(text: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise CopeInputError(f"{text!r} is not a whole number") from None
+    """ASCII digits only: Python's int() also reads "1_0" and Arabic-Indic digits."""
+    digits = str(text).strip()
+    shown = digits if len(digits) <= 40 else digits[:37] + "..."
+    if not re.fullmatch(r"[+-]?[0-9]+", digits):
+        raise CopeInputError(f"{shown!r} is not a whole number")
+    if len(digits.lstrip("+-").lstrip("0")) > 30:
+        raise CopeInputError(f"{shown!r} is too large")
+    return int(digits)
 
 
 def _float(text: str) -> float:

@@ -117,7 +117,7 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
                      "(give that file as the model to price it instead)")
     stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
     yours = _price(request, cost_model, placement, command, stage)
-    binary = command.tool if command.tool != "other" else "llama-server"
+    binary = command.tool
     export = export_for(rec, rec.best, model_path=command.model_path, binary=binary)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
     rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None

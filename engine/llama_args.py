@@ -7,7 +7,9 @@ Flag spellings: common/arg.cpp and tools/llama-bench/llama-bench.cpp (see engine
 
 The expert placement follows llama.cpp: `-ot`, `--cpu-moe` and `--n-cpu-moe` append
 tensor-buffer overrides in the order given, the first pattern that matches a tensor name
-anywhere (std::regex_search; Python's re.search here) decides its buffer.
+anywhere (std::regex_search) decides its buffer. The patterns are matched by
+engine/ecma_regex.py (the ECMAScript subset, in linear time: a pattern such as `(.+)+X`
+cannot hang COPE), and every number is read as llama.cpp reads it: a 32-bit int.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from engine.ecma_regex import RegexError, compile_pattern
 from engine.errors import CopeInputError
 from engine.export import EXPS_REGEX_TAIL, OFFLOAD_ENV
 from engine.model import ModelSpec
 
 WHERE = "the llama.cpp command"
+LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h: no model has more blocks, so --n-cpu-moe N > 512 is 512
+INT_MAX = 2**31 - 1  # llama.cpp reads numbers with std::stoi: a 32-bit int
+MAX_OVERRIDE_STATES = 8_000  # every -ot pattern's matcher together (engine/ecma_regex.py)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,13 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("tensor_split", ("-ts", "--tensor-split"), True),
     ArgSpec("device", ("-dev", "--device"), True),
 )
+# Programs of llama.cpp and its forks that take these flags -> the one whose flags they share
+# (tools/; ik_llama.cpp adds llama-sweep-bench; `main` and `server` are the names before 2024).
+LLAMA_PROGRAMS = {
+    "llama-server": "llama-server", "llama-cli": "llama-cli", "llama-bench": "llama-bench",
+    "llama-mtmd-cli": "llama-cli", "llama-run": "llama-cli", "llama-completion": "llama-cli",
+    "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
+}
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
 _OPTIONAL_VALUE = ("flash_attn", "repack")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
@@ -73,7 +86,7 @@ _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
 @dataclass(frozen=True)
 class LlamaCommand:
     binary: str  # as typed
-    tool: str  # llama-server | llama-cli | llama-bench | other
+    tool: str  # llama-server | llama-cli | llama-bench (LLAMA_PROGRAMS: whose flags it takes)
     model_path: str | None
     gpu_layers: str | None
     threads: int | None
@@ -86,6 +99,7 @@ class LlamaCommand:
     fit: str | None
     n_depth: int  # llama-bench -d: the KV depth its decode test starts from (0 elsewhere)
     n_gen: int | None  # llama-bench -n (the decode test's tokens); llama-cli -n
+    n_cpu_moe: int | None  # --n-cpu-moe as given (its overrides stop at LLAMA_MAX_LAYERS)
     kv_bytes_per_element: float  # the KV cache's, from -ctk/-ctv (their mean when they differ)
     multi_gpu: str | None  # why the command uses more than one GPU (None: one at most)
     unknown: tuple[str, ...]  # flags (with their value, if any) we do not model
@@ -114,11 +128,8 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     if not words:
         raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
     binary = words.pop(0)
-    base = os.path.basename(binary).lower().removesuffix(".exe")
-    tool = base if base in ("llama-server", "llama-cli", "llama-bench") else "other"
+    tool = llama_tool(binary)
     notes: list[str] = []
-    if tool == "other":
-        notes.append(f"{binary!r} is not llama-server, llama-cli or llama-bench: read with llama-server's flags")
 
     values: dict[str, str] = {}
     overrides: list[tuple[str, str, str]] = []
@@ -165,11 +176,13 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
             n = _int(value, name)
             if n < 0:
                 raise CopeInputError(f"{WHERE}: {name} must be >= 0, got {n}")
-            # arg.cpp: one override per block i < N, appended in order.
-            overrides.extend((rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", name) for b in range(n))
+            # arg.cpp: one override per block i < N, appended in order (none past the last block).
+            overrides.extend((rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", name) for b in range(min(n, LLAMA_MAX_LAYERS)))
+            values[spec.setting] = value
         else:
             values[spec.setting] = value
 
+    check_patterns([o for o in overrides if o[2] in ("-ot", "--override-tensor")])
     threads = _int(values["threads"], "-t") if "threads" in values else None
     context = _int(values["context"], "-c") if "context" in values else None
     if threads is not None and threads <= 0:
@@ -188,7 +201,8 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         binary=binary, tool=tool, model_path=values.get("model"), gpu_layers=values.get("gpu_layers"),
         threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
-        n_depth=n_depth, n_gen=n_gen, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
+        n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
+        else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
         unknown=tuple(unknown), notes=tuple(notes), **prompt,
     )
 
@@ -207,6 +221,18 @@ def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> 
     if "repack" in values:
         out["repack"] = values["repack"].split(",")[0].lower() not in ("0", "false", "off")
     return out
+
+
+def llama_tool(binary: str) -> str:
+    """The llama.cpp program `binary` is, as the flags it takes: llama-server, llama-cli or
+    llama-bench; anything else is refused (its flags would be guessed)."""
+    base = os.path.basename(binary.replace("\\", "/")).lower().removesuffix(".exe")
+    tool = LLAMA_PROGRAMS.get(base)
+    if tool is None:
+        shown = binary if len(binary) <= 60 else binary[:57] + "..."
+        raise CopeInputError(f"{WHERE}: {shown!r} is not a llama.cpp program (one of "
+                             f"{', '.join(LLAMA_PROGRAMS)}); give the command after --, starting with the program")
+    return tool
 
 
 def _first_int(text: str | None, flag: str, tool: str, notes: list[str]) -> int | None:
@@ -247,10 +273,15 @@ def _multi_gpu(values: Mapping[str, str], overrides: Sequence[tuple[str, str, st
 
 
 def _int(text: str, flag: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise CopeInputError(f"{WHERE}: {flag} needs a whole number, got {text!r}") from None
+    """A number as llama.cpp's std::stoi takes it: ASCII digits with a sign, in a 32-bit int."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if not re.fullmatch(r"\s*[+-]?[0-9]+", text):
+        raise CopeInputError(f"{WHERE}: {flag} needs a whole number, got {shown!r}")
+    digits = text.strip().lstrip("+-").lstrip("0")
+    if len(digits) > 10 or int(text) > INT_MAX or int(text) < -INT_MAX - 1:
+        raise CopeInputError(f"{WHERE}: {flag} {shown} is out of range (llama.cpp reads a 32-bit int, at most "
+                             f"{INT_MAX})")
+    return int(text)
 
 
 def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list[tuple[str, str, str]]:
@@ -267,12 +298,23 @@ def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list
         if "=" not in item:
             raise CopeInputError(f"{WHERE}: {flag} {item!r} is not <pattern>=<buffer>")
         pattern, buffer = item.split("=", 1)  # llama.cpp: override.find('='), the first one
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise CopeInputError(f"{WHERE}: {flag} pattern {pattern!r} is not a regular expression: {exc}") from None
         out.append((pattern, buffer, flag))
     return out
+
+
+def check_patterns(overrides: Sequence[tuple[str, str, str]]) -> None:
+    """Every -ot pattern compiles in engine/ecma_regex.py, and together they stay small
+    enough to match in bounded time."""
+    states = 0
+    for pattern, _, flag in overrides:
+        shown = pattern if len(pattern) <= 60 else pattern[:57] + "..."
+        try:
+            states += compile_pattern(pattern).size
+        except RegexError as exc:
+            raise CopeInputError(f"{WHERE}: {flag} pattern {shown!r} is not a regular expression COPE can match: {exc}") from None
+        if states > MAX_OVERRIDE_STATES:
+            raise CopeInputError(f"{WHERE}: the -ot patterns are too complex together (over {MAX_OVERRIDE_STATES} "
+                                 "matcher states); simplify them")
 
 
 def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
@@ -283,6 +325,9 @@ def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
 def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
     """What the estimate assumes about the command's other settings."""
     notes = list(command.notes)
+    if command.n_cpu_moe is not None and command.n_cpu_moe > model.n_blocks:
+        notes.append(f"--n-cpu-moe {command.n_cpu_moe} is more than the model's {model.n_blocks} blocks: every "
+                     "block's experts on the CPU, as llama.cpp does")
     if command.gpu_layers is None:
         notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every block offloaded")
     if command.op_offload_min_batch is not None:

@@ -17,7 +17,6 @@ offloaded, this is exactly what the ranking's layer-partition candidates cost (t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ import numpy as np
 from engine.advise import AdviseRequest
 from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
+from engine.ecma_regex import search
 from engine.llama_args import LlamaCommand, expert_tensor_names
 from engine.model import ModelSpec
 from engine.policy import Execution, Kind
@@ -123,14 +123,14 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
 
 
 def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
-    buffer = next((buf for pat, buf, _ in command.overrides if re.search(pat, name)), None)
+    buffer = next((buf for pat, buf, _ in command.overrides if search(pat, name)), None)
     if buffer is None:
         return not block_on_gpu
     return buffer.upper().startswith("CPU")
 
 
 def _matches_any(pattern: str, model: ModelSpec) -> bool:
-    return any(re.search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
+    return any(search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
 
 
 @dataclass(frozen=True)

@@ -355,3 +355,15 @@ def platform_from(
     else:
         cpu = get_cpu_preset(DEFAULT_CPU_PRESET)
     return Platform(gpu=gpu, cpu=cpu)
+
+
+def usable_threads(threads: int, cpu: CpuSpec) -> tuple[int, str | None]:
+    """`threads` clamped to the CPU's logical threads, with the note that says so (None:
+    unchanged). More threads than logical CPUs only time-slice the same cores: llama.cpp
+    runs slower, never faster, so neither a price nor an exported command carries them."""
+    logical = cpu.logical_threads
+    if not logical.known or threads <= int(logical.value):
+        return threads, None
+    most = int(logical.value)
+    shown = str(threads) if len(str(threads)) <= 12 else f"{str(threads)[:9]}..."
+    return most, f"{shown} threads are more than the {most} logical CPUs of the {cpu.name}: priced at {most} threads"

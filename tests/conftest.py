@@ -41,6 +41,9 @@ def hf_env(tmp_path, monkeypatch):
     from huggingface_hub.utils import _http
 
     monkeypatch.setattr(_http, "time", types.SimpleNamespace(**{**vars(time), "sleep": lambda s: None}))
+    from cope_tui.sources import hub_net
+
+    monkeypatch.setattr(hub_net, "_ASKED", {})  # each test's endpoint is asked afresh
 
     def point_at(endpoint: str) -> None:
         monkeypatch.setenv("HF_ENDPOINT", endpoint)

@@ -34,6 +34,7 @@ refused with 401 without an `Authorization` header:
 - `POST /api/{...}/{repo_id}/commit/{rev}` (NDJSON: a header, then base64 "file" lines): adds
   the files to the repo (404 RepoNotFound for a repo neither created nor holding files).
 `refused_endpoint()` is a URL where nothing listens (connection refused).
+The root `/` answers 200 and is not logged (COPE asks it whether the Hub is there).
 `hub.requests` logs every request (method, path, range, status, bytes sent, authorization).
 """
 
@@ -238,6 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------------------------
     def _serve(self, method: str) -> None:
         path = unquote(urlsplit(self.path).path)
+        if path == "/":  # the endpoint's root: COPE's is-the-Hub-there check, not logged
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         m = _RESOLVE_RE.match(path)
         if m:
             return self._resolve(method, path, _TYPE_OF[m["type"]], m["repo"], m["rev"], m["file"])

@@ -107,5 +107,8 @@ async def test_no_pull_offered_where_the_index_has_nothing(monkeypatch):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("3")
+        pull = app.query_one("#pull")
+        assert pull.disabled  # nothing to pull: the button says so rather than offering a download
+        assert "has no published trace" in str(pull.tooltip)
         await pilot.click("#pull")
-        assert app.notices[-1][0] == "warning" and "names no published trace" in app.notices[-1][1]
+        assert not any("downloading" in text for _, text in app.notices)

@@ -242,3 +242,25 @@ def test_no_gpu_or_one_without_figures_plans_for_the_default_preset_and_says_why
     odd = build_request(FAST, detect_gpu=lambda: _detected("NVIDIA Mystery 9000", 48, bandwidth=False))
     assert odd.platform.gpu.preset_id == "rtx-4060-ti-16gb"
     assert any("NVIDIA Mystery 9000 was detected, but COPE has no memory-bandwidth figure" in n for n in odd.notes)
+
+
+def test_changing_threads_prices_from_the_nearest_measured_count_without_probing(cache, monkeypatch):
+    request = build_request(FAST)  # 2 threads
+    pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)  # complete at 2 threads
+
+    def no_probing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("probed unasked")
+
+    monkeypatch.setattr(pricing, "PROBER_FACTORY", no_probing)
+    advice = plan(FAST.with_(threads=5))
+    assert advice.pricing.fidelity is Fidelity.COMBINED and advice.pricing.probed is None
+    note = "priced with the cached profile measured at 2 threads, the nearest to 5 (probe to measure at 5)"
+    assert note in advice.rec.notes and advice.request.threads == 5
+    # The stand-in prices the 5-thread request with the 2-thread measurements.
+    from engine.policy import Execution
+
+    k = advice.request.model.top_k
+    same = plan(FAST)
+    at_5 = advice.cost_model.state_costs(Execution.SEQUENTIAL, 5, k, 0).total_s
+    at_2 = same.cost_model.state_costs(Execution.SEQUENTIAL, 2, k, 0).total_s
+    assert list(at_5) == list(at_2)

@@ -545,3 +545,20 @@ def test_real_deepseek_folder_through_load_any_trace(shared_traces):
     assert trace.n_tokens == 25_382
     with pytest.raises(CopeInputError, match="does not fit model tiny"):
         load_any_trace(shared_traces / "deepseek-v2-lite-chat__moe-beyond" / "training_data_eamc", model=make_model())
+
+
+@pytest.mark.parametrize("header", ["pos,layer,id0,id1", "pos, layer, expert_0, expert_1\r", "token,block,a,b,c"])
+def test_llama_csv_with_a_header_line_is_read(tmp_path, header):
+    rows = [f"{pos},{b},{pos % E},{(pos + 1) % E}" for pos in range(3) for b in BLOCKS]
+    plain = read_llama_moe_trace_csv(write(tmp_path / "plain.csv", "\n".join(rows) + "\n"), **SHAPE)
+    path = write(tmp_path / "headed.csv", header + "\n" + "\n".join(rows[:1] + ["1,2,x,4"] + rows[2:]) + "\n")
+    with pytest.raises(CopeInputError, match="field 'x' is not an integer") as info:
+        read_llama_moe_trace_csv(path, **SHAPE)
+    assert str(info.value).startswith(f"{path}:3: ")  # the file's own line numbers
+    path = write(tmp_path / "headed.csv", header + "\n" + "\n".join(rows) + "\n")
+    trace = read_llama_moe_trace_csv(path, **SHAPE)
+    np.testing.assert_array_equal(trace.expert_ids, plain.expert_ids)
+    assert "its header line was skipped" in trace.meta.notes
+    only = write(tmp_path / "only.csv", header + "\n")
+    with pytest.raises(CopeInputError, match="only a header line"):
+        read_llama_moe_trace_csv(only, **SHAPE)

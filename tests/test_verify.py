@@ -129,9 +129,19 @@ def test_time_limit_stops_a_slow_run(bench, capsys):
 
 def test_without_a_binary_says_how_to_get_one(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert main(["verify", "--candidate", "partition-first"]) == EXIT_OK
-    out = capsys.readouterr().out
-    assert "no llama-bench found on PATH" in out and "--target llama-bench" in out
+    assert main(["verify", "--candidate", "partition-first"]) == EXIT_INPUT  # nothing verified: not a success
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "no llama-bench found on PATH" in err and "--target llama-bench" in err
+
+
+def test_without_a_binary_json_gets_an_error_document(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["verify", "--candidate", "partition-first", "--json"]) == EXIT_INPUT
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["exit_code"] == EXIT_INPUT and "no llama-bench found on PATH" in doc["error"]
+    assert "--target llama-bench" in doc["how_to_get"] and err.count("\n") == 1
 
 
 def test_bad_inputs(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, Select, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState
 
 from cope_tui.app.help import HelpScreen
@@ -51,6 +51,9 @@ class CopeApp(Workers, App[None]):
     """
     BINDINGS = [
         *[Binding(str(i + 1), f"show_tab('{t}')", t.capitalize(), show=False) for i, t in enumerate(TABS)],
+        # alt+1..6 switch tabs from inside an input too (inputs take digits, not alt+digits).
+        *[Binding(f"alt+{i + 1}", f"show_tab('{t}')", t.capitalize(), show=False, priority=True)
+          for i, t in enumerate(TABS)],
         Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("p", "start_probes", "Probe"),
         Binding("escape", "cancel", "Cancel"),
@@ -88,6 +91,7 @@ class CopeApp(Workers, App[None]):
         self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
+        self._focus_wanted: str | None = None  # a widget the next tab switch focuses (else _focus_into's pick)
 
     # --- layout -------------------------------------------------------------------
 
@@ -184,10 +188,11 @@ class CopeApp(Workers, App[None]):
 
     def on_advice_ready(self, message: AdviceReady) -> None:
         first = self.advice is None
+        replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
         self.advice, self.choices = message.advice, message.choices
         self.runs = self._plan_runs()
         ids = [e.candidate.id for e in self.advice.rec.estimates]
-        if self.selected_id not in ids:
+        if replanned or self.selected_id not in ids:  # a new ranking starts at its first row
             self.selected_id = self.run_now_id() or ids[0]
         self.sweep_points = []
         self.sweep_message = "computing the VRAM sweep..."
@@ -197,8 +202,11 @@ class CopeApp(Workers, App[None]):
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         for pane in self.panes():
             pane.update_from(self)
-        if first and self.query_one(TabbedContent).active == "results":
-            self.query_one("#results-table", DataTable).focus()
+        table = self.query_one("#results-table", DataTable)
+        if replanned:
+            table.scroll_home(animate=False)
+        if self.query_one(TabbedContent).active == "results" and (first or self.focused is None):
+            table.focus()
         self.sweep(self.advice, workload)
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
@@ -302,6 +310,23 @@ class CopeApp(Workers, App[None]):
     def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "export":
             self.query_one(ExportPane).update_from(self)
+        self.call_after_refresh(self._focus_into, event.pane.id)
+
+    def _focus_into(self, tab: str | None) -> None:
+        """Focus the shown pane's table or list, else the tab bar: never an input, so the
+        next digit switches tabs instead of typing (and Up/Down move in the table)."""
+        if tab != self.query_one(TabbedContent).active:
+            return
+        wanted, self._focus_wanted = self._focus_wanted, None
+        if wanted is not None:  # asked for with the switch (e: the paste field)
+            self.query_one(wanted).focus()
+            return
+        pane = self.query_one(f"TabPane#{tab}", TabPane)
+        for widget in pane.query("DataTable, OptionList"):
+            if widget.focusable and not any(isinstance(a, Select) for a in widget.ancestors):  # not a Select's list
+                widget.focus()
+                return
+        self.query_one(TabbedContent).query_one(Tabs).focus()
 
     # --- actions ------------------------------------------------------------------
 
@@ -321,8 +346,9 @@ class CopeApp(Workers, App[None]):
         self.query_one(ResultsPane).show_sweep(self)
 
     def action_paste_command(self) -> None:
+        self._focus_wanted = "#paste-command"  # where the tab switch leaves the focus
         self.action_show_tab("export")
-        self.call_after_refresh(self.query_one("#paste-command").focus)
+        self.call_after_refresh(self.query_one("#paste-command").focus)  # when Export was already shown
 
     def action_recompute(self) -> None:
         self.compute(self.choices)
@@ -420,7 +446,9 @@ class CopeApp(Workers, App[None]):
         if export is None:
             return
         self.copy_to_clipboard(export.display())
-        self.say(f"Copied the {export.runtime} command of {export.exported_id}")
+        # OSC 52 asks the terminal to take the text; nothing comes back to say it did.
+        self.say(f"Sent the {export.runtime} command of {export.exported_id} to the terminal's clipboard (OSC 52); "
+                 "if nothing was copied, your terminal does not support it: save it with s instead")
 
     def action_save(self) -> None:
         from cope_tui.service.runtimes import write_counts_pt

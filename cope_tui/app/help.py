@@ -17,12 +17,12 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 
 | key | does |
 |-----|------|
-| `1`..`6` | Hardware, Model, Trace, Probes, Results, Export |
+| `1`..`6` (`alt+1`..`6` in a text field) | Hardware, Model, Trace, Probes, Results, Export |
 | `p` | start probes (measure this machine for the chosen model) |
 | `m` | measure this machine's bandwidths (loads torch) |
 | `Escape` | cancel probes or recording; close this screen |
 | `r` | recompute the ranking |
-| `c` | copy the command of the selected candidate |
+| `c` | copy the command of the selected candidate (OSC 52: your terminal must support it) |
 | `s` | save it to a file (artefacts beside it) |
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `t` | with a Workload: chart prompt tok/s instead of decode tok/s |

@@ -35,7 +35,13 @@ def run(args: argparse.Namespace) -> int:
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
-    command = parse_llama_command(words)
+    if len(words) == 1 and any(ch.isspace() for ch in words[0]) and not os.path.exists(words[0]):
+        from cope_tui.service.advice import parse_pasted
+
+        command = parse_pasted(words[0])  # the whole command quoted as one word: split as a shell would
+        words = _shell_words(words[0])
+    else:
+        command = parse_llama_command(words)
     model_arg, quant = args.model, None
     if model_arg is None:
         if command.model_path and os.path.exists(command.model_path):
@@ -79,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
+
+
+def _shell_words(text: str) -> list[str]:
+    import shlex
+
+    return shlex.split(text.strip().removeprefix("$ "))
 
 
 def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]

@@ -1,12 +1,86 @@
-"""Writing a command's data to stdout: exactly one JSON document (narration goes to stderr)."""
+"""What the command line writes: data on stdout (exactly one JSON document with --json),
+narration and errors on stderr, every line of it safe to show.
+
+`clean_output()` (entered once, by cope_tui/cli.py) is the one place this is enforced:
+- control characters that came from files (a GGUF `general.name` holding escape sequences,
+  a trace's notes) are escaped before they reach the terminal (`\\x1b`), newlines and tabs kept;
+- Python warnings are one line, `cope: warning: ...`, never a source line and its path;
+- an error line (`error_line`) is at most about LINE_LIMIT characters: long lists are
+  summarised ("a, b, c, d, ... and 99,995 more") and what is still too long is cut in the
+  middle, so the start (what failed) and the end (what to do) stay.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
-from typing import Any
+import warnings
+from typing import Any, Iterator, TextIO
+
+LINE_LIMIT = 300
+LIST_KEPT = 4  # items shown of a long list
+_LONG_LIST = re.compile(r"(?:[^\s,()]+, ){7,}(?:and )?[^\s,()]+")
+# C0 and C1 controls but newline and tab, and the bidirectional overrides that reorder text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def write_json(doc: Any) -> None:
     import orjson
 
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+
+
+def escape_controls(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
+
+def one_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """`text` as one printable line of about `limit` characters at most."""
+    line = escape_controls(" ".join(str(text).split()))
+    line = _LONG_LIST.sub(_summarise_list, line)
+    if len(line) <= limit:
+        return line
+    head, tail = line[: limit * 2 // 3], line[-(limit // 4):]
+    return f"{head} ... ({len(line) - len(head) - len(tail):,} characters left out) ... {tail}"
+
+
+def _summarise_list(match: re.Match) -> str:
+    items = match.group().split(", ")
+    return ", ".join(items[:LIST_KEPT]) + f", ... and {len(items) - LIST_KEPT:,} more"
+
+
+def error_line(exc: BaseException) -> str:
+    return f"cope: error: {one_line(str(exc))}"
+
+
+class _Escaping:
+    """A text stream that escapes control characters on their way out."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(escape_controls(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    named = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+    print(f"cope: warning: {one_line(named + str(message))}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def clean_output() -> Iterator[None]:
+    """stdout and stderr escaped, warnings one line each, for as long as it is entered."""
+    saved = sys.stdout, sys.stderr, warnings.showwarning
+    sys.stdout, sys.stderr = _Escaping(sys.stdout), _Escaping(sys.stderr)  # type: ignore[assignment]
+    warnings.showwarning = _show_warning
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr, warnings.showwarning = saved

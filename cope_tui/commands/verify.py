@@ -13,12 +13,9 @@ from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 from cope_tui.service.verify import VerifyReport, verify
 
-HOW_TO_GET = (
-    "cope verify: no llama-bench found on PATH (give one with --llama-bench PATH).\n"
-    "  Build it from https://github.com/ggml-org/llama.cpp:\n"
-    "    cmake -B build -DGGML_CUDA=ON && cmake --build build --config Release -j --target llama-bench\n"
-    "  or use a release archive (it ships llama-bench); then run cope verify again.\n"
-)
+NO_BENCH = "no llama-bench found on PATH: give one with --llama-bench PATH"
+HOW_TO_GET = ("build it from github.com/ggml-org/llama.cpp (cmake -B build -DGGML_CUDA=ON && cmake --build build "
+              "--config Release -j --target llama-bench), or use a release archive (it ships llama-bench)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,9 +38,13 @@ def run(args: argparse.Namespace) -> int:
     if args.time_limit <= 0:
         raise CopeInputError(f"--time-limit must be positive, got {args.time_limit}")
     bench = args.llama_bench or shutil.which("llama-bench")
-    if bench is None:
-        sys.stdout.write(HOW_TO_GET)
-        return EXIT_OK
+    if bench is None:  # nothing can be verified: an input error, said in the form asked for
+        if args.json:
+            from cope_tui.commands.output import write_json
+
+            write_json({"error": NO_BENCH, "how_to_get": HOW_TO_GET, "exit_code": EXIT_INPUT})
+        print(f"cope: error: {NO_BENCH}; {HOW_TO_GET}", file=sys.stderr)
+        return EXIT_INPUT
     if args.llama_bench and not (os.path.isfile(bench) and os.access(bench, os.X_OK)):
         raise CopeInputError("not an executable file", path=bench)
     if not args.model_path:

@@ -21,6 +21,7 @@ from engine.cost_model import CostModel
 from engine.errors import CopeInputError
 from engine.llama_args import LlamaCommand, parse_llama_command
 from engine.memory import GIB
+from engine.platform import usable_threads
 from engine.progress import Progress
 
 
@@ -62,6 +63,8 @@ def plan(
 def advise_with(request: AdviseRequest, pricing: Pricing, *, progress: Progress | None = None,
                 cancel: threading.Event | None = None) -> Advice:
     rec = advise(request, pricing.cost_model, progress=progress, cancel=cancel)
+    if pricing.note:
+        rec = replace(rec, notes=rec.notes + (pricing.note,))
     return Advice(request, pricing, rec)
 
 
@@ -120,15 +123,22 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progres
     advice's, the ranking is recomputed at them (priced by the same policy: a complete
     cached profile for those settings, else analytic) and a note says so."""
     request = advice.request
+    first: tuple[str, ...] = ()
+    if command.threads is not None:  # never price (or export) more threads than the CPU has
+        threads, clamped = usable_threads(command.threads, request.platform.cpu)
+        if clamped:
+            command = replace(command, threads=threads)
+            first = (clamped,) if clamped not in request.notes else ()  # said once
     changes = command_settings(command, request)
     if not changes:
-        return price_command(advice.rec, advice.cost_model, command)
+        result = price_command(advice.rec, advice.cost_model, command)
+        return replace(result, notes=first + result.notes)
     moved = replace(request, **changes)
     redone = advise_with(moved, choose_cost_model(moved), progress=progress, cancel=cancel)
     result = price_command(redone.rec, redone.cost_model, command)
     said = ", ".join(f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"
-    return replace(result, notes=(note,) + result.notes)
+    return replace(result, notes=first + (note,) + result.notes)
 
 
 _SETTING_NAMES = {"threads": "threads", "context_tokens": "context", "attention_tokens": "attended tokens",

@@ -13,7 +13,7 @@ it measured. Imports torch only when it probes.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.advise import AdviseRequest
 from engine.cost_model import CostModel
@@ -51,6 +51,7 @@ class Pricing:
     reason: str  # why this fidelity, for the notes
     profile_source: str | None = None  # the profile file of a measured fidelity
     probed: ProbeReport | None = None  # None: nothing was probed for it
+    note: str | None = None  # said beside the ranking (a stand-in profile)
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,33 @@ def cached_pricing(request: AdviseRequest) -> Pricing:
         return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
                        f"analytic: the cached profile could not be read ({exc})")
     if found is None:
-        return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
-                       "analytic: no complete cached profile of this machine and model")
+        return _nearest_threads(request) or Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
+                                                    "analytic: no complete cached profile of this machine and model")
     profile, source = found
     return _priced(request, Fidelity.COMBINED, profile, source, None,
                    "combined: a complete cached profile of this machine and model")
+
+
+def _nearest_threads(request: AdviseRequest) -> Pricing | None:
+    """Combined from the cached profile at the nearest thread count it has complete (the
+    threads changed: never probe unasked), or None."""
+    from engine.profile_threads import at_threads, complete_thread_counts, nearest_thread_count
+    from probes.runner import cached_profile, profile_key  # noqa: PLC0415 - reads the cache, no torch
+    from probes.profile_cache import profile_path  # noqa: PLC0415
+
+    try:
+        profile = cached_profile(request)
+        nearest = nearest_thread_count(complete_thread_counts(profile, request.model.top_k), request.threads) \
+            if profile is not None else None
+        if nearest is None:
+            return None
+        said = (f"priced with the cached profile measured at {nearest} threads, the nearest to {request.threads} "
+                f"(probe to measure at {request.threads})")
+        priced = _priced(request, Fidelity.COMBINED, at_threads(profile, nearest, request.threads),
+                         str(profile_path(profile_key(request))), None, f"combined: {said}")
+        return replace(priced, note=said)
+    except (OSError, ValueError, CopeInputError):
+        return None
 
 
 def probe_then_price(

@@ -11,7 +11,7 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from engine.advise import AdviseRequest
 from engine.errors import CopeInputError
 from engine.memory import GIB
-from engine.platform import GpuSpec, Platform, get_gpu_preset
+from engine.platform import GpuSpec, Platform, get_gpu_preset, usable_threads
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
@@ -75,6 +75,9 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
     threads = _default_threads(platform) if args.threads is None else args.threads
     if args.threads is None:
         assumed.append(f"CPU threads: {threads} (the CPU's physical cores)")
+    threads, clamped = usable_threads(threads, platform.cpu)
+    if clamped:
+        hardware_notes.append(clamped)
     trace, profile, trace_notes = _traces(args, model, assumed)
     return AdviseRequest(
         model=model,

@@ -64,7 +64,7 @@ def model_from_gguf(path: str | Path) -> ModelSpec:
     if missing:
         raise CopeInputError(
             f"split GGUF is missing {len(missing)} of its {len(shards)} files: {', '.join(missing)} "
-            f"(expected beside it in {p.parent})", path=str(path))
+            "(expected beside it)", path=str(path))  # the path is said once, before the message
     return model_from_gguf_headers([read_local_header(s) for s in shards], where=str(path))
 
 

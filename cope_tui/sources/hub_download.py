@@ -24,6 +24,14 @@ def endpoint() -> str:
     return _endpoint()
 
 
+def _unreachable(where: str) -> str | None:
+    """Why the Hub at `where` cannot be reached (None: it answers, or HF_HUB_OFFLINE asks for the cache only)."""
+    from cope_tui.sources.hub_model import _offline  # noqa: PLC0415
+    from cope_tui.sources.hub_net import unreachable  # noqa: PLC0415
+
+    return None if _offline() else unreachable(where)
+
+
 def list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]:
     from huggingface_hub import HfApi  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
@@ -31,6 +39,11 @@ def list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]:
     from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
 
     where = endpoint()
+    away = _unreachable(where)
+    if away is not None:
+        from cope_tui.sources.hub_model import not_reached  # noqa: PLC0415
+
+        raise not_reached(where, away, "its file list cannot be read (name a file: REPO/FILE)", repo_id)
     try:
         return list(HfApi(endpoint=where).list_repo_files(repo_id, repo_type=repo_type, revision=revision))
     except hf.HFValidationError as exc:
@@ -54,6 +67,9 @@ def file_size(repo_id: str, filename: str, repo_type: str, revision: str | None)
     from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
 
     where = endpoint()
+    away = _unreachable(where)
+    if away is not None:
+        return None  # the size is unknown; the download itself says what is wrong
     try:
         info = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where, dry_run=True)
     except hf.HFValidationError as exc:
@@ -98,9 +114,15 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
     where = f"{repo_id}/{filename}"
     if cancel is not None and cancel.is_set():
         raise Cancelled
+    away = _unreachable(where_hub)  # no Hub: the cache, without the client's retries
     try:
         local = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where_hub,
-                                tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"))
+                                tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"),
+                                local_files_only=away is not None)
+    except hf.LocalEntryNotFoundError if away is not None else () as exc:  # type: ignore[misc]
+        from cope_tui.sources.hub_model import not_reached  # noqa: PLC0415
+
+        raise not_reached(where_hub, away, f"{filename} is not in the Hub cache", where) from None
     except Cancelled:
         remove_incomplete(repo_id, repo_type)
         raise

@@ -23,6 +23,7 @@ from engine.errors import CopeInputError
 from engine.hf_config import model_from_hf_config
 from engine.model import ModelSpec
 
+from cope_tui.sources.hub_net import unreachable
 from cope_tui.sources.gguf_header import GGUFHeader, NeedMoreBytes, parse_header_prefix
 
 FIRST_READ_BYTES = 2 * 2**20  # most headers fit; tokenizer-heavy ones take a second read
@@ -83,6 +84,11 @@ def _hub_error(exc: Exception, repo_id: str, filename: str, endpoint: str) -> Co
     return CopeInputError(f"cannot fetch {filename} from the Hub at {endpoint}: {_short(exc)}", path=where)
 
 
+def not_reached(endpoint: str, why: str, then: str, where: str) -> CopeInputError:
+    return CopeInputError(f"cannot reach the Hugging Face Hub at {endpoint} ({why}) and {then}; check the network, "
+                          "or set HF_HUB_OFFLINE=1 to use only the Hub cache", path=where)
+
+
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
@@ -96,12 +102,16 @@ def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> Model
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
     endpoint = _endpoint()
+    away = None if _offline() else unreachable(endpoint)  # no Hub: the cache, without retries
     try:
-        local = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint)
+        local = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint,
+                                local_files_only=away is not None)
     except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.HFValidationError,
             OSError, ValueError) as exc:
         if isinstance(exc, hf.HFValidationError):
             raise CopeInputError(f"not a valid Hugging Face repo id: {_short(exc)}", path=repo_id) from None
+        if away is not None:
+            raise not_reached(endpoint, away, "config.json is not in the Hub cache", _where(repo_id, "config.json"))
         raise _hub_error(exc, repo_id, "config.json", endpoint) from None
     where = _where(repo_id, "config.json")
     try:
@@ -170,6 +180,9 @@ def read_remote_header(repo_id: str, filename: str, *, revision: str | None = No
     if _offline():
         raise CopeInputError(f"offline mode (HF_HUB_OFFLINE) and {filename} is not in the Hub cache; "
                              f"{download}", path=where)
+    away = unreachable(endpoint)
+    if away is not None:
+        raise not_reached(endpoint, away, f"its header cannot be read remotely: {download}", where)
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
     headers = build_hf_headers()
     headers["Accept-Encoding"] = "identity"

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import re
 from pathlib import Path
 
@@ -43,7 +45,14 @@ def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
             return model
 
     path = Path(text).expanduser()
-    if path.is_dir():
+    try:
+        path.stat()
+    except OSError as exc:  # a name too long for the file system, a loop of links: not a path
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+            raise CopeInputError(f"cannot be read: {exc.strerror or exc}", path=arg) from None
+        if exc.errno == errno.ENAMETOOLONG:
+            path = Path("")  # nothing there: falls through to the model-name checks below
+    if path.is_dir() and path != Path(""):
         if (path / "config.json").is_file():
             return model_from_hf_config(str(path / "config.json"))
         ggufs = _gguf_models_in(path)

@@ -1,6 +1,6 @@
 """llama-moe-trace CSV (the llama.cpp fork's routing dump).
 
-No header, one row per (token, layer): `pos,layer,id0,...,id{k-1}`, `layer` the block
+No header (a first line of column names, as CSV tools add, is skipped), one row per (token, layer): `pos,layer,id0,...,id{k-1}`, `layer` the block
 index, ids in descending router score. Prompt rows (pos < 0) are skipped; pos
 restarting at 0 starts a new sequence; no router weights.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -104,6 +105,18 @@ def _sequence_codes(pos: np.ndarray, layer: np.ndarray, prompt_seen: np.ndarray)
     return np.cumsum(start) - 1
 
 
+_HEADER = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_ ]*(\s*,\s*[A-Za-z_][A-Za-z0-9_ ]*)+\s*")
+
+
+def _without_header(text: str) -> tuple[str, bool]:
+    """The fork writes no header, but a CSV tool adds one (`pos,layer,id0,...`): a first
+    line of column names is blanked (the line numbers of errors stay the file's)."""
+    first, newline, rest = text.partition("\n")
+    if _HEADER.fullmatch(first.rstrip("\r")):
+        return newline + rest, True
+    return text, False
+
+
 def read_llama_moe_trace_csv(
     path: str | os.PathLike,
     *,
@@ -123,6 +136,9 @@ def read_llama_moe_trace_csv(
     text = read_text(where)
     if not text.strip():
         raise CopeInputError("empty file: no decode rows (pos >= 0)", path=where)
+    text, header = _without_header(text)
+    if not text.strip():
+        raise CopeInputError("only a header line: no decode rows (pos >= 0)", path=where)
     table, line_of = _parse_int_table(where, text, top_k + 2, f"pos,layer and {top_k} expert ids")
     decode = table[:, 0] >= 0
     rows = np.flatnonzero(decode)
@@ -146,7 +162,8 @@ def read_llama_moe_trace_csv(
         n_experts=int(n_experts),
         moe_blocks=tuple(int(b) for b in model_moe_blocks),
         recorded_with="llama-moe-trace CSV (llama.cpp fork): decode rows, ids in descending router score",
-        notes=("no router weights in this format",) + tuple(notes),
+        notes=("no router weights in this format",) + (("its header line was skipped",) if header else ())
+        + tuple(notes),
     )
     return build_trace(where, expert_ids=ids, meta=meta, seq_starts=seq_starts)
 

@@ -42,6 +42,8 @@ class TracePane(VerticalScroll):
     TracePane #record-progress { margin-top: 1; }
     """
 
+    _model_id: str | None = None  # the model the Record field was last filled for
+
     def compose(self) -> ComposeResult:
         yield Static("", id="trace-info")
         with Horizontal(classes="row"):
@@ -65,10 +67,22 @@ class TracePane(VerticalScroll):
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
         if app.advice is None:
             return
+        model = app.advice.request.model
         self.query_one("#trace-info", Static).update(trace_summary(app.advice.request))
-        model_input = self.query_one("#record-model", Input)
-        if not model_input.value and app.advice.request.model.hf_repo:
-            model_input.value = app.advice.request.model.hf_repo
+        if model.id != self._model_id:  # the Record field follows the model in use
+            self._model_id = model.id
+            self.query_one("#record-model", Input).value = model.hf_repo or ""
+        self._offer_pull(model.id)
+
+    def _offer_pull(self, model_id: str) -> None:
+        """Pull only when the trace index has a trace of this model (or one of its shape)."""
+        from cope_tui.sources.hub_trace import entries_for_model
+
+        exact, shaped = entries_for_model(model_id)
+        pull = self.query_one("#pull", Button)
+        pull.disabled = not (exact or shaped)
+        pull.tooltip = (f"the trace index has no published trace of {model_id} (or of its shape): record one "
+                        "or import a file") if pull.disabled else "download the published trace the index names"
 
     def show_progress(self, done: int, total: int, label: str) -> None:
         self.query_one("#record-progress", ProgressBar).update(total=max(total, 1), progress=done)

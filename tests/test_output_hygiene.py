@@ -1,0 +1,80 @@
+"""What reaches the terminal: escaped control characters, one-line warnings, short error lines."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
+from cope_tui.commands.output import LINE_LIMIT, clean_output, one_line
+from engine.traces.validate import TraceWarning
+from tests.test_gguf_model import write_deepseek_like
+
+HOSTILE = "\x1b[2JTinyDS\x1b[m"  # clears the screen when printed raw; as long as "Tiny DeepSeek"
+
+
+def test_control_characters_from_a_gguf_name_are_escaped(tmp_path, capsys):
+    path = write_deepseek_like(tmp_path / "tiny-Q4_K_M.gguf").close()
+    data = path.read_bytes()
+    assert data.count(b"Tiny DeepSeek") == 1
+    path.write_bytes(data.replace(b"Tiny DeepSeek", HOSTILE.encode()))
+    assert main(["advise", "--model", str(path), "--tokens", "20"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    assert "\\x1b[2JTinyDS\\x1b[m" in out
+
+
+def test_warnings_are_one_line_without_source(capsys):
+    with clean_output():
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn(TraceWarning("t.csv: 1 token\nlacks a layer"), stacklevel=1)
+            warnings.warn("overflow in \x07exp", RuntimeWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["cope: warning: t.csv: 1 token lacks a layer",
+                                "cope: warning: RuntimeWarning: overflow in \\x07exp"]
+
+
+def test_a_trace_warning_from_a_command_is_one_line(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    rows = [f"{p},{b}," + ",".join(map(str, rng.choice(128, 8, replace=False))) for p in range(12) for b in range(48)]
+    rows.remove(next(r for r in rows if r.startswith("5,7,")))  # token 5 lacks block 7: dropped, warned
+    trace = tmp_path / "holes.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    assert main(["advise", "--model", "qwen3-30b-a3b", "--trace", str(trace), "--json"]) == EXIT_OK
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "warning" in line and "holes.csv" in line]
+    assert warned and all(line.startswith("cope: warning: ") for line in warned)
+    assert "warnings.warn" not in err and ".py:" not in err
+
+
+def test_an_error_listing_99999_missing_files_is_summarised(tmp_path, capsys):
+    first = tmp_path / "m-00001-of-99999.gguf"
+    first.write_bytes(b"GGUF\x03\x00\x00\x00")
+    assert main(["advise", "--model", str(first)]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) <= LINE_LIMIT + 40
+    assert "missing 99998 of its 99999 files: m-00002-of-99999.gguf" in err and "and 99,994 more" in err
+
+
+def test_an_unknown_model_error_summarises_the_catalog(capsys):
+    assert main(["advise", "--model", "x" * 5000]) == EXIT_INPUT  # longer than a file name may be
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) <= LINE_LIMIT + 40
+    assert err.startswith("cope: error: unknown model 'xxx") and err.rstrip().endswith("(org/name)")
+
+
+def test_one_line_keeps_short_lines_and_cuts_long_ones_in_the_middle():
+    assert one_line("a\nb\tc") == "a b c"
+    long = "start " + "y" * 1000 + " end"
+    cut = one_line(long)
+    assert cut.startswith("start ") and cut.endswith(" end") and len(cut) <= LINE_LIMIT + 40
+    assert "characters left out" in cut
+
+
+def test_the_streams_are_restored(capsys):
+    before = sys.stdout, sys.stderr, warnings.showwarning
+    main(["models"])
+    assert (sys.stdout, sys.stderr, warnings.showwarning) == before
