@@ -105,7 +105,7 @@ def open_regular(path: str | os.PathLike, *, what: str = "file") -> io.BufferedR
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CopeInputError(f"is {_kind(mode)}, expected a {what} (a regular file)", path=where)
+            raise CopeInputError(f"is {_kind(mode)}, expected a regular {what}", path=where)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

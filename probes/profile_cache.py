@@ -4,8 +4,12 @@ Where: `<cache dir>/profiles/<key>.json`, the cache dir being, first found, the 
 argument, the COPE_CACHE_DIR environment variable, or the user cache folder for "cope"
 (engine/cache_dirs.py).
 
-A corrupt or foreign file is never trusted and never deleted: it is renamed aside to
-`<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning.
+A corrupt, foreign or implausible file (a time of 0 s or of more than 1000 s, a FIFO
+or a device in its place) is never trusted and never deleted: it is renamed aside to
+`<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning, or only
+ignored (said the same way) when it cannot be moved; COPE then goes on as if there were
+no profile. A cache that cannot be written (a read-only file system, a file where the
+folder should be) is reported once and the run goes on with what it measured in memory.
 
 `ProfileWriter` saves as it goes, so a probe run that is interrupted keeps what it
 measured; the next run resumes from the cached file and asks `missing(planned)`.
@@ -44,15 +48,18 @@ def load_cached(key: str, root: str | os.PathLike | None = None) -> Profile | No
     different key) is renamed aside and reported with a ProfileCacheWarning.
     """
     path = profile_path(key, root)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
         profile = load_profile(path)
         if profile.key != key:
             raise CopeInputError(f"holds the profile of key {profile.key}, not {key}", path=str(path))
     except CopeInputError as exc:
-        aside = set_aside(path)
-        warnings.warn(f"{exc}; not used, moved to {aside.name}", ProfileCacheWarning, stacklevel=2)
+        try:
+            fate = f"moved to {set_aside(path).name}"
+        except OSError as why:
+            fate = f"ignored (it could not be moved aside: {why.strerror or why})"
+        warnings.warn(f"{exc}; not used, {fate}", ProfileCacheWarning, stacklevel=2)
         return None
     return profile
 
@@ -72,7 +79,11 @@ def set_aside(path: Path) -> Path:
 def store(profile: Profile, root: str | os.PathLike | None = None) -> Path:
     """Write `profile` to its cache file atomically; returns the path."""
     path = profile_path(profile.key, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CopeInputError(f"cannot make the profile cache folder: {exc.strerror or exc}",
+                             path=str(path.parent)) from None
     save_profile(profile, path)
     return path
 
@@ -92,6 +103,7 @@ class ProfileWriter:
         self.root = root
         self.every = every
         self._pending = 0
+        self.unsaved: str | None = None  # why the cache could not be written, once it could not
         profile = base
         if resume:
             cached = load_cached(base.key, root)
@@ -121,9 +133,16 @@ class ProfileWriter:
             self.flush()
 
     def flush(self) -> Path:
-        path = store(self._profile, self.root)
+        """Write the profile to the cache; when the cache cannot be written, say so once
+        (ProfileCacheWarning) and keep the measurements in memory for this run."""
         self._pending = 0
-        return path
+        if self.unsaved is None:
+            try:
+                return store(self._profile, self.root)
+            except CopeInputError as exc:
+                self.unsaved = str(exc)
+                warnings.warn(f"{exc}; the profile is kept for this run only", ProfileCacheWarning, stacklevel=2)
+        return self.path
 
     def missing(self, planned: Iterable[Ident]) -> list[Ident]:
         return self._profile.missing(planned)
