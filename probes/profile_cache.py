@@ -13,6 +13,11 @@ folder should be) is reported once and the run goes on with what it measured in 
 
 `ProfileWriter` saves as it goes, so a probe run that is interrupted keeps what it
 measured; the next run resumes from the cached file and asks `missing(planned)`.
+While a run is under way a marker `<key>.json.partial` sits beside the profile: a
+profile with its marker is the partial work of an interrupted run, never taken as
+complete. A run that replaces a profile (`--reprobe`) writes `<key>.json.reprobe`
+instead and swaps it in only when it completes (`commit`), so the old profile stays
+whole until the new one is.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
 from engine.profile import Measurement, Profile
+from engine.files import atomic_write_text
 from engine.profile_io import load_profile, save_profile
 from engine.profile_keys import Ident
 
@@ -76,9 +82,25 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def store(profile: Profile, root: str | os.PathLike | None = None) -> Path:
-    """Write `profile` to its cache file atomically; returns the path."""
-    path = profile_path(profile.key, root)
+def partial_marker(key: str, root: str | os.PathLike | None = None) -> Path:
+    """The file that says the profile of `key` is an interrupted run's partial work."""
+    path = profile_path(key, root)
+    return path.with_name(path.name + ".partial")
+
+
+def is_partial(key: str, root: str | os.PathLike | None = None) -> bool:
+    return os.path.lexists(partial_marker(key, root))
+
+
+def staging_path(key: str, root: str | os.PathLike | None = None) -> Path:
+    """Where a run that replaces the profile of `key` writes until it completes."""
+    path = profile_path(key, root)
+    return path.with_name(path.name + ".reprobe")
+
+
+def store(profile: Profile, root: str | os.PathLike | None = None, *, path: Path | None = None) -> Path:
+    """Write `profile` to its cache file (or `path`) atomically; returns the path."""
+    path = profile_path(profile.key, root) if path is None else path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -94,14 +116,19 @@ class ProfileWriter:
     Starts from `base` (provenance, shape and hardware of this run), adding what the
     cache already holds for the same key when `resume` is set. Every `every`
     measurements, and on leaving a `with` block, the profile is rewritten atomically,
-    so an interrupted run loses at most the last `every - 1` measurements.
+    so an interrupted run loses at most the last `every - 1` measurements. `start()`
+    marks the profile partial until `commit()`; with `staging` the writes go to the
+    staging file, which `commit()` swaps in for the cached profile.
     """
 
-    def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1):
+    def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1,
+                 staging: bool = False):
         if every < 1:
             raise ValueError("every must be at least 1")
         self.root = root
         self.every = every
+        self.staging = staging
+        self.resumed = 0  # measurements an earlier, interrupted run left (0 unless it was interrupted)
         self._pending = 0
         self.unsaved: str | None = None  # why the cache could not be written, once it could not
         profile = base
@@ -114,6 +141,8 @@ class ProfileWriter:
                 )
                 merged = cached.merged(base.measurements).measurements
                 profile = Profile(provenance, base.model_shape, base.hardware, merged)
+                if is_partial(base.key, root):
+                    self.resumed = len(cached.measurements)
         self._profile = profile
 
     @property
@@ -123,6 +152,35 @@ class ProfileWriter:
     @property
     def path(self) -> Path:
         return profile_path(self._profile.key, self.root)
+
+    @property
+    def file(self) -> Path:
+        return staging_path(self._profile.key, self.root) if self.staging else self.path
+
+    def start(self) -> None:
+        """Mark the cached profile partial until `commit` (a replacing run leaves it alone)."""
+        if self.staging or self.unsaved is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(partial_marker(self._profile.key, self.root), "an interrupted probe run\n")
+        except (OSError, CopeInputError):
+            pass  # an unwritable cache is reported by flush(); nothing is kept to mislead a later run
+
+    def commit(self) -> Path:
+        """The run completed: write the profile, swap a staged one in, drop the partial marker."""
+        self.flush()
+        if self.unsaved is None:
+            try:
+                if self.staging:
+                    os.replace(self.file, self.path)
+                partial = partial_marker(self._profile.key, self.root)
+                if os.path.lexists(partial):
+                    os.unlink(partial)
+            except OSError as exc:
+                self.unsaved = f"{self.path}: cannot finish the profile: {exc.strerror or exc}"
+                warnings.warn(self.unsaved, ProfileCacheWarning, stacklevel=2)
+        return self.path
 
     def add(self, measurement: Measurement, *, elapsed_s: float = 0.0) -> None:
         """Merge one measurement (replacing an older one of the same thing); `elapsed_s`
@@ -138,7 +196,7 @@ class ProfileWriter:
         self._pending = 0
         if self.unsaved is None:
             try:
-                return store(self._profile, self.root)
+                return store(self._profile, self.root, path=self.file)
             except CopeInputError as exc:
                 self.unsaved = str(exc)
                 warnings.warn(f"{exc}; the profile is kept for this run only", ProfileCacheWarning, stacklevel=2)
