@@ -16,9 +16,10 @@ from typing import Sequence
 import numpy as np
 
 from engine.errors import CopeInputError
-from engine.files import atomic_write, read_text
+from engine.files import atomic_write
 from engine.trace import RoutingTrace, TraceMeta
-from engine.traces.format import TraceFormat, model_shape, text_head
+from engine.traces.format import TraceFormat, json_problem, model_shape, text_head
+from engine.traces.limits import read_text_bounded
 from engine.traces.validate import assemble, build_trace, check_cells
 
 
@@ -27,7 +28,12 @@ def _is_int(v: object) -> bool:
 
 
 def _is_number(v: object) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float (a 401-digit weight)
+        return False
 
 
 @dataclass
@@ -47,8 +53,8 @@ class _Records:
 def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
     try:
         rec = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise CopeInputError(f"not valid JSON: {exc.msg} (column {exc.colno})", path=where, line=number) from None
+    except (ValueError, RecursionError) as exc:
+        raise CopeInputError(f"not valid JSON: {json_problem(exc)}", path=where, line=number) from None
     if not isinstance(rec, dict):
         raise CopeInputError("each line must be a JSON object", path=where, line=number)
     for key in ("token", "layer", "experts"):
@@ -128,7 +134,7 @@ def read_jsonl_trace(
     dropped with a TraceWarning.
     """
     where = str(path)
-    recs = _parse(where, read_text(where), top_k)
+    recs = _parse(where, read_text_bounded(where, k=top_k), top_k)
     line_arr = np.array(recs.lines, dtype=np.int64)
 
     def line_of(r: int) -> int:

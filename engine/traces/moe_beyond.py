@@ -9,6 +9,7 @@ decode. A single such file reads as one sequence.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 import warnings
@@ -19,6 +20,7 @@ import numpy as np
 from engine.errors import CopeInputError
 from engine.trace import RoutingTrace, TraceMeta
 from engine.traces.format import TraceFormat, text_head
+from engine.traces.limits import check_entries, read_text_bounded
 from engine.traces.validate import LineOf, build_trace, check_cells, first_bad_row, warn_dropped
 
 MOE_BEYOND_MODEL = "deepseek-v2-lite-chat"
@@ -57,11 +59,9 @@ def _parse_ints_fast(text: str, expected: int) -> np.ndarray | None:
 
 def _read_rows(path: str, line_of: LineOf) -> list[list[str]]:
     """The data rows (after a checked header), each with 4 fields."""
+    text = read_text_bounded(path, k=MOE_BEYOND_TOP_K)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle))
-    except UnicodeDecodeError as exc:
-        raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
         raise CopeInputError(f"not a readable CSV: {exc}", path=path) from None
     except OSError as exc:
@@ -240,6 +240,7 @@ def read_moe_beyond_csv_dir(folder: str | os.PathLike, *, max_files: int | None 
         notes.extend(f"{f.name}: {n}" for n in file_notes)
         if ids.shape[0]:
             parts.append(ids)
+            check_entries(sum(p.size for p in parts), where, what="the folder")
     if not parts:
         raise CopeInputError("no complete token in any file", path=where)
     lengths = np.array([p.shape[0] for p in parts], dtype=np.int64)
