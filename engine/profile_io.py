@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.files import atomic_write_text, open_regular
 from engine.profile import Measurement, ModelShape, Profile, Provenance, _check_hardware
 from engine.profile_keys import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
@@ -80,11 +80,11 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     r.obj(doc, "(top level)")
     schema = doc.get("schema")
     if schema != PROFILE_SCHEMA:
-        raise CopeInputError(f"not a COPE profile: field 'schema' is {schema!r}, expected {PROFILE_SCHEMA!r}", path=where)
+        raise CopeInputError(f"not a COPE profile: field 'schema' is {shown(schema)}, expected {PROFILE_SCHEMA!r}", path=where)
     version = doc.get("schema_version")
     if version != PROFILE_SCHEMA_VERSION or isinstance(version, bool):
         raise CopeInputError(
-            f"field 'schema_version' is {version!r}; this COPE reads version {PROFILE_SCHEMA_VERSION}", path=where
+            f"field 'schema_version' is {shown(version)}; this COPE reads version {PROFILE_SCHEMA_VERSION}", path=where
         )
     r.exact_fields(doc, {"schema", "schema_version", "key", "provenance", "model_shape", "hardware", "measurements"}, "")
 
@@ -146,7 +146,7 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     stored = doc["key"]
     if stored != profile.key:
         raise CopeInputError(
-            f"field 'key' is {stored!r} but its hardware and model_shape give {profile.key!r} (edited by hand?)",
+            f"field 'key' is {shown(stored)} but its hardware and model_shape give {profile.key!r} (edited by hand?)",
             path=where,
         )
     return profile
@@ -178,24 +178,31 @@ class _Reader:
 
     def text(self, value: Any, name: str) -> str:
         if not isinstance(value, str):
-            self.fail(name, f"is {value!r}, expected text")
+            self.fail(name, f"is {shown(value)}, expected text")
         return value
 
     def integer(self, value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(name, f"is {value!r}, expected an integer")
+            self.fail(name, f"is {shown(value)}, expected an integer")
         return value
 
     def seconds(self, value: Any, name: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            self.fail(name, f"is {value!r}, expected seconds: a finite number >= 0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
+            self.fail(name, f"is {shown(value)}, expected seconds: a finite number >= 0")
         return float(value)
 
     def build(self, cls, name: str, **kwargs):
         try:
             return cls(**kwargs)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise CopeInputError(f"field {name!r}: {exc}", path=self.where) from None
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float: not seconds
+        return False
 
 
 def _reject_constant(name: str):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 
 ORIGINS = ("synthetic", "published", "recorded", "imported")
 
@@ -58,31 +58,26 @@ class TraceMeta:
 def _text(d: dict, name: str, default: str | None = None) -> str:
     value = d[name] if default is None else d.get(name, default)
     if not isinstance(value, str):
-        raise ValueError(f"{name} is {_short(value)}, expected text")
+        raise ValueError(f"{name} is {shown(value)}, expected text")
     return value
 
 
 def _whole(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} is {_short(value)}, expected an integer")
+        raise ValueError(f"{name} is {shown(value)}, expected an integer")
     return value
 
 
 def _wholes(value, name: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ValueError(f"{name} must be a list of integers, found {_short(value)}")
+        raise ValueError(f"{name} must be a list of integers, found {shown(value)}")
     return tuple(value)
 
 
 def _texts(value, name: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{name} must be a list of text, found {_short(value)}")
+        raise ValueError(f"{name} must be a list of text, found {shown(value)}")
     return tuple(value)
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -98,13 +98,13 @@ def tensor_n_bytes(shape: tuple[int, ...], ggml_type: int, *, where: str, name: 
     try:
         block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
-        raise CopeInputError(f"tensor {name!r} has ggml type {ggml_type}, which this gguf package "
+        raise CopeInputError(f"tensor {shown(name)} has ggml type {ggml_type}, which this gguf package "
                              "does not know (upgrade gguf)", path=where) from None
     n = 1
     for d in shape:
         n *= d
     if shape and shape[0] % block_size:
-        raise CopeInputError(f"tensor {name!r}: first dimension {shape[0]} is not a multiple of "
+        raise CopeInputError(f"tensor {shown(name)}: first dimension {shape[0]} is not a multiple of "
                              f"{ggml_type_name(ggml_type)}'s block of {block_size}", path=where)
     return n * type_size // block_size
 
@@ -131,9 +131,9 @@ def check_layout(tensors: tuple[TensorInfo, ...], alignment: int, where: str,
     for t in tensors:
         if t.offset_bytes != running:
             if t.offset_bytes % alignment:
-                raise CopeInputError(f"tensor {t.name!r} has offset {t.offset_bytes}, not a multiple of the "
+                raise CopeInputError(f"tensor {shown(t.name)} has offset {t.offset_bytes}, not a multiple of the "
                                      f"alignment {alignment}", path=where)
-            raise CopeInputError(f"tensor {t.name!r} has offset {t.offset_bytes}, expected {running} (llama.cpp "
+            raise CopeInputError(f"tensor {shown(t.name)} has offset {t.offset_bytes}, expected {running} (llama.cpp "
                                  "lays tensors out in table order)", path=where)
         last_end = running + t.n_bytes
         running = -(-last_end // alignment) * alignment
@@ -163,7 +163,7 @@ def check_counts(head: bytes, size: int, where: str) -> None:
 def _alignment(fields: Mapping[str, Any], where: str) -> int:
     align = fields.get("general.alignment", DEFAULT_ALIGNMENT)
     if isinstance(align, bool) or not isinstance(align, int) or align <= 0 or align & (align - 1) or align > 2**20:
-        raise CopeInputError(f"metadata 'general.alignment' must be a power of two, got {align!r}", path=where)
+        raise CopeInputError(f"metadata 'general.alignment' must be a power of two, got {shown(align)}", path=where)
     return align
 
 
@@ -222,7 +222,7 @@ def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
         name = cur.string()
         n_dims = cur.scalar("I")
         if n_dims > 8:
-            raise CopeInputError(f"corrupt GGUF tensor table: tensor {name!r} has {n_dims} dimensions",
+            raise CopeInputError(f"corrupt GGUF tensor table: tensor {shown(name)} has {n_dims} dimensions",
                                  path=where)
         shape = tuple(cur.scalar("Q") for _ in range(n_dims))
         ggml_type = cur.scalar("I")
@@ -253,8 +253,8 @@ def _value(cur: _Cursor, vtype: int, where: str, key: str) -> Any:
                     cur.skip_string()
                 return ArrayLength(count)
             return tuple(cur.string() for _ in range(count))
-        raise CopeInputError(f"metadata {key!r}: arrays of type {itype} are not supported", path=where)
-    raise CopeInputError(f"corrupt GGUF header: metadata {key!r} has unknown value type {vtype}", path=where)
+        raise CopeInputError(f"metadata {shown(key)}: arrays of type {itype} are not supported", path=where)
+    raise CopeInputError(f"corrupt GGUF header: metadata {shown(key)} has unknown value type {vtype}", path=where)
 
 
 def _data_offset(end_of_infos: int, fields: Mapping[str, Any], where: str) -> int:

@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.model import AttentionShape, ExactBytes, LinearAttentionShape, ModelSpec
 from engine.quant import Quantization
 
@@ -83,7 +83,7 @@ def model_from_gguf_headers(headers: Sequence[GGUFHeader], *, where: str) -> Mod
     for h in headers:
         for t in h.tensors:
             if t.name in seen:
-                raise CopeInputError(f"tensor {t.name!r} appears twice across the split files", path=h.source)
+                raise CopeInputError(f"tensor {shown(t.name)} appears twice across the split files", path=h.source)
             seen.add(t.name)
             tensors.append(t)
     return _build(fields, tensors, where, n_files=len(headers))
@@ -145,13 +145,12 @@ class _Meta:
                 self._in_range(full, v, 0, high)
             value = reduce(value)  # per-layer arrays (head_count_kv of hybrid models)
         if isinstance(value, bool) or not isinstance(value, int):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise CopeInputError(f"metadata {full!r} must be an integer, got {shown}", path=self.where)
+            raise CopeInputError(f"metadata {shown(full)} must be an integer, got {shown(value)}", path=self.where)
         return self._in_range(full, value, low, high)
 
     def _in_range(self, full: str, value: int, low: int, high: int) -> int:
         if not low <= value <= high:
-            raise CopeInputError(f"metadata {full!r} = {value} is out of range ({low}..{high})", path=self.where)
+            raise CopeInputError(f"metadata {shown(full)} = {value} is out of range ({low}..{high})", path=self.where)
         return value
 
     def required(self, key: str, what: str) -> int:
@@ -169,7 +168,7 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     if not isinstance(arch, str) or not arch:
         raise CopeInputError("missing metadata 'general.architecture'", path=where)
     if arch not in set(MODEL_ARCH_NAMES.values()):
-        raise CopeInputError(f"unknown architecture {arch!r}: not one the gguf package (llama.cpp) knows",
+        raise CopeInputError(f"unknown architecture {shown(arch)}: not one the gguf package (llama.cpp) knows",
                              path=where)
     meta = _Meta(fields, arch, where)
 
@@ -180,7 +179,7 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
         m = _BLOCK_RE.match(t.name)
         if m:
             if len(m[1]) > 5 or int(m[1]) >= MAX_BLOCKS:
-                raise CopeInputError(f"tensor {t.name!r}: block {m[1]} is beyond {MAX_BLOCKS} blocks, more than "
+                raise CopeInputError(f"tensor {shown(t.name)}: block {m[1]} is beyond {MAX_BLOCKS} blocks, more than "
                                      "any model has", path=where)
             blocks[int(m[1])].append((m[2], t))
         else:
@@ -224,7 +223,7 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     n_experts = meta.int_("{arch}.expert_count")
     if sample is not None and len(sample.shape) == 3:
         if n_experts is not None and n_experts != sample.shape[2]:
-            raise CopeInputError(f"metadata {arch}.expert_count = {n_experts}, but tensor {sample.name!r} "
+            raise CopeInputError(f"metadata {arch}.expert_count = {n_experts}, but tensor {shown(sample.name)} "
                                  f"holds {sample.shape[2]} experts", path=where)
         n_experts = sample.shape[2]
     if not n_experts or n_experts < 2:
@@ -379,7 +378,7 @@ def _exact_bytes(blocks: Mapping[int, list[tuple[str, TensorInfo]]],
         total = 0
         for _role, _kind, t in expert_tensors[b]:
             if not t.shape or t.shape[-1] != n_experts:
-                raise CopeInputError(f"tensor {t.name!r} has shape {list(t.shape)}; expected "
+                raise CopeInputError(f"tensor {shown(t.name)} has shape {list(t.shape)}; expected "
                                      f"{n_experts} experts in its last dimension", path=where)
             total += t.n_bytes
         # Each expert's rows are whole quantization blocks, so this divides exactly.

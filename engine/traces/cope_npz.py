@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.files import atomic_write, check_regular
 from engine.trace import RoutingTrace, TraceMeta
 from engine.traces.format import TraceFormat, json_problem
@@ -123,7 +123,8 @@ def _read_member(zf: zipfile.ZipFile, member: str, name: str, where: str) -> np.
                 raise CopeInputError(f"header of {count:,} bytes: more than a COPE header's "
                                      f"{MAX_HEADER_BYTES:,}", path=where)
         else:
-            check_entries(count, where, what=f"array {name!r} (shape {tuple(shape)})")
+            # max(shape) too: an empty array may still claim a dimension of 2**62
+            check_entries(max(count, *shape, 0), where, what=f"array {name!r} (shape {tuple(shape)})")
         wanted = count * dtype.itemsize
         held = info.file_size - handle.tell()
         if wanted > held:
@@ -150,10 +151,10 @@ def _parse_header(where: str, header: np.ndarray) -> TraceMeta:
         raise CopeInputError(f"header is not UTF-8 JSON: {json_problem(exc)}", path=where) from None
     if not isinstance(head, dict) or head.get("format") != TRACE_FORMAT:
         found = head.get("format") if isinstance(head, dict) else type(head).__name__
-        raise CopeInputError(f"not a COPE trace: header format is {found!r}, expected {TRACE_FORMAT!r}", path=where)
+        raise CopeInputError(f"not a COPE trace: header format is {shown(found)}, expected {TRACE_FORMAT!r}", path=where)
     version = head.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CopeInputError(f"bad trace format version {version!r}", path=where)
+        raise CopeInputError(f"bad trace format version {shown(version)}", path=where)
     if version > TRACE_VERSION:
         raise CopeInputError(
             f"trace format version {version} is newer than this COPE reads ({TRACE_VERSION}); upgrade COPE",

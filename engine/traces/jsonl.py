@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.files import atomic_write
 from engine.trace import RoutingTrace, TraceMeta
 from engine.traces.format import TraceFormat, json_problem, model_shape, text_head
@@ -62,9 +62,9 @@ def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
             raise CopeInputError(f"record lacks {key!r}", path=where, line=number)
     token, block, ids = rec["token"], rec["layer"], rec["experts"]
     if not _is_int(token):
-        raise CopeInputError(f"'token' must be an integer, found {token!r}", path=where, line=number)
+        raise CopeInputError(f"'token' must be an integer, found {shown(token)}", path=where, line=number)
     if not _is_int(block):
-        raise CopeInputError(f"'layer' must be an integer block index, found {block!r}", path=where, line=number)
+        raise CopeInputError(f"'layer' must be an integer block index, found {shown(block)}", path=where, line=number)
     if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
         raise CopeInputError("'experts' must be a list of integers", path=where, line=number)
     if len(ids) != top_k:
@@ -75,7 +75,7 @@ def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
 def _seq_of(where: str, rec: dict, number: int) -> object:
     s = rec.get("seq")
     if s is not None and not (_is_int(s) or isinstance(s, str)):
-        raise CopeInputError(f"'seq' must be an integer or a string, found {s!r}", path=where, line=number)
+        raise CopeInputError(f"'seq' must be an integer or a string, found {shown(s)}", path=where, line=number)
     return s
 
 
