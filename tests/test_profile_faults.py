@@ -134,3 +134,22 @@ def test_no_nan_reaches_a_ranking():
         price(stats, StateCosts(Execution.SEQUENTIAL, zero, zero, zero, zero, zero, zero.astype(np.int64),
                                 np.zeros(1)), shared_per_token_s=0.0,
               token_overhead_s=0.0)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m.__setitem__("median_s", 10**400), r"median_s' is 1000.*, expected seconds"),
+    (lambda m: m["key"].__setitem__("execution", {"a": 1}), r"key field 'execution' is \{'a': 1\}, not an execution"),
+    (lambda m: m["key"].__setitem__("execution", [1, 2]), r"key field 'execution' is \[1, 2\], not an execution"),
+    (lambda m: m.__setitem__("basis", "x" * 5000), r"basis is 'xxx.*xxx', expected one of"),
+], ids=["400-digit-seconds", "object-execution", "list-execution", "5000-char-basis"])
+def test_fuzz_finds_in_a_measurement_are_one_short_line(tmp_path, edit, match):
+    from engine.profile_io import load_profile
+
+    path = store(profile(), root=tmp_path)
+    doc = json.loads(path.read_text())
+    schedule = next(m for m in doc["measurements"] if m["operator"] == "schedule")
+    edit(schedule)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CopeInputError, match=match) as info:
+        load_profile(path)
+    assert len(str(info.value)) < 300 + len(str(path))

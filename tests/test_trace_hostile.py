@@ -139,6 +139,16 @@ def test_npz_forged_shape_of_128_tib_is_refused_before_allocating(tmp_path):
     refused(path, r"array 'expert_ids' \(shape \(35184372088832, 3, 2\)\) holds 211,106,232,532,992 routing entries")
 
 
+def test_npz_forged_shape_beyond_any_number_stays_one_short_line(tmp_path):
+    path = _npz(tmp_path, members={"predicted_ids.npy": _forged((2**62, 2**62, 2**31 - 1))})
+    refused(path, r"array 'predicted_ids' .* holds 4.57e\+46 routing entries")
+
+
+def test_npz_an_empty_array_claiming_a_huge_dimension(tmp_path):
+    path = _npz(tmp_path, members={"predicted_ids.npy": _forged((2**31 - 1, 2**32 - 1, 0), data=b"")})
+    refused(path, r"array 'predicted_ids' \(shape \(2147483647, 4294967295, 0\)\) holds 4,294,967,295")
+
+
 def test_npz_shape_larger_than_its_member_is_refused(tmp_path):
     refused(_npz(tmp_path, members={"expert_ids.npy": _forged((100, 3, 2))}),
             r"array 'expert_ids' claims 1,200 bytes of data but holds 64")

@@ -38,7 +38,8 @@ def check_entries(n: int, where: str, what: str = "the trace") -> None:
     """CopeInputError naming `where` when `n` routing entries exceed the limit."""
     limit = max_entries()
     if n > limit:
-        raise CopeInputError(f"{what} holds {n:,} routing entries (tokens x layers x k), more than "
+        count = f"{n:,}" if n < 10**15 else f"{n:.2e}"  # a forged shape's product may have 40 digits
+        raise CopeInputError(f"{what} holds {count} routing entries (tokens x layers x k), more than "
                              f"{MAX_ENTRIES_ENV}={limit:,}: raise it to read this trace", path=where)
 
 
