@@ -107,7 +107,7 @@ class Worker:
 
 
 def campaign(targets: list[str], seconds: float, seed: int, timeout_s: float, memory_mib: int,
-             save_dir: Path | None) -> dict[str, Counter]:
+             save_dir: Path | None) -> tuple[dict[str, Counter], list[str]]:
     sys.path.insert(0, str(ROOT))
     from tests.fuzz_targets import TARGETS
 

@@ -94,8 +94,9 @@ def open_regular(path: str | os.PathLike, *, what: str = "file") -> io.BufferedR
     A FIFO is opened without blocking and refused, as are devices (`/dev/zero` would
     never end) and folders: one line naming the path and what it is."""
     where = str(path)
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # POSIX: opening a FIFO would wait for a writer
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | nonblock)
     except FileNotFoundError:
         raise CopeInputError(f"no such {what}", path=where) from None
     except IsADirectoryError:
@@ -106,7 +107,7 @@ def open_regular(path: str | os.PathLike, *, what: str = "file") -> io.BufferedR
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise CopeInputError(f"is {_kind(mode)}, expected a regular {what}", path=where)
-        if hasattr(os, "set_blocking"):
+        if nonblock:
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

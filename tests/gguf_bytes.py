@@ -5,7 +5,7 @@ count, offset or string the format allows: the tiny valid MoE model of `base()`,
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 ALIGN = 32
 F32 = 0
@@ -35,7 +35,6 @@ class Gguf:
     n_tensors: int | None = None  # None: the true count
     n_kv: int | None = None
     trailing: bytes = b""
-    extra: dict = field(default_factory=dict)
 
     def with_field(self, key: str, vtype: int, value) -> "Gguf":
         k = key.encode()

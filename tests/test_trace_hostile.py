@@ -163,7 +163,8 @@ def test_a_decompression_bomb_is_bounded_and_the_limit_can_be_raised(tmp_path, m
     path = _npz(tmp_path, members=members, compress=True, predictions=False)
     assert path.stat().st_size < 100_000  # small on disk, 3.6 MB inflated
     monkeypatch.setenv(MAX_ENTRIES_ENV, "1000000")
-    refused(path, rf"array 'expert_ids' \(shape \(200000, 3, 2\)\) holds 1,200,000 routing entries .* more than {MAX_ENTRIES_ENV}=1,000,000")
+    refused(path, rf"array 'expert_ids' \(shape \(200000, 3, 2\)\) holds 1,200,000 routing entries "
+                  rf".* more than {MAX_ENTRIES_ENV}=1,000,000")
     monkeypatch.setenv(MAX_ENTRIES_ENV, "2000000")
     assert load_any_trace(path, model=MODEL).n_tokens == 200_000
 

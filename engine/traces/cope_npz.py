@@ -151,7 +151,8 @@ def _parse_header(where: str, header: np.ndarray) -> TraceMeta:
         raise CopeInputError(f"header is not UTF-8 JSON: {json_problem(exc)}", path=where) from None
     if not isinstance(head, dict) or head.get("format") != TRACE_FORMAT:
         found = head.get("format") if isinstance(head, dict) else type(head).__name__
-        raise CopeInputError(f"not a COPE trace: header format is {shown(found)}, expected {TRACE_FORMAT!r}", path=where)
+        raise CopeInputError(f"not a COPE trace: header format is {shown(found)}, expected {TRACE_FORMAT!r}",
+                             path=where)
     version = head.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise CopeInputError(f"bad trace format version {shown(version)}", path=where)
