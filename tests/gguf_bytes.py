@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 ALIGN = 32
 F32 = 0
 # GGUF value types
-U32, I32, STR, U64 = 4, 5, 8, 10
+U32, I32, STR, ARR, U64 = 4, 5, 8, 9, 10
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ def _string(b: bytes) -> bytes:
 def _value(vtype: int, value) -> bytes:
     if vtype == STR:
         return _string(value)
+    if vtype == ARR:  # (item type, the count the file states, the items' raw bytes)
+        item_type, count, raw = value
+        return struct.pack("<IQ", item_type, count) + raw
     code = {U32: "<I", I32: "<i", U64: "<Q"}[vtype]
     return struct.pack(code, value)
 

@@ -11,7 +11,7 @@ pytest.importorskip("gguf")
 
 from cope_tui.sources.gguf_model import model_from_gguf  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
-from tests.gguf_bytes import I32, STR, U32, U64, Tensor, base, encode  # noqa: E402
+from tests.gguf_bytes import ARR, I32, STR, U32, U64, Tensor, base, encode  # noqa: E402
 
 
 def write(tmp_path, g, name="m.gguf"):
@@ -114,3 +114,9 @@ def test_overlapping_tensors(tmp_path):
 def test_a_tensor_table_one_entry_short(tmp_path):
     g = base()
     refused(tmp_path, replace(g, n_tensors=len(g.tensors) - 1), r"after the last tensor's data")
+
+
+def test_an_array_length_of_2_to_the_60_is_refused_not_iterated(tmp_path):
+    # The campaign's one hang: gguf.GGUFReader reads such an array item by item past the end.
+    g = base().with_field("qwen3moe.attention.head_count_kv", ARR, (U32, 2**60, b"\1\0\0\0"))
+    refused(tmp_path, g, r"truncated GGUF header: it needs more than the file's \d+ bytes")

@@ -2,7 +2,9 @@
 
 Two readers produce the same `GGUFHeader`:
 - `read_local_header(path)`: `gguf.GGUFReader` over the memory-mapped file; only the
-  key/value fields and the tensor infos are touched, never the tensor data.
+  key/value fields and the tensor infos are touched, never the tensor data. The counts
+  and every length are first checked by our own parser (`_parse_bounded`), since
+  GGUFReader iterates a forged array length past the end of the file.
 - `parse_header_prefix(data, where)`: a minimal parser of the format over the first bytes
   of a file (for remote files read with HTTP range requests). It raises `NeedMoreBytes`
   with the length it needs when the prefix ends inside the header.
@@ -30,6 +32,7 @@ DEFAULT_ALIGNMENT = 32
 MAX_KEPT_ARRAY = 4096
 # More tensors or metadata keys than any model has (DeepSeek-V3 has ~1,100 tensors).
 MAX_COUNT = 10_000_000
+MAX_LOCAL_HEADER_BYTES = 512 * 2**20  # as for remote files (hub_model.py)
 
 # GGUF value types -> struct codes (8: string, 9: array are handled apart).
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -281,6 +284,7 @@ def read_local_header(path: str | Path) -> GGUFHeader:
         raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
     check_magic(head, where)
     check_counts(head, size, where)
+    _parse_bounded(p, size, where)
 
     from gguf import GGUFReader  # noqa: PLC0415 - numpy-only, but big: load on demand
 
@@ -306,6 +310,30 @@ def read_local_header(path: str | Path) -> GGUFHeader:
     header = GGUFHeader(where, version, fields, tensors, int(reader.data_offset))
     check_layout(tensors, _alignment(fields, where), where, data_offset=header.data_offset_bytes, file_size=size)
     return header
+
+
+def _parse_bounded(p: Path, size: int, where: str) -> None:
+    """Our own parser over the header first: every length it meets is checked against the
+    bytes there are. GGUFReader, given an array length of 2**60, reads its items one by one
+    past the end of the file (each an empty read that never fails): a hang."""
+    want = min(size, 2**20)
+    while True:
+        try:
+            with p.open("rb") as f:
+                data = f.read(want)
+        except OSError as exc:
+            raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
+        try:
+            parse_header_prefix(data, where)
+            return
+        except NeedMoreBytes as need:
+            if need.needed > size:
+                raise CopeInputError(f"truncated GGUF header: it needs more than the file's {size} bytes "
+                                     f"(at least {need.needed})", path=where) from None
+            if want >= MAX_LOCAL_HEADER_BYTES:
+                raise CopeInputError(f"the GGUF header is larger than {MAX_LOCAL_HEADER_BYTES // 2**20} MiB, "
+                                     "more than any model's", path=where) from None
+            want = min(size, MAX_LOCAL_HEADER_BYTES, max(need.needed, 2 * want))
 
 
 def _field_value(field) -> Any:
