@@ -216,11 +216,11 @@ def npz_header_mutation(seed: bytes, rng: random.Random) -> bytes:
 
 def gguf_field_mutation(seed: bytes, rng: random.Random) -> bytes:
     """The base GGUF with a count, a metadata integer, a string or a tensor offset forged."""
-    from tests.gguf_bytes import I32, STR, U32, U64, base, encode
+    from tests.gguf_bytes import ARR, I32, STR, U32, U64, base, encode
 
     g = base()
     keys = [k.decode() for k, _, _ in g.fields]
-    choice = rng.randrange(5)
+    choice = rng.randrange(6)
     value = rng.choice(INTERESTING_INTS)
     if choice == 0:
         g = replace(g, n_tensors=value) if rng.random() < 0.5 else replace(g, n_kv=value)
@@ -232,6 +232,10 @@ def gguf_field_mutation(seed: bytes, rng: random.Random) -> bytes:
         g = g.with_field(key, vtype, v % limit if vtype != I32 else v)
     elif choice == 2:
         g = g.with_field(rng.choice(["general.name", "general.architecture"]), STR, rng.choice(INTERESTING_TEXT))
+    elif choice == 5:  # an array whose stated length is forged (items of any type, a few bytes of them)
+        item_type = rng.choice((U32, I32, U64, STR, ARR, 0, 12, 77))
+        g = g.with_field(rng.choice(keys[2:] + ["tokenizer.ggml.tokens"]), ARR,
+                         (item_type, value, bytes(rng.randint(0, 24))))
     elif choice == 3:
         i = rng.randrange(len(g.tensors))
         tensors = list(g.tensors)
