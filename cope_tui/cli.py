@@ -5,6 +5,7 @@ Exit codes (cope_tui/exit_codes.py):
   1    internal error (a bug: please report it with the message)
   2    bad input: a flag, a file or a value we cannot use (one line on stderr)
   130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM), handled like Ctrl-C
 
 Data goes to stdout (a table, or exactly one JSON document with --json); narration
 and errors go to stderr. The headless path never imports textual. Each subcommand
@@ -14,15 +15,26 @@ lives in cope_tui/commands/ and registers its own flags.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 
 from cope_tui.commands.output import clean_output, error_line
 from cope_tui.commands import advise, catalog, detect, estimate, export, trace, validate, verify
-from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
+from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from engine.errors import CopeInputError
 
-__all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED"]
+__all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so every cleanup Ctrl-C runs (a probe run
+    flushing its measurements, temp files removed) runs for it too."""
+
+
+def _on_sigterm(_signum, _frame) -> None:
+    raise Terminated()
 
 COMMANDS = (advise, detect, catalog, export, estimate, verify, trace, validate)
 
@@ -44,8 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv and sys.stdin.isatty() and sys.stdout.isatty():
         return _launch_app()
-    with clean_output():  # escaped text, one-line warnings (cope_tui/commands/output.py)
-        return _run(argv)
+    on_main = threading.current_thread() is threading.main_thread()  # signals can be set only there
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    try:
+        with clean_output():  # escaped text, one-line warnings (cope_tui/commands/output.py)
+            return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(argv: list[str]) -> int:
@@ -55,6 +73,9 @@ def _run(argv: list[str]) -> int:
     except CopeInputError as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_INPUT
+    except Terminated:
+        print("cope: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("cope: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -2,6 +2,32 @@
 
 from __future__ import annotations
 
+import re
+
+
+# Values quoted from a file (a 5,000-digit number, a tensor name of binary junk, 3,000
+# brackets) are cut in the middle when one unbroken run of characters is longer than this;
+# words and lists (of models, of flags) are left whole.
+MAX_RUN_CHARS = 80
+_LONG_RUN = re.compile(r"\S{%d,}" % (MAX_RUN_CHARS + 1))
+
+
+def _one_readable_line(message: str) -> str:
+    def cut(m: re.Match) -> str:
+        run = m[0]
+        if ("/" in run or "\\" in run) and len(run) <= 400:
+            return run  # a path named in the message: kept whole
+        return f"{run[:50]}...{run[-20:]} ({len(run)} characters)"
+
+    return _LONG_RUN.sub(cut, message)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """repr(value) for a message, cut in the middle past `limit` characters (a value read
+    from a file may be a list of thousands of items)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-12:]}"
+
 
 class CopeInputError(Exception):
     """Bad input from the user: a file, a flag or a value we cannot use.
@@ -11,6 +37,7 @@ class CopeInputError(Exception):
     """
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        message = _one_readable_line(message)
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "

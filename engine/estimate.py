@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from engine.cost_model import StateCosts
+from engine.errors import CopeInputError
 from engine.policy import Candidate
 from engine.replay import ReplaySetup, ReplayStats
 
@@ -108,6 +110,10 @@ def price(
         token_overhead_s=token_overhead_s,
     )
     tpot = experts_s + exposed_s + shared_per_token_s + token_overhead_s
+    if not (math.isfinite(tpot) and tpot > 0):
+        # Never rank a NaN, an infinity or a free token: the costs came from something unusable.
+        raise CopeInputError(f"the cost model priced a token at {tpot!r} s (candidate {stats.candidate_id}): "
+                             "its costs are unusable; probe again (--reprobe) or use --fidelity analytic")
     return tpot, breakdown
 
 

@@ -3,12 +3,18 @@
 A write goes to a temp file beside the target, is flushed to disk, then replaces the
 target with os.replace, so an interrupted write never leaves a half-written file and
 never destroys what was there.
+
+Only regular files are ever replaced: a device (`/dev/null`), a FIFO, a socket or a
+folder at the path is refused with one line. A symbolic link is kept and the file it
+points to is written instead (atomically, beside that file); the path returned is the
+file actually written, so the caller's "wrote ..." line names it.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -17,8 +23,10 @@ from engine.errors import CopeInputError
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[io.IOBase], None], *, binary: bool) -> Path:
-    """Write through `write(handle)` into a temp file beside `path`, then os.replace."""
-    target = Path(path)
+    """Write through `write(handle)` into a temp file beside `path`, then os.replace.
+
+    Returns the file written: `path`, or the file a symbolic link at `path` points to."""
+    target = writable_target(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
@@ -41,16 +49,83 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.IOBase], None], *,
     return target
 
 
+def writable_target(path: str | os.PathLike) -> Path:
+    """The regular file a write to `path` replaces: `path` itself, or the file a link
+    there points to; CopeInputError for anything that is not (or would not be) a regular file."""
+    target = Path(path)
+    try:
+        link = stat.S_ISLNK(os.lstat(target).st_mode)
+    except OSError:
+        return target  # nothing there yet: a new regular file
+    if link:
+        target = Path(os.path.realpath(target))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target  # a link to a file not yet there: create it
+    except OSError as exc:
+        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
+    if not stat.S_ISREG(mode):
+        through = f" (the link points to {target})" if link else ""
+        raise CopeInputError(f"is {_kind(mode)}, not a regular file{through}: COPE writes only regular files "
+                             "and never replaces anything else", path=str(path))
+    return target
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda handle: handle.write(text), binary=False)
+
+
+def open_regular(path: str | os.PathLike, *, what: str = "file") -> io.BufferedReader:
+    """`path` opened for reading in binary, only when it is a regular file.
+
+    A FIFO is opened without blocking and refused, as are devices (`/dev/zero` would
+    never end) and folders: one line naming the path and what it is."""
+    where = str(path)
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # POSIX: opening a FIFO would wait for a writer
+    try:
+        fd = os.open(path, os.O_RDONLY | nonblock)
+    except FileNotFoundError:
+        raise CopeInputError(f"no such {what}", path=where) from None
+    except IsADirectoryError:
+        raise CopeInputError(f"is a folder, expected a {what}", path=where) from None
+    except OSError as exc:
+        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CopeInputError(f"is {_kind(mode)}, expected a regular {what}", path=where)
+        if nonblock:
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: str | os.PathLike, *, what: str = "file") -> None:
+    """CopeInputError unless `path` is a regular file (see open_regular)."""
+    open_regular(path, what=what).close()
 
 
 def read_text(path: str | os.PathLike, *, what: str = "file") -> str:
     """A UTF-8 text file (a leading BOM is dropped); `what` names it in errors."""
     where = str(path)
     try:
-        with open(path, encoding="utf-8-sig") as handle:
-            return handle.read()
+        with open_regular(path, what=what) as handle:
+            return handle.read().decode("utf-8-sig")
     except FileNotFoundError:
         raise CopeInputError(f"no such {what}", path=where) from None
     except IsADirectoryError:

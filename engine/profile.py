@@ -20,6 +20,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from engine.errors import shown
 from engine.profile_keys import (
     PROFILE_SCHEMA,
     PROFILE_SCHEMA_VERSION,
@@ -55,11 +56,11 @@ class Measurement:
         for name in ("median_s", "spread_s"):
             object.__setattr__(self, name, _seconds(getattr(self, name), name))
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ValueError(f"repeats is {self.repeats!r}, expected an integer >= 1")
+            raise ValueError(f"repeats is {shown(self.repeats)}, expected an integer >= 1")
         if self.basis not in BASES:
-            raise ValueError(f"basis is {self.basis!r}, expected one of {', '.join(BASES)}")
+            raise ValueError(f"basis is {shown(self.basis)}, expected one of {', '.join(BASES)}")
         if self.method not in METHODS:
-            raise ValueError(f"method is {self.method!r}, expected one of {', '.join(repr(m) for m in METHODS)}")
+            raise ValueError(f"method is {shown(self.method)}, expected one of {', '.join(repr(m) for m in METHODS)}")
 
     @property
     def ident(self) -> Ident:
@@ -98,11 +99,11 @@ class Provenance:
         object.__setattr__(self, "kernel_stand_ins", _str_pairs(self.kernel_stand_ins, "kernel_stand_ins"))
         for name in ("host", "gpu_name", "driver", "torch_version", "date_iso"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} is {getattr(self, name)!r}, expected text")
+                raise ValueError(f"{name} is {shown(getattr(self, name))}, expected text")
         try:
             datetime.fromisoformat(self.date_iso)
         except ValueError:
-            raise ValueError(f"date_iso is {self.date_iso!r}, not an ISO 8601 date") from None
+            raise ValueError(f"date_iso is {shown(self.date_iso)}, not an ISO 8601 date") from None
         for name in ("probe_budget_s", "probe_used_s"):
             object.__setattr__(self, name, _seconds(getattr(self, name), name))
 
@@ -129,11 +130,11 @@ class ModelShape:
 
     def __post_init__(self):
         if not isinstance(self.model_id, str) or not self.model_id:
-            raise ValueError(f"model_id is {self.model_id!r}, expected text")
+            raise ValueError(f"model_id is {shown(self.model_id)}, expected text")
         if not isinstance(self.quantization, str) or not self.quantization:
-            raise ValueError(f"quantization is {self.quantization!r}, expected text")
+            raise ValueError(f"quantization is {shown(self.quantization)}, expected text")
         if isinstance(self.expert_bytes, bool) or not isinstance(self.expert_bytes, int) or self.expert_bytes < 1:
-            raise ValueError(f"expert_bytes is {self.expert_bytes!r}, expected an integer >= 1")
+            raise ValueError(f"expert_bytes is {shown(self.expert_bytes)}, expected an integer >= 1")
 
     def to_dict(self) -> dict:
         return {"model_id": self.model_id, "expert_bytes": self.expert_bytes, "quantization": self.quantization}
@@ -152,7 +153,7 @@ class Profile:
         object.__setattr__(self, "hardware", tuple(sorted(_check_hardware(dict(hardware)).items())))
         object.__setattr__(self, "measurements", tuple(self.measurements))
         if self.schema_version != PROFILE_SCHEMA_VERSION:
-            raise ValueError(f"schema_version is {self.schema_version!r}, expected {PROFILE_SCHEMA_VERSION}")
+            raise ValueError(f"schema_version is {shown(self.schema_version)}, expected {PROFILE_SCHEMA_VERSION}")
         seen: set[Ident] = set()
         for m in self.measurements:
             if not isinstance(m, Measurement):
@@ -211,9 +212,9 @@ class Profile:
 def _check_hardware(hardware: dict) -> dict:
     for name, value in hardware.items():
         if not isinstance(name, str):
-            raise ValueError(f"hardware field name {name!r} is not text")
+            raise ValueError(f"hardware field name {shown(name)} is not text")
         if not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
-            raise ValueError(f"hardware field {name!r} is {value!r}, expected text, a number or true/false")
+            raise ValueError(f"hardware field {shown(name)} is {shown(value)}, expected text, a number or true/false")
     return hardware
 
 
@@ -221,11 +222,18 @@ def _str_pairs(value, name: str) -> tuple[tuple[str, str], ...]:
     pairs = dict(value.items() if isinstance(value, Mapping) else value)
     for k, v in pairs.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise ValueError(f"{name} must map text to text, got {k!r}: {v!r}")
+            raise ValueError(f"{name} must map text to text, got {shown(k)}: {shown(v)}")
     return tuple(sorted(pairs.items()))
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
 def _seconds(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} is {value!r}, expected a finite number of seconds >= 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
+        raise ValueError(f"{name} is {shown(value)}, expected a finite number of seconds >= 0")
     return float(value)

@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write_text
+from engine.errors import CopeInputError, shown
+from engine.files import atomic_write_text, open_regular
 from engine.profile import Measurement, ModelShape, Profile, Provenance, _check_hardware
 from engine.profile_keys import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
+
+# A profile is a few hundred measurements; anything far larger is not one (and is not read whole).
+MAX_PROFILE_BYTES = 16 * 2**20
+# No single operator of one token's step takes this long: a larger time is a damaged file
+# (1e308 s would overflow every sum it enters).
+MAX_PLAUSIBLE_S = 1000.0
+# Operators that do work: a measured time of 0 s is impossible (and would divide by zero);
+# only a sync may be free.
+_WORK_OPERATORS = ("gpu_experts", "cpu_experts", "h2d_copy", "shared_layer", "token_head", "schedule")
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
@@ -31,20 +39,39 @@ def load_profile(path: str | os.PathLike) -> Profile:
     the file and the field."""
     where = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CopeInputError("no such file", path=where) from None
-    except IsADirectoryError:
-        raise CopeInputError("is a folder, expected a profile .json file", path=where) from None
+        with open_regular(path, what="file") as handle:
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise CopeInputError(f"not a COPE profile: larger than {MAX_PROFILE_BYTES // 2**20} MiB", path=where)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CopeInputError(f"not a COPE profile: not UTF-8 text (byte {exc.start})", path=where) from None
     except OSError as exc:
         raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise CopeInputError(f"not a COPE profile: not valid JSON ({exc})", path=where) from None
-    return _profile_from_doc(doc, where)
+    except (ValueError, RecursionError) as exc:
+        raise CopeInputError(f"not a COPE profile: not valid JSON ({_short(exc)})", path=where) from None
+    profile = _profile_from_doc(doc, where)
+    check_plausible(profile, where)
+    return profile
+
+
+def check_plausible(profile: Profile, where: str) -> None:
+    """CopeInputError unless every time could be a real measurement: work takes more than
+    0 s and less than MAX_PLAUSIBLE_S (a profile that fails is unusable as a whole)."""
+    for i, m in enumerate(profile.measurements):
+        if m.median_s > MAX_PLAUSIBLE_S or m.spread_s > MAX_PLAUSIBLE_S:
+            raise CopeInputError(f"field 'measurements[{i}]' ({m.operator}) takes {max(m.median_s, m.spread_s):g} s, "
+                                 f"more than any step could ({MAX_PLAUSIBLE_S:g} s): a damaged profile", path=where)
+        if m.median_s <= 0 and m.operator in _WORK_OPERATORS:
+            raise CopeInputError(f"field 'measurements[{i}].median_s' is 0 for {m.operator}, which cannot take "
+                                 "no time: a damaged profile", path=where)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _profile_from_doc(doc: Any, where: str) -> Profile:
@@ -52,11 +79,11 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     r.obj(doc, "(top level)")
     schema = doc.get("schema")
     if schema != PROFILE_SCHEMA:
-        raise CopeInputError(f"not a COPE profile: field 'schema' is {schema!r}, expected {PROFILE_SCHEMA!r}", path=where)
+        raise CopeInputError(f"not a COPE profile: field 'schema' is {shown(schema)}, expected {PROFILE_SCHEMA!r}", path=where)
     version = doc.get("schema_version")
     if version != PROFILE_SCHEMA_VERSION or isinstance(version, bool):
         raise CopeInputError(
-            f"field 'schema_version' is {version!r}; this COPE reads version {PROFILE_SCHEMA_VERSION}", path=where
+            f"field 'schema_version' is {shown(version)}; this COPE reads version {PROFILE_SCHEMA_VERSION}", path=where
         )
     r.exact_fields(doc, {"schema", "schema_version", "key", "provenance", "model_shape", "hardware", "measurements"}, "")
 
@@ -118,7 +145,7 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     stored = doc["key"]
     if stored != profile.key:
         raise CopeInputError(
-            f"field 'key' is {stored!r} but its hardware and model_shape give {profile.key!r} (edited by hand?)",
+            f"field 'key' is {shown(stored)} but its hardware and model_shape give {profile.key!r} (edited by hand?)",
             path=where,
         )
     return profile
@@ -150,24 +177,31 @@ class _Reader:
 
     def text(self, value: Any, name: str) -> str:
         if not isinstance(value, str):
-            self.fail(name, f"is {value!r}, expected text")
+            self.fail(name, f"is {shown(value)}, expected text")
         return value
 
     def integer(self, value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(name, f"is {value!r}, expected an integer")
+            self.fail(name, f"is {shown(value)}, expected an integer")
         return value
 
     def seconds(self, value: Any, name: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            self.fail(name, f"is {value!r}, expected seconds: a finite number >= 0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
+            self.fail(name, f"is {shown(value)}, expected seconds: a finite number >= 0")
         return float(value)
 
     def build(self, cls, name: str, **kwargs):
         try:
             return cls(**kwargs)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise CopeInputError(f"field {name!r}: {exc}", path=self.where) from None
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float: not seconds
+        return False
 
 
 def _reject_constant(name: str):

@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
+from engine.errors import shown
 from engine.policy import Execution
 
 PROFILE_SCHEMA = "cope-profile"
@@ -55,7 +56,7 @@ def normalize_key(operator: str, key: Mapping[str, KeyValue] | Iterable[tuple[st
     Raises ValueError naming the problem (the loader adds the file and field).
     """
     if operator not in OPERATOR_KEYS:
-        raise ValueError(f"unknown operator {operator!r}; known: {', '.join(OPERATOR_KEYS)}")
+        raise ValueError(f"unknown operator {shown(operator)}; known: {', '.join(OPERATOR_KEYS)}")
     pairs = dict(key.items() if isinstance(key, Mapping) else key)
     required, optional = OPERATOR_KEYS[operator]
     missing = required - pairs.keys()
@@ -68,10 +69,10 @@ def normalize_key(operator: str, key: Mapping[str, KeyValue] | Iterable[tuple[st
         if name in _STR_FIELDS:
             if isinstance(value, Execution):
                 pairs[name] = value = value.value
-            if value not in {e.value for e in Execution}:
-                raise ValueError(f"key field {name!r} is {value!r}, not an execution strategy")
+            if not isinstance(value, str) or value not in {e.value for e in Execution}:
+                raise ValueError(f"key field {name!r} is {shown(value)}, not an execution strategy")
         elif not isinstance(value, int) or isinstance(value, bool) or value < _KEY_MINIMUM[name]:
-            raise ValueError(f"key field {name!r} is {value!r}, expected an integer >= {_KEY_MINIMUM[name]}")
+            raise ValueError(f"key field {name!r} is {shown(value)}, expected an integer >= {_KEY_MINIMUM[name]}")
     return tuple(sorted(pairs.items()))
 
 

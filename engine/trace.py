@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 
 ORIGINS = ("synthetic", "published", "recorded", "imported")
 
@@ -41,16 +41,43 @@ class TraceMeta:
 
     @staticmethod
     def from_dict(d: dict) -> "TraceMeta":
+        """The inverse of to_dict, strict: every field of its JSON type, nothing coerced
+        (TypeError/ValueError/KeyError name the field)."""
         return TraceMeta(
-            model=str(d["model"]),
-            source=str(d["source"]),
-            origin=str(d["origin"]),
-            n_experts=int(d["n_experts"]),
-            moe_blocks=tuple(int(b) for b in d["moe_blocks"]),
-            domain=str(d.get("domain", "")),
-            recorded_with=str(d.get("recorded_with", "")),
-            notes=tuple(str(n) for n in d.get("notes", ())),
+            model=_text(d, "model"),
+            source=_text(d, "source"),
+            origin=_text(d, "origin"),
+            n_experts=_whole(d["n_experts"], "n_experts"),
+            moe_blocks=_wholes(d["moe_blocks"], "moe_blocks"),
+            domain=_text(d, "domain", ""),
+            recorded_with=_text(d, "recorded_with", ""),
+            notes=_texts(d.get("notes", []), "notes"),
         )
+
+
+def _text(d: dict, name: str, default: str | None = None) -> str:
+    value = d[name] if default is None else d.get(name, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{name} is {shown(value)}, expected text")
+    return value
+
+
+def _whole(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} is {shown(value)}, expected an integer")
+    return value
+
+
+def _wholes(value, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{name} must be a list of integers, found {shown(value)}")
+    return tuple(value)
+
+
+def _texts(value, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a list of text, found {shown(value)}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,20 @@ Where: `<cache dir>/profiles/<key>.json`, the cache dir being, first found, the 
 argument, the COPE_CACHE_DIR environment variable, or the user cache folder for "cope"
 (engine/cache_dirs.py).
 
-A corrupt or foreign file is never trusted and never deleted: it is renamed aside to
-`<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning.
+A corrupt, foreign or implausible file (a time of 0 s or of more than 1000 s, a FIFO
+or a device in its place) is never trusted and never deleted: it is renamed aside to
+`<key>.json.corrupt-<UTC timestamp>` and reported with a ProfileCacheWarning, or only
+ignored (said the same way) when it cannot be moved; COPE then goes on as if there were
+no profile. A cache that cannot be written (a read-only file system, a file where the
+folder should be) is reported once and the run goes on with what it measured in memory.
 
 `ProfileWriter` saves as it goes, so a probe run that is interrupted keeps what it
 measured; the next run resumes from the cached file and asks `missing(planned)`.
+While a run is under way a marker `<key>.json.partial` sits beside the profile: a
+profile with its marker is the partial work of an interrupted run, never taken as
+complete. A run that replaces a profile (`--reprobe`) writes `<key>.json.reprobe`
+instead and swaps it in only when it completes (`commit`), so the old profile stays
+whole until the new one is.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from pathlib import Path
 from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
 from engine.profile import Measurement, Profile
+from engine.files import atomic_write_text
 from engine.profile_io import load_profile, save_profile
 from engine.profile_keys import Ident
 
@@ -44,15 +54,18 @@ def load_cached(key: str, root: str | os.PathLike | None = None) -> Profile | No
     different key) is renamed aside and reported with a ProfileCacheWarning.
     """
     path = profile_path(key, root)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
         profile = load_profile(path)
         if profile.key != key:
             raise CopeInputError(f"holds the profile of key {profile.key}, not {key}", path=str(path))
     except CopeInputError as exc:
-        aside = set_aside(path)
-        warnings.warn(f"{exc}; not used, moved to {aside.name}", ProfileCacheWarning, stacklevel=2)
+        try:
+            fate = f"moved to {set_aside(path).name}"
+        except OSError as why:
+            fate = f"ignored (it could not be moved aside: {why.strerror or why})"
+        warnings.warn(f"{exc}; not used, {fate}", ProfileCacheWarning, stacklevel=2)
         return None
     return profile
 
@@ -69,10 +82,30 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def store(profile: Profile, root: str | os.PathLike | None = None) -> Path:
-    """Write `profile` to its cache file atomically; returns the path."""
-    path = profile_path(profile.key, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def partial_marker(key: str, root: str | os.PathLike | None = None) -> Path:
+    """The file that says the profile of `key` is an interrupted run's partial work."""
+    path = profile_path(key, root)
+    return path.with_name(path.name + ".partial")
+
+
+def is_partial(key: str, root: str | os.PathLike | None = None) -> bool:
+    return os.path.lexists(partial_marker(key, root))
+
+
+def staging_path(key: str, root: str | os.PathLike | None = None) -> Path:
+    """Where a run that replaces the profile of `key` writes until it completes."""
+    path = profile_path(key, root)
+    return path.with_name(path.name + ".reprobe")
+
+
+def store(profile: Profile, root: str | os.PathLike | None = None, *, path: Path | None = None) -> Path:
+    """Write `profile` to its cache file (or `path`) atomically; returns the path."""
+    path = profile_path(profile.key, root) if path is None else path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CopeInputError(f"cannot make the profile cache folder: {exc.strerror or exc}",
+                             path=str(path.parent)) from None
     save_profile(profile, path)
     return path
 
@@ -83,15 +116,21 @@ class ProfileWriter:
     Starts from `base` (provenance, shape and hardware of this run), adding what the
     cache already holds for the same key when `resume` is set. Every `every`
     measurements, and on leaving a `with` block, the profile is rewritten atomically,
-    so an interrupted run loses at most the last `every - 1` measurements.
+    so an interrupted run loses at most the last `every - 1` measurements. `start()`
+    marks the profile partial until `commit()`; with `staging` the writes go to the
+    staging file, which `commit()` swaps in for the cached profile.
     """
 
-    def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1):
+    def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1,
+                 staging: bool = False):
         if every < 1:
             raise ValueError("every must be at least 1")
         self.root = root
         self.every = every
+        self.staging = staging
+        self.resumed = 0  # measurements an earlier, interrupted run left (0 unless it was interrupted)
         self._pending = 0
+        self.unsaved: str | None = None  # why the cache could not be written, once it could not
         profile = base
         if resume:
             cached = load_cached(base.key, root)
@@ -102,6 +141,8 @@ class ProfileWriter:
                 )
                 merged = cached.merged(base.measurements).measurements
                 profile = Profile(provenance, base.model_shape, base.hardware, merged)
+                if is_partial(base.key, root):
+                    self.resumed = len(cached.measurements)
         self._profile = profile
 
     @property
@@ -112,6 +153,35 @@ class ProfileWriter:
     def path(self) -> Path:
         return profile_path(self._profile.key, self.root)
 
+    @property
+    def file(self) -> Path:
+        return staging_path(self._profile.key, self.root) if self.staging else self.path
+
+    def start(self) -> None:
+        """Mark the cached profile partial until `commit` (a replacing run leaves it alone)."""
+        if self.staging or self.unsaved is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(partial_marker(self._profile.key, self.root), "an interrupted probe run\n")
+        except (OSError, CopeInputError):
+            pass  # an unwritable cache is reported by flush(); nothing is kept to mislead a later run
+
+    def commit(self) -> Path:
+        """The run completed: write the profile, swap a staged one in, drop the partial marker."""
+        self.flush()
+        if self.unsaved is None:
+            try:
+                if self.staging:
+                    os.replace(self.file, self.path)
+                partial = partial_marker(self._profile.key, self.root)
+                if os.path.lexists(partial):
+                    os.unlink(partial)
+            except OSError as exc:
+                self.unsaved = f"{self.path}: cannot finish the profile: {exc.strerror or exc}"
+                warnings.warn(self.unsaved, ProfileCacheWarning, stacklevel=2)
+        return self.path
+
     def add(self, measurement: Measurement, *, elapsed_s: float = 0.0) -> None:
         """Merge one measurement (replacing an older one of the same thing); `elapsed_s`
         is the probe time it took, added to the provenance."""
@@ -121,9 +191,16 @@ class ProfileWriter:
             self.flush()
 
     def flush(self) -> Path:
-        path = store(self._profile, self.root)
+        """Write the profile to the cache; when the cache cannot be written, say so once
+        (ProfileCacheWarning) and keep the measurements in memory for this run."""
         self._pending = 0
-        return path
+        if self.unsaved is None:
+            try:
+                return store(self._profile, self.root, path=self.file)
+            except CopeInputError as exc:
+                self.unsaved = str(exc)
+                warnings.warn(f"{exc}; the profile is kept for this run only", ProfileCacheWarning, stacklevel=2)
+        return self.path
 
     def missing(self, planned: Iterable[Ident]) -> list[Ident]:
         return self._profile.missing(planned)

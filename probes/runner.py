@@ -2,8 +2,10 @@
 
 Atomic probes first, then the combined layer steps, most frequent first; a total
 budget in seconds, a cancel flag and a progress callback (done, total, label). Each
-measurement is written as it comes (ProfileWriter), so an interrupted run, Ctrl-C
-included, keeps what it measured and the next run skips it.
+measurement is written as it comes (ProfileWriter), so an interrupted run, Ctrl-C and
+SIGTERM included, keeps what it measured, marked partial: the next run resumes it
+(measures only what is missing, and says so in its RunResult). `reprobe` measures into
+a side file and replaces the cached profile only once the new one is complete.
 
 With CUDA every operator is measured, the shared layer and the head included, and
 each combined state is one real layer step (probes.layer_step) timed as a whole
@@ -25,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,7 +37,7 @@ from engine.probe_plan import ProbePlan, atomic_probes, plan_probes
 from engine.profile import Measurement, ModelShape, Profile, Provenance
 from engine.profile_keys import cache_key
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu
-from probes.profile_cache import ProfileWriter, load_cached
+from probes.profile_cache import ProfileWriter, is_partial, load_cached
 
 if TYPE_CHECKING:
     from engine.advise import AdviseRequest
@@ -57,6 +59,7 @@ class RunResult:
     left: int  # not reached (budget or cancel)
     stopped: str | None  # "budget", "cancelled" or None
     elapsed_s: float
+    resumed: int = 0  # measurements an interrupted earlier run had left in the cache
 
 
 def _label(operator: str, key: dict) -> str:
@@ -152,10 +155,17 @@ def cached_profile(request: "AdviseRequest", root: str | os.PathLike | None = No
 def cached_profile_complete(request: "AdviseRequest", root: str | os.PathLike | None = None) -> tuple[Profile, str] | None:
     """(profile, its file) when the cache holds every atomic probe of `request`, else None."""
     key = profile_key(request)
+    if is_partial(key, root):
+        return None  # an interrupted run's partial work: a measured fidelity resumes it
     cached = load_cached(key, root)
     if cached is None or cached.missing([p.ident for p in atomic_probes(request.model.top_k, request.threads, 0.0)]):
         return None
     return cached, str(_path(key, root))
+
+
+def cached_profile_partial(request: "AdviseRequest", root: str | os.PathLike | None = None) -> bool:
+    """Whether the cache holds the partial work of an interrupted probe run for `request`."""
+    return is_partial(profile_key(request), root)
 
 
 def probe_seconds(cuda: bool) -> Callable[[str, dict], float]:
@@ -208,9 +218,14 @@ def ensure_profile(
     else:
         plan = ProbePlan(atomic_probes(k, threads, probe_seconds(cuda)), (), (), float(budget_s), threads)
     base = Profile(_provenance(prober, budget_s), model_shape(request), hardware_key(request))
-    writer = ProfileWriter(base, root=root, resume=not reprobe)
+    writer = ProfileWriter(base, root=root, resume=not reprobe, staging=reprobe)
+    writer.start()
     result = run_plan(plan, writer, prober, budget_s=budget_s, cancel=cancel, progress=progress)
-    return ProfileOutcome(writer.profile, str(writer.path), result)
+    finished = result.stopped != "cancelled"  # a KeyboardInterrupt propagates from run_plan: no commit either
+    if finished:
+        writer.commit()
+    source = writer.path if finished else writer.file  # a cancelled reprobe's work is in its side file
+    return ProfileOutcome(writer.profile, str(source), replace(result, resumed=writer.resumed))
 
 
 def _path(key: str, root) -> Path:

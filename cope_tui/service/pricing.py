@@ -35,10 +35,12 @@ class ProbeReport:
     left: int = 0
     stopped: str | None = None  # "budget", "cancelled", "failed" or None
     elapsed_s: float = 0.0
+    resumed: int = 0  # measurements an interrupted earlier run had left
 
     def summary(self) -> str:
         stopped = f" ({self.stopped})" if self.stopped else ""
-        return (f"{self.measured} measured, {self.skipped} already cached, {self.left} left{stopped} "
+        resumed = f"resumed an interrupted run ({self.resumed} measurements kept): " if self.resumed else ""
+        return (f"{resumed}{self.measured} measured, {self.skipped} already cached, {self.left} left{stopped} "
                 f"in {self.elapsed_s:.1f} s")
 
 
@@ -98,7 +100,7 @@ def choose_cost_model(
 def cached_pricing(request: AdviseRequest) -> Pricing:
     """Combined from a complete cached profile, else analytic; never probes, and a
     damaged cache entry falls back to analytic with the reason."""
-    from probes.runner import cached_profile_complete  # noqa: PLC0415 - reads the cache, no torch
+    from probes.runner import cached_profile_complete, cached_profile_partial  # noqa: PLC0415 - no torch
 
     try:
         found = cached_profile_complete(request)
@@ -106,8 +108,10 @@ def cached_pricing(request: AdviseRequest) -> Pricing:
         return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
                        f"analytic: the cached profile could not be read ({exc})")
     if found is None:
+        why = ("the cached profile is an interrupted probe run's partial work (--fidelity combined resumes it)"
+               if cached_profile_partial(request) else "no complete cached profile of this machine and model")
         return _nearest_threads(request) or Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
-                                                    "analytic: no complete cached profile of this machine and model")
+                                                    f"analytic: {why}")
     profile, source = found
     return _priced(request, Fidelity.COMBINED, profile, source, None,
                    "combined: a complete cached profile of this machine and model")
@@ -158,7 +162,7 @@ def probe_then_price(
                              make_prober=PROBER_FACTORY, cancel=cancel, progress=progress)
     ran = outcome.ran
     report = ProbeReport() if ran is None else ProbeReport(ran.measured, ran.skipped, ran.left, ran.stopped,
-                                                           ran.elapsed_s)
+                                                           ran.elapsed_s, ran.resumed)
     reason = f"{fidelity.value}: " + ("the cached profile" if ran is None else "probed now")
     try:
         pricing = _priced(request, fidelity, outcome.profile, outcome.source, report if ran else None, reason)

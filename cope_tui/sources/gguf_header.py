@@ -2,7 +2,9 @@
 
 Two readers produce the same `GGUFHeader`:
 - `read_local_header(path)`: `gguf.GGUFReader` over the memory-mapped file; only the
-  key/value fields and the tensor infos are touched, never the tensor data.
+  key/value fields and the tensor infos are touched, never the tensor data. The counts
+  and every length are first checked by our own parser (`_parse_bounded`), since
+  GGUFReader iterates a forged array length past the end of the file.
 - `parse_header_prefix(data, where)`: a minimal parser of the format over the first bytes
   of a file (for remote files read with HTTP range requests). It raises `NeedMoreBytes`
   with the length it needs when the prefix ends inside the header.
@@ -16,17 +18,21 @@ multiple of `general.alignment` (default 32). Strings are a u64 length plus UTF-
 from __future__ import annotations
 
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 # Arrays longer than this (tokenizer vocabularies, merges) are kept as their length only.
 MAX_KEPT_ARRAY = 4096
+# More tensors or metadata keys than any model has (DeepSeek-V3 has ~1,100 tensors).
+MAX_COUNT = 10_000_000
+MAX_LOCAL_HEADER_BYTES = 512 * 2**20  # as for remote files (hub_model.py)
 
 # GGUF value types -> struct codes (8: string, 9: array are handled apart).
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -95,13 +101,13 @@ def tensor_n_bytes(shape: tuple[int, ...], ggml_type: int, *, where: str, name: 
     try:
         block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
-        raise CopeInputError(f"tensor {name!r} has ggml type {ggml_type}, which this gguf package "
+        raise CopeInputError(f"tensor {shown(name)} has ggml type {ggml_type}, which this gguf package "
                              "does not know (upgrade gguf)", path=where) from None
     n = 1
     for d in shape:
         n *= d
     if shape and shape[0] % block_size:
-        raise CopeInputError(f"tensor {name!r}: first dimension {shape[0]} is not a multiple of "
+        raise CopeInputError(f"tensor {shown(name)}: first dimension {shape[0]} is not a multiple of "
                              f"{ggml_type_name(ggml_type)}'s block of {block_size}", path=where)
     return n * type_size // block_size
 
@@ -116,6 +122,52 @@ def check_magic(head: bytes, where: str) -> None:
         raise CopeInputError(f"not a GGUF file (it starts with {head[:4]!r}, not b'GGUF')", path=where)
     if len(head) < 24:
         raise CopeInputError(f"truncated GGUF header: the file ends after {len(head)} bytes", path=where)
+
+
+def check_layout(tensors: tuple[TensorInfo, ...], alignment: int, where: str,
+                 *, data_offset: int | None = None, file_size: int | None = None) -> None:
+    """The tensor data as llama.cpp lays it out and checks it (gguf.cpp): in table order,
+    each tensor at the previous one's end rounded up to the alignment, the first at 0.
+    With the file's size: the data must fit, and nothing may follow the last tensor
+    beyond its padding (a table short of an entry leaves that tensor's data there)."""
+    running = last_end = 0
+    for t in tensors:
+        if t.offset_bytes != running:
+            if t.offset_bytes % alignment:
+                raise CopeInputError(f"tensor {shown(t.name)} has offset {t.offset_bytes}, not a multiple of the "
+                                     f"alignment {alignment}", path=where)
+            raise CopeInputError(f"tensor {shown(t.name)} has offset {t.offset_bytes}, expected {running} (llama.cpp "
+                                 "lays tensors out in table order)", path=where)
+        last_end = running + t.n_bytes
+        running = -(-last_end // alignment) * alignment
+    if file_size is None or data_offset is None:
+        return
+    if data_offset + last_end > file_size:
+        raise CopeInputError(f"truncated GGUF file: the tensor table needs {data_offset + last_end} bytes, "
+                             f"the file has {file_size}", path=where)
+    extra = file_size - (data_offset + running)
+    if extra > 0:
+        raise CopeInputError(f"{extra} bytes after the last tensor's data: the tensor table is short of an entry "
+                             "(or something was appended to the file)", path=where)
+
+
+def check_counts(head: bytes, size: int, where: str) -> None:
+    """The tensor and key counts of the first 24 bytes against what `size` bytes could hold
+    (a tensor info takes at least 24 bytes, a key/value pair 13), before anything iterates them."""
+    order = ">" if struct.unpack("<I", head[4:8])[0] & 0xFFFF == 0 else "<"
+    n_tensors, n_kv = struct.unpack(order + "QQ", head[8:24])
+    if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
+        raise CopeInputError(f"corrupt GGUF header: {n_tensors} tensors, {n_kv} metadata keys", path=where)
+    if 24 + 24 * n_tensors + 13 * n_kv > size:
+        raise CopeInputError(f"truncated GGUF header (or corrupt counts): {n_tensors} tensors and {n_kv} metadata "
+                             f"keys need more than the file's {size} bytes", path=where)
+
+
+def _alignment(fields: Mapping[str, Any], where: str) -> int:
+    align = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(align, bool) or not isinstance(align, int) or align <= 0 or align & (align - 1) or align > 2**20:
+        raise CopeInputError(f"metadata 'general.alignment' must be a power of two, got {shown(align)}", path=where)
+    return align
 
 
 # --- our own parser, over a prefix -------------------------------------------------
@@ -161,7 +213,7 @@ def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
     cur.pos = 8
     n_tensors = cur.scalar("Q")
     n_kv = cur.scalar("Q")
-    if n_tensors > 10_000_000 or n_kv > 10_000_000:
+    if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
         raise CopeInputError(f"corrupt GGUF header: {n_tensors} tensors, {n_kv} metadata keys", path=where)
     fields: dict[str, Any] = {}
     for _ in range(n_kv):
@@ -173,13 +225,14 @@ def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
         name = cur.string()
         n_dims = cur.scalar("I")
         if n_dims > 8:
-            raise CopeInputError(f"corrupt GGUF tensor table: tensor {name!r} has {n_dims} dimensions",
+            raise CopeInputError(f"corrupt GGUF tensor table: tensor {shown(name)} has {n_dims} dimensions",
                                  path=where)
         shape = tuple(cur.scalar("Q") for _ in range(n_dims))
         ggml_type = cur.scalar("I")
         offset = cur.scalar("Q")
         tensors.append(TensorInfo(name, shape, ggml_type, offset,
                                   tensor_n_bytes(shape, ggml_type, where=where, name=name)))
+    check_layout(tuple(tensors), _alignment(fields, where), where)
     return GGUFHeader(where, version, fields, tuple(tensors), _data_offset(cur.pos, fields, where))
 
 
@@ -203,14 +256,12 @@ def _value(cur: _Cursor, vtype: int, where: str, key: str) -> Any:
                     cur.skip_string()
                 return ArrayLength(count)
             return tuple(cur.string() for _ in range(count))
-        raise CopeInputError(f"metadata {key!r}: arrays of type {itype} are not supported", path=where)
-    raise CopeInputError(f"corrupt GGUF header: metadata {key!r} has unknown value type {vtype}", path=where)
+        raise CopeInputError(f"metadata {shown(key)}: arrays of type {itype} are not supported", path=where)
+    raise CopeInputError(f"corrupt GGUF header: metadata {shown(key)} has unknown value type {vtype}", path=where)
 
 
 def _data_offset(end_of_infos: int, fields: Mapping[str, Any], where: str) -> int:
-    align = fields.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(align, int) or align <= 0 or align & (align - 1):
-        raise CopeInputError(f"metadata 'general.alignment' must be a power of two, got {align!r}", path=where)
+    align = _alignment(fields, where)
     return -(-end_of_infos // align) * align
 
 
@@ -232,40 +283,76 @@ def read_local_header(path: str | Path) -> GGUFHeader:
     except OSError as exc:
         raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
     check_magic(head, where)
+    check_counts(head, size, where)
+    _parse_bounded(p, size, where)
 
     from gguf import GGUFReader  # noqa: PLC0415 - numpy-only, but big: load on demand
-    from gguf.constants import GGUFValueType  # noqa: PLC0415
 
     try:
-        reader = GGUFReader(p, "r")
-    except (ValueError, IndexError, KeyError, TypeError, OverflowError, OSError) as exc:
+        with warnings.catch_warnings():
+            # a forged offset overflows the reader's numpy sum; check_layout names it below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            reader = GGUFReader(p, "r")
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, OSError, MemoryError) as exc:
         # GGUFReader also builds a view of each tensor's data, so a file cut inside the
         # tensor data fails here too: tell the two apart with our own header parser.
         detail = _prefix_diagnosis(p, size, where)
         raise CopeInputError(detail or f"corrupt GGUF file ({exc})", path=where) from None
 
-    fields: dict[str, Any] = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        if field.types and field.types[0] == GGUFValueType.ARRAY:
-            if len(field.data) > MAX_KEPT_ARRAY:
-                fields[name] = ArrayLength(len(field.data))
-            else:
-                fields[name] = tuple(field.contents())
-        else:
-            fields[name] = field.contents()
+    fields = {name: _field_value(field) for name, field in reader.fields.items() if not name.startswith("GGUF.")}
     version = int(reader.fields["GGUF.version"].parts[0][0])
     tensors = tuple(
         TensorInfo(t.name, tuple(int(d) for d in t.shape), int(t.tensor_type),
-                   int(t.data_offset) - int(reader.data_offset), int(t.n_bytes))
+                   # modulo 2**64: the offset as the file states it, had the reader's sum wrapped
+                   (int(t.data_offset) - int(reader.data_offset)) % 2**64, int(t.n_bytes))
         for t in reader.tensors
     )
     header = GGUFHeader(where, version, fields, tensors, int(reader.data_offset))
-    if header.file_bytes_needed > size:
-        raise CopeInputError(f"truncated GGUF file: the tensor table needs {header.file_bytes_needed} "
-                             f"bytes, the file has {size}", path=where)
+    check_layout(tensors, _alignment(fields, where), where, data_offset=header.data_offset_bytes, file_size=size)
     return header
+
+
+def _parse_bounded(p: Path, size: int, where: str) -> None:
+    """Our own parser over the header first: every length it meets is checked against the
+    bytes there are. GGUFReader, given an array length of 2**60, reads its items one by one
+    past the end of the file (each an empty read that never fails): a hang."""
+    want = min(size, 2**20)
+    while True:
+        try:
+            with p.open("rb") as f:
+                data = f.read(want)
+        except OSError as exc:
+            raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
+        try:
+            parse_header_prefix(data, where)
+            return
+        except NeedMoreBytes as need:
+            if need.needed > size:
+                raise CopeInputError(f"truncated GGUF header: it needs more than the file's {size} bytes "
+                                     f"(at least {need.needed})", path=where) from None
+            if want >= MAX_LOCAL_HEADER_BYTES:
+                raise CopeInputError(f"the GGUF header is larger than {MAX_LOCAL_HEADER_BYTES // 2**20} MiB, "
+                                     "more than any model's", path=where) from None
+            want = min(size, MAX_LOCAL_HEADER_BYTES, max(need.needed, 2 * want))
+
+
+def _field_value(field) -> Any:
+    """A metadata value as `parse_header_prefix` gives it; strings that are not UTF-8 are
+    read with U+FFFD in place of the bad bytes (as our own parser does)."""
+    from gguf.constants import GGUFValueType  # noqa: PLC0415
+
+    def text(index: int) -> str:
+        return bytes(field.parts[index]).decode("utf-8", errors="replace")
+
+    if field.types and field.types[0] == GGUFValueType.ARRAY:
+        if len(field.data) > MAX_KEPT_ARRAY:
+            return ArrayLength(len(field.data))
+        if field.types[-1] == GGUFValueType.STRING:
+            return tuple(text(i) for i in field.data)
+        return tuple(field.contents())
+    if field.types and field.types[0] == GGUFValueType.STRING:
+        return text(-1)
+    return field.contents()
 
 
 def _prefix_diagnosis(p: Path, size: int, where: str) -> str | None:
@@ -279,7 +366,9 @@ def _prefix_diagnosis(p: Path, size: int, where: str) -> str | None:
         return exc.message
     except OSError:
         return None
-    if header.file_bytes_needed > size:
-        return (f"truncated GGUF file: the tensor table needs {header.file_bytes_needed} bytes, "
-                f"the file has {size}")
+    try:
+        check_layout(header.tensors, _alignment(header.fields, where), where,
+                     data_offset=header.data_offset_bytes, file_size=size)
+    except CopeInputError as exc:
+        return exc.message
     return None

@@ -31,14 +31,19 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.model import AttentionShape, ExactBytes, LinearAttentionShape, ModelSpec
 from engine.quant import Quantization
 
 from cope_tui.sources.gguf_header import ArrayLength, GGUFHeader, TensorInfo, read_local_header
 
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-_BLOCK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
+_BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.(.+)$")
+# Bounds on what a GGUF's metadata and tensor table may say, checked before anything is
+# sized by them: no model has 10,000 blocks, 65,536 experts or a width of 2**24.
+MAX_BLOCKS = 10_000
+MAX_EXPERTS = 65_536
+MAX_SHAPE = 2**24
 _EXPERT_RE = re.compile(r"^ffn_(?P<role>[a-z_]+?)_exps\.(?P<kind>[a-z_]+)$")
 _SHARED_EXPERT_RE = re.compile(r"^ffn_[a-z_]+_shexp\.")
 
@@ -78,7 +83,7 @@ def model_from_gguf_headers(headers: Sequence[GGUFHeader], *, where: str) -> Mod
     for h in headers:
         for t in h.tensors:
             if t.name in seen:
-                raise CopeInputError(f"tensor {t.name!r} appears twice across the split files", path=h.source)
+                raise CopeInputError(f"tensor {shown(t.name)} appears twice across the split files", path=h.source)
             seen.add(t.name)
             tensors.append(t)
     return _build(fields, tensors, where, n_files=len(headers))
@@ -128,19 +133,29 @@ class _Meta:
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key.format(arch=self.arch), default)
 
-    def int_(self, key: str, default: int | None = None, *, reduce: Callable = max) -> int | None:
+    def int_(self, key: str, default: int | None = None, *, reduce: Callable = max, low: int = 0,
+             high: int = MAX_SHAPE) -> int | None:
+        """An integer (a per-layer array reduced) within low..high, else CopeInputError."""
         full = key.format(arch=self.arch)
         value = self.fields.get(full)
         if value is None:
             return default
         if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value):
+            for v in value:
+                self._in_range(full, v, 0, high)
             value = reduce(value)  # per-layer arrays (head_count_kv of hybrid models)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise CopeInputError(f"metadata {full!r} must be an integer, got {value!r}", path=self.where)
+            raise CopeInputError(f"metadata {shown(full)} must be an integer, got {shown(value)}", path=self.where)
+        return self._in_range(full, value, low, high)
+
+    def _in_range(self, full: str, value: int, low: int, high: int) -> int:
+        if not low <= value <= high:
+            raise CopeInputError(f"metadata {shown(full)} = {value} is out of range ({low}..{high})", path=self.where)
         return value
 
     def required(self, key: str, what: str) -> int:
-        value = self.int_(key)
+        """A positive integer that must be there."""
+        value = self.int_(key, low=1)
         if value is None:
             raise CopeInputError(f"missing metadata {key.format(arch=self.arch)!r} ({what})", path=self.where)
         return value
@@ -153,7 +168,7 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     if not isinstance(arch, str) or not arch:
         raise CopeInputError("missing metadata 'general.architecture'", path=where)
     if arch not in set(MODEL_ARCH_NAMES.values()):
-        raise CopeInputError(f"unknown architecture {arch!r}: not one the gguf package (llama.cpp) knows",
+        raise CopeInputError(f"unknown architecture {shown(arch)}: not one the gguf package (llama.cpp) knows",
                              path=where)
     meta = _Meta(fields, arch, where)
 
@@ -163,6 +178,9 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     for t in tensors:
         m = _BLOCK_RE.match(t.name)
         if m:
+            if len(m[1]) > 5 or int(m[1]) >= MAX_BLOCKS:
+                raise CopeInputError(f"tensor {shown(t.name)}: block {m[1]} is beyond {MAX_BLOCKS} blocks, more than "
+                                     "any model has", path=where)
             blocks[int(m[1])].append((m[2], t))
         else:
             outside.append(t)
@@ -178,9 +196,13 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
             f"not an MoE model: no routed-expert tensors (blk.N.ffn_*_exps) among its {len(tensors)} tensors "
             f"(architecture {arch})", path=where)
 
-    n_blocks = meta.int_("{arch}.block_count") or (max(blocks) + 1 if blocks else 0)
+    n_blocks = meta.int_("{arch}.block_count", high=MAX_BLOCKS) or (max(blocks) + 1 if blocks else 0)
     if blocks and max(blocks) >= n_blocks:
         raise CopeInputError(f"tensor blk.{max(blocks)}.* is beyond {arch}.block_count = {n_blocks}", path=where)
+    if n_blocks > (max(blocks) + 1 if blocks else 0):
+        held = max(blocks) + 1 if blocks else 0
+        raise CopeInputError(f"metadata {arch}.block_count = {n_blocks}, but the tensors are of {held} "
+                             f"block{'s' if held != 1 else ''}", path=where)
     nextn = meta.int_("{arch}.nextn_predict_layers", default=0) or 0
     if not 0 <= nextn < n_blocks:
         raise CopeInputError(f"metadata {arch}.nextn_predict_layers = {nextn} with {n_blocks} blocks", path=where)
@@ -201,12 +223,17 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     n_experts = meta.int_("{arch}.expert_count")
     if sample is not None and len(sample.shape) == 3:
         if n_experts is not None and n_experts != sample.shape[2]:
-            raise CopeInputError(f"metadata {arch}.expert_count = {n_experts}, but tensor {sample.name!r} "
+            raise CopeInputError(f"metadata {arch}.expert_count = {n_experts}, but tensor {shown(sample.name)} "
                                  f"holds {sample.shape[2]} experts", path=where)
         n_experts = sample.shape[2]
     if not n_experts or n_experts < 2:
         raise CopeInputError(f"not an MoE model: {arch}.expert_count is {n_experts}", path=where)
+    if n_experts > MAX_EXPERTS:
+        raise CopeInputError(f"{n_experts} experts per layer: more than any model has ({MAX_EXPERTS})", path=where)
     top_k = meta.required("{arch}.expert_used_count", "routed experts per token")
+    if top_k > n_experts:
+        raise CopeInputError(f"metadata {arch}.expert_used_count = {top_k}, more than the {n_experts} experts",
+                             path=where)
     expert_ffn, gated = _expert_width(weights, first, meta)
 
     embd = by_name.get("token_embd.weight")
@@ -351,7 +378,7 @@ def _exact_bytes(blocks: Mapping[int, list[tuple[str, TensorInfo]]],
         total = 0
         for _role, _kind, t in expert_tensors[b]:
             if not t.shape or t.shape[-1] != n_experts:
-                raise CopeInputError(f"tensor {t.name!r} has shape {list(t.shape)}; expected "
+                raise CopeInputError(f"tensor {shown(t.name)} has shape {list(t.shape)}; expected "
                                      f"{n_experts} experts in its last dimension", path=where)
             total += t.n_bytes
         # Each expert's rows are whole quantization blocks, so this divides exactly.

@@ -15,16 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write
+from engine.errors import CopeInputError, shown
+from engine.files import atomic_write, check_regular
 from engine.trace import RoutingTrace, TraceMeta
-from engine.traces.format import TraceFormat
+from engine.traces.format import TraceFormat, json_problem
+from engine.traces.limits import check_entries
 from engine.traces.validate import build_trace
 
 TRACE_FORMAT = "cope-trace"
 TRACE_VERSION = 1
 TRACE_SUFFIX = ".cope.npz"
 _ARRAYS = ("header", "expert_ids", "seq_starts", "weights", "predicted_ids")
+MAX_HEADER_BYTES = 2**20  # a header is metadata: a few kB
 
 
 def save_trace(trace: RoutingTrace, path: str | os.PathLike) -> None:
@@ -74,10 +76,7 @@ def load_trace(path: str | os.PathLike) -> RoutingTrace:
 
 
 def _check_is_zip(where: str) -> None:
-    if os.path.isdir(where):
-        raise CopeInputError("is a folder, expected a .cope.npz file", path=where)
-    if not os.path.exists(where):
-        raise CopeInputError("no such file", path=where)
+    check_regular(where)  # a FIFO or a device never ends
     try:
         is_zip = zipfile.is_zipfile(where)
     except OSError as exc:
@@ -87,37 +86,76 @@ def _check_is_zip(where: str) -> None:
 
 
 def _read_arrays(where: str) -> dict[str, np.ndarray]:
+    """The trace's arrays, each read only after its declared shape is checked against
+    the entry limit and the bytes its member holds (so no forged shape or inflating
+    member allocates more than that)."""
     _check_is_zip(where)
     try:
-        with np.load(where, allow_pickle=False) as z:
-            names = set(z.files)
+        with zipfile.ZipFile(where) as zf:
+            names = {n.removesuffix(".npy"): n for n in zf.namelist() if n.endswith(".npy")}
             missing = [n for n in _ARRAYS[:3] if n not in names]
             if missing:
                 raise CopeInputError(f"not a COPE trace: missing array(s) {', '.join(missing)}", path=where)
-            return {n: z[n] for n in _ARRAYS if n in names}
+            return {n: _read_member(zf, names[n], n, where) for n in _ARRAYS if n in names}
     except CopeInputError:
         raise
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise CopeInputError("holds a pickled (object) array, which COPE never loads", path=where) from None
-        raise CopeInputError(f"damaged .npz: {exc}", path=where) from None
-    except (OSError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
-        raise CopeInputError(f"damaged .npz: {exc}", path=where) from None
+    except (OSError, EOFError, zipfile.BadZipFile, RuntimeError, ValueError, NotImplementedError) as exc:
+        raise CopeInputError(f"damaged .npz: {_short(exc)}", path=where) from None
+
+
+def _read_member(zf: zipfile.ZipFile, member: str, name: str, where: str) -> np.ndarray:
+    info = zf.getinfo(member)
+    with zf.open(info) as handle:
+        try:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(handle)
+        except (ValueError, SyntaxError, TypeError, EOFError, MemoryError, RecursionError) as exc:
+            raise CopeInputError(f"array {name!r} is damaged: {_short(exc)}", path=where) from None
+        if dtype.hasobject:
+            raise CopeInputError("holds a pickled (object) array, which COPE never loads", path=where)
+        count = 1
+        for d in shape:
+            count *= int(d)
+        if name == "header":
+            if count > MAX_HEADER_BYTES:
+                raise CopeInputError(f"header of {count:,} bytes: more than a COPE header's "
+                                     f"{MAX_HEADER_BYTES:,}", path=where)
+        else:
+            # max(shape) too: an empty array may still claim a dimension of 2**62
+            check_entries(max(count, *shape, 0), where, what=f"array {name!r} (shape {tuple(shape)})")
+        wanted = count * dtype.itemsize
+        held = info.file_size - handle.tell()
+        if wanted > held:
+            raise CopeInputError(f"array {name!r} claims {wanted:,} bytes of data but holds {max(held, 0):,}",
+                                 path=where)
+        data = handle.read(wanted)
+    if len(data) != wanted:
+        raise CopeInputError(f"array {name!r} is damaged: {len(data):,} of {wanted:,} bytes", path=where)
+    array = np.frombuffer(data, dtype=dtype)
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _parse_header(where: str, header: np.ndarray) -> TraceMeta:
     if header.dtype != np.uint8 or header.ndim != 1:
         raise CopeInputError("header must be a 1-D uint8 array of UTF-8 JSON", path=where)
     try:
-        head = json.loads(header.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CopeInputError(f"header is not UTF-8 JSON: {exc}", path=where) from None
+        head = json.loads(header.tobytes().decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CopeInputError(f"header is not UTF-8 JSON: {json_problem(exc)}", path=where) from None
     if not isinstance(head, dict) or head.get("format") != TRACE_FORMAT:
         found = head.get("format") if isinstance(head, dict) else type(head).__name__
-        raise CopeInputError(f"not a COPE trace: header format is {found!r}, expected {TRACE_FORMAT!r}", path=where)
+        raise CopeInputError(f"not a COPE trace: header format is {shown(found)}, expected {TRACE_FORMAT!r}",
+                             path=where)
     version = head.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CopeInputError(f"bad trace format version {version!r}", path=where)
+        raise CopeInputError(f"bad trace format version {shown(version)}", path=where)
     if version > TRACE_VERSION:
         raise CopeInputError(
             f"trace format version {version} is newer than this COPE reads ({TRACE_VERSION}); upgrade COPE",
@@ -128,8 +166,14 @@ def _parse_header(where: str, header: np.ndarray) -> TraceMeta:
         if not isinstance(meta_dict, dict):
             raise TypeError("meta is not an object")
         return TraceMeta.from_dict(meta_dict)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CopeInputError(f"bad trace metadata in header: {exc!r}", path=where) from None
+    except KeyError as exc:
+        raise CopeInputError(f"bad trace metadata in header: field {exc} is missing", path=where) from None
+    except (TypeError, ValueError) as exc:
+        raise CopeInputError(f"bad trace metadata in header: {exc}", path=where) from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _as_int16(path: str, name: str, arr: np.ndarray, ndim: int, low: int) -> np.ndarray:

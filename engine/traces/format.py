@@ -39,6 +39,22 @@ def text_head(head: bytes) -> bytes:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")
 
 
+def json_problem(exc: BaseException) -> str:
+    """A JSON parser's complaint in a few words (json.loads raises ValueError for a number
+    of more than 4300 digits and RecursionError for deep nesting, besides JSONDecodeError)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    if "integer string conversion" in str(exc) or "Exceeds the limit" in str(exc):
+        return "a number of more than 4300 digits"
+    msg = getattr(exc, "msg", None)
+    if msg is not None:
+        return f"{msg} (column {exc.colno})"
+    text = str(exc)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def model_shape(path: str, model, label: str) -> dict:
     """The reader arguments a model gives a format that does not record its own shape."""
     if model is None:

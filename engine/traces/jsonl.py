@@ -15,10 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write, read_text
+from engine.errors import CopeInputError, shown
+from engine.files import atomic_write
 from engine.trace import RoutingTrace, TraceMeta
-from engine.traces.format import TraceFormat, model_shape, text_head
+from engine.traces.format import TraceFormat, json_problem, model_shape, text_head
+from engine.traces.limits import read_text_bounded
 from engine.traces.validate import assemble, build_trace, check_cells
 
 
@@ -27,7 +28,12 @@ def _is_int(v: object) -> bool:
 
 
 def _is_number(v: object) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float (a 401-digit weight)
+        return False
 
 
 @dataclass
@@ -47,8 +53,8 @@ class _Records:
 def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
     try:
         rec = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise CopeInputError(f"not valid JSON: {exc.msg} (column {exc.colno})", path=where, line=number) from None
+    except (ValueError, RecursionError) as exc:
+        raise CopeInputError(f"not valid JSON: {json_problem(exc)}", path=where, line=number) from None
     if not isinstance(rec, dict):
         raise CopeInputError("each line must be a JSON object", path=where, line=number)
     for key in ("token", "layer", "experts"):
@@ -56,9 +62,9 @@ def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
             raise CopeInputError(f"record lacks {key!r}", path=where, line=number)
     token, block, ids = rec["token"], rec["layer"], rec["experts"]
     if not _is_int(token):
-        raise CopeInputError(f"'token' must be an integer, found {token!r}", path=where, line=number)
+        raise CopeInputError(f"'token' must be an integer, found {shown(token)}", path=where, line=number)
     if not _is_int(block):
-        raise CopeInputError(f"'layer' must be an integer block index, found {block!r}", path=where, line=number)
+        raise CopeInputError(f"'layer' must be an integer block index, found {shown(block)}", path=where, line=number)
     if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
         raise CopeInputError("'experts' must be a list of integers", path=where, line=number)
     if len(ids) != top_k:
@@ -69,7 +75,7 @@ def _parse_record(where: str, raw: str, number: int, top_k: int) -> dict:
 def _seq_of(where: str, rec: dict, number: int) -> object:
     s = rec.get("seq")
     if s is not None and not (_is_int(s) or isinstance(s, str)):
-        raise CopeInputError(f"'seq' must be an integer or a string, found {s!r}", path=where, line=number)
+        raise CopeInputError(f"'seq' must be an integer or a string, found {shown(s)}", path=where, line=number)
     return s
 
 
@@ -128,7 +134,7 @@ def read_jsonl_trace(
     dropped with a TraceWarning.
     """
     where = str(path)
-    recs = _parse(where, read_text(where), top_k)
+    recs = _parse(where, read_text_bounded(where, k=top_k), top_k)
     line_arr = np.array(recs.lines, dtype=np.int64)
 
     def line_of(r: int) -> int:

@@ -17,12 +17,14 @@ from typing import Sequence
 import numpy as np
 
 from engine.errors import CopeInputError
-from engine.files import atomic_write, read_text
+from engine.files import atomic_write
 from engine.trace import RoutingTrace, TraceMeta
 from engine.traces.format import TraceFormat, model_shape, text_head
+from engine.traces.limits import read_text_bounded
 from engine.traces.validate import LineOf, assemble, build_trace, check_cells
 
 _INT_LIMIT = 2**62
+_INT_RE = re.compile(r"-?[0-9]+")
 
 
 def _line_finder(text: str) -> LineOf:
@@ -45,12 +47,14 @@ def _parse_int_row(path: str, raw: str, number: int, n_fields: int, what: str) -
         )
     values = []
     for f in fields:
-        try:
-            v = int(f.strip())
-        except ValueError:
-            raise CopeInputError(f"field {f.strip()!r} is not an integer", path=path, line=number) from None
+        cell = f.strip()
+        # Plain ASCII digits only: int() also takes "1_1", "+1" and Arabic-Indic digits.
+        shown = cell if len(cell) <= 30 else cell[:27] + "..."
+        if not _INT_RE.fullmatch(cell):
+            raise CopeInputError(f"field {shown!r} is not an integer", path=path, line=number)
+        v = int(cell) if len(cell) <= 20 else _INT_LIMIT  # never convert thousands of digits
         if abs(v) >= _INT_LIMIT:
-            raise CopeInputError(f"field {v} is out of range", path=path, line=number)
+            raise CopeInputError(f"field {shown} is out of range", path=path, line=number)
         values.append(v)
     return values
 
@@ -133,7 +137,7 @@ def read_llama_moe_trace_csv(
     are dropped with a TraceWarning.
     """
     where = str(path)
-    text = read_text(where)
+    text = read_text_bounded(where, k=top_k)
     if not text.strip():
         raise CopeInputError("empty file: no decode rows (pos >= 0)", path=where)
     text, header = _without_header(text)

@@ -9,6 +9,7 @@ decode. A single such file reads as one sequence.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 import warnings
@@ -16,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.errors import CopeInputError, shown
 from engine.trace import RoutingTrace, TraceMeta
 from engine.traces.format import TraceFormat, text_head
+from engine.traces.limits import check_entries, read_text_bounded
 from engine.traces.validate import LineOf, build_trace, check_cells, first_bad_row, warn_dropped
 
 MOE_BEYOND_MODEL = "deepseek-v2-lite-chat"
@@ -57,11 +59,9 @@ def _parse_ints_fast(text: str, expected: int) -> np.ndarray | None:
 
 def _read_rows(path: str, line_of: LineOf) -> list[list[str]]:
     """The data rows (after a checked header), each with 4 fields."""
+    text = read_text_bounded(path, k=MOE_BEYOND_TOP_K)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle))
-    except UnicodeDecodeError as exc:
-        raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
         raise CopeInputError(f"not a readable CSV: {exc}", path=path) from None
     except OSError as exc:
@@ -69,7 +69,7 @@ def _read_rows(path: str, line_of: LineOf) -> list[list[str]]:
     if not rows:
         raise CopeInputError("empty file", path=path)
     if [h.strip() for h in rows[0]] != MOE_BEYOND_HEADER:
-        raise CopeInputError(f"header is {rows[0]!r}, expected {','.join(MOE_BEYOND_HEADER)!r}", path=path, line=1)
+        raise CopeInputError(f"header is {shown(rows[0])}, expected {','.join(MOE_BEYOND_HEADER)!r}", path=path, line=1)
     rows = rows[1:]
     if not rows:
         raise CopeInputError("no data rows after the header", path=path)
@@ -87,20 +87,20 @@ def _parse_blocks(path: str, rows: list[list[str]], line_of: LineOf) -> np.ndarr
         try:
             int(row[0])
         except ValueError:
-            raise CopeInputError(f"Layer ID {row[0]!r} is not an integer", path=path, line=line_of(r)) from None
+            raise CopeInputError(f"Layer ID {shown(row[0])} is not an integer", path=path, line=line_of(r)) from None
     raise CopeInputError("Layer ID column is not readable", path=path)  # pragma: no cover
 
 
 def _locate_bad_ids(path: str, row: list[str], line: int, k: int) -> None:
     cell = row[3].strip()
     if not (cell.startswith("[") and cell.endswith("]")):
-        raise CopeInputError(f"Activated Expert IDs {row[3]!r} is not a [..] list", path=path, line=line)
+        raise CopeInputError(f"Activated Expert IDs {shown(row[3])} is not a [..] list", path=path, line=line)
     parts = [p.strip() for p in cell[1:-1].split(",") if p.strip()]
     for p in parts:
         try:
             int(p)
         except ValueError:
-            raise CopeInputError(f"expert id {p!r} is not an integer", path=path, line=line) from None
+            raise CopeInputError(f"expert id {shown(p)} is not an integer", path=path, line=line) from None
     if len(parts) != k:
         raise CopeInputError(f"expected {k} expert ids, found {len(parts)}", path=path, line=line)
 
@@ -142,8 +142,8 @@ def _check_aligned(path, rows, starts, present, n_tokens: int, line_of: LineOf) 
         if [row[2] for row in rows[s0 : s0 + n_tokens]] != ref:
             i = next(i for i in range(n_tokens) if rows[s0 + i][2] != ref[i])
             raise CopeInputError(
-                f"block {MOE_BEYOND_BLOCKS[li]} row {i} is token {rows[s0 + i][2]!r} but block "
-                f"{MOE_BEYOND_BLOCKS[first]} has {ref[i]!r} there: rows are misaligned",
+                f"block {MOE_BEYOND_BLOCKS[li]} row {i} is token {shown(rows[s0 + i][2])} but block "
+                f"{MOE_BEYOND_BLOCKS[first]} has {shown(ref[i])} there: rows are misaligned",
                 path=path,
                 line=line_of(s0 + i),
             )
@@ -240,6 +240,7 @@ def read_moe_beyond_csv_dir(folder: str | os.PathLike, *, max_files: int | None 
         notes.extend(f"{f.name}: {n}" for n in file_notes)
         if ids.shape[0]:
             parts.append(ids)
+            check_entries(sum(p.size for p in parts), where, what="the folder")
     if not parts:
         raise CopeInputError("no complete token in any file", path=where)
     lengths = np.array([p.shape[0] for p in parts], dtype=np.int64)

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from engine.errors import CopeInputError
+from engine.files import open_regular
 from engine.trace import RoutingTrace
 from engine.traces import commitmoe_safetensors, cope_npz, flame_parquet, jsonl, llama_csv, moe_beyond
 from engine.traces.format import HEAD_BYTES, TraceFormat
@@ -53,7 +54,7 @@ def _unknown(where: str) -> CopeInputError:
 
 def _read_head(where: str) -> bytes:
     try:
-        with open(where, "rb") as handle:
+        with open_regular(where) as handle:  # a FIFO or a device is refused here
             return handle.read(HEAD_BYTES)
     except OSError as exc:
         raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
