@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CURVE_TOKENS = 4096  # profile tokens an allocation curve is measured on (the last ones)
+CURVE_TOKENS = 1024  # profile tokens an allocation curve is measured on (the last ones)
 
 
 def popularity_order(popularity: np.ndarray) -> np.ndarray:
@@ -71,22 +71,18 @@ def static_step_counts(ids: np.ndarray, popularity: np.ndarray) -> np.ndarray:
     counts."""
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
-    ranks = popularity_ranks(popularity)
-    depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids.astype(np.intp)] + 1, axis=2)  # [T, L, k]
-    # A step has h hits for C in [depth_h, depth_{h+1}) (depth_0 = 0, depth_{k+1} = E+1):
-    # +1 where each range starts, -1 where it ends, then a running sum over C.
-    edges = np.concatenate([
-        np.zeros((n_tokens, n_layers, 1), dtype=depth.dtype), depth,
-        np.full((n_tokens, n_layers, 1), n_experts + 1, dtype=depth.dtype),
-    ], axis=2)  # [T, L, k+2]
-    width = n_experts + 2
-    cell = (np.arange(n_layers)[None, :, None] * width) * (k + 1) + np.arange(k + 1)[None, None, :]
-    starts = cell + edges[:, :, :-1] * (k + 1)
-    stops = cell + edges[:, :, 1:] * (k + 1)
-    size = n_layers * width * (k + 1)
-    diff = np.bincount(starts.ravel(), minlength=size) - np.bincount(stops.ravel(), minlength=size)
-    counts = np.cumsum(diff.reshape(n_layers, width, k + 1), axis=1)
-    return counts[:, : n_experts + 1].astype(np.int64)
+    ranks = popularity_ranks(popularity).astype(np.int32)
+    # Each step's depths (rank + 1), sorted: the step has h hits for C in [d_h, d_{h+1}).
+    depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids] + 1, axis=2)  # [T, L, k]
+    # starts[l, C, h]: steps whose h-th smallest depth is C (h = 1..k); h = 0 starts at 0
+    # for every step. A step leaves h where it enters h + 1.
+    cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
+            + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
+    size = n_layers * (n_experts + 1) * (k + 2)
+    starts = np.bincount((cell + depth * (k + 2)).ravel(), minlength=size).reshape(n_layers, n_experts + 1, k + 2)
+    starts[:, 0, 0] = n_tokens
+    counts = np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
+    return counts.astype(np.int64)
 
 
 def hits_of(step_counts: np.ndarray) -> np.ndarray:
@@ -106,27 +102,27 @@ def lru_hit_curves(ids: np.ndarray, popularity: np.ndarray, *, tokens: int = CUR
     started from the popularity order, on the last `tokens` tokens of `ids` [T, L, k].
 
     One pass of batch stack distances: an access hits at C slots when fewer than C
-    distinct experts were used since its expert's last use (its depth <= C), depths
-    measured before the step's own updates, the step's experts then most recent in
-    routing order. For allocation only (see the module's note on exactness)."""
+    experts are more recent than its expert (its depth <= C), depths measured before
+    the step's own updates, the step's experts then most recent in routing order. For
+    allocation only (see the module's note on exactness)."""
     ids = np.asarray(ids)[-tokens:].astype(np.intp)
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
-    # Last-use stamps: the initial order is the popularity order (most popular newest).
-    stamp = -(popularity_ranks(popularity).astype(np.int64) + 1)
-    layers = np.arange(n_layers)[:, None]
+    # Last-use stamps before each step: the popularity order at first (most popular
+    # newest, all negative), then t * k + j for the j-th expert step t routed.
+    stamps = np.full((n_tokens, n_layers, n_experts), -(n_experts + 2), dtype=np.int32)
+    t_index = np.arange(n_tokens)[:, None, None]
+    stamps[t_index, np.arange(n_layers)[None, :, None], ids] = t_index * k + np.arange(k)[None, None, :]
+    np.maximum.accumulate(stamps, axis=0, out=stamps)
+    initial = -(popularity_ranks(popularity).astype(np.int32) + 1)
+    before = np.concatenate([initial[None], np.maximum(stamps[:-1], initial[None])])
+    mine = np.take_along_axis(before, ids, axis=2)  # [T, L, k]
     depth_counts = np.zeros(n_layers * (n_experts + 1), dtype=np.int64)
-    base = (np.arange(n_layers) * (n_experts + 1))[:, None]
-    chunk = []
-    for t in range(n_tokens):
-        row = ids[t]  # [L, k]
-        mine = stamp[layers, row]  # [L, k]
-        depth = (stamp[:, None, :] > mine[:, :, None]).sum(axis=2) + 1  # [L, k]
-        chunk.append(base + depth)
-        stamp[layers, row] = t * k + np.arange(k)[None, :]
-        if len(chunk) == 512 or t == n_tokens - 1:
-            depth_counts += np.bincount(np.concatenate(chunk).ravel(), minlength=depth_counts.size)
-            chunk = []
+    cell = (np.arange(n_layers) * (n_experts + 1))[None, :, None]
+    for start in range(0, n_tokens, 128):  # [tokens, L, k, E] comparisons, a chunk at a time
+        part = slice(start, start + 128)
+        depth = (before[part, :, None, :] > mine[part, :, :, None]).sum(axis=3) + 1
+        depth_counts += np.bincount((cell + depth).ravel(), minlength=depth_counts.size)
     return np.cumsum(depth_counts.reshape(n_layers, n_experts + 1), axis=1)
 
 
