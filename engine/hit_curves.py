@@ -167,11 +167,25 @@ def allocate_by_curves(curves: np.ndarray, total_slots: int, *, floor: int = 0) 
     start = min(int(floor), n_experts)
     if start * n_layers > total:
         start = 0
-    gains = np.stack([hull_gains(curves[layer], start) for layer in range(n_layers)]) if start < n_experts \
-        else np.zeros((n_layers, 0))
+    gains = _layer_gains(curves, start)
     picked = np.argsort(-gains.ravel(), kind="stable")[: total - start * n_layers]
     width = max(n_experts - start, 1)
     return start + np.bincount(picked // width, minlength=n_layers).astype(np.int64)
+
+
+_GAINS: dict[tuple, np.ndarray] = {}  # the last few curves' hull gains: every candidate of a sweep asks
+
+
+def _layer_gains(curves: np.ndarray, start: int) -> np.ndarray:
+    """[L, E - start] hull gains of every layer, remembered for the same curves."""
+    key = (curves.shape, str(curves.dtype), start, curves.tobytes())
+    if key not in _GAINS:
+        if len(_GAINS) >= 8:
+            _GAINS.pop(next(iter(_GAINS)))
+        n_layers, width = curves.shape[0], curves.shape[1] - 1 - start
+        _GAINS[key] = np.stack([hull_gains(curves[layer], start) for layer in range(n_layers)]) if width > 0 \
+            else np.zeros((n_layers, 0))
+    return _GAINS[key]
 
 
 def uniform_with_remainder(curves: np.ndarray, total_slots: int) -> np.ndarray:
