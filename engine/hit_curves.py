@@ -27,8 +27,8 @@ DESIGN.md §4, engine/residency.py; docs/architecture.md "Hit curves"):
   depends on the capacity. Routed [a, e, b] with b a hit at C and C+1, a a miss at both,
   e a miss at C and a hit at C+1 leaves e most recent at C and least recent at C+1; after
   C - 1 other experts e is still resident at C and evicted at C+1. So the property fails
-  for k >= 3 (tests/test_hit_curves.py replays that case; real DeepSeek routing shows it
-  in about 0.05% of (step, capacity) pairs). With one order for every capacity (routing
+  for k >= 3 (tests/test_hit_curves.py replays that case; on real DeepSeek routing a step
+  hits more with C slots than with C + 1 in 0.03-0.06% of (step, capacity) pairs). With one order for every capacity (routing
   order, hit or not) the cache would be the top C of one recency stack and the curve
   exact for C >= k; COPE's convention is kept, so these caches are replayed;
 - C < k under stage: a step keeps its hits and its first C - h misses: every resident
