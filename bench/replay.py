@@ -1,13 +1,15 @@
 """How fast replay is: one `advise()` call and a sweep of VRAM budgets.
 
-    python bench/replay.py            # advise and the sweep
+    python bench/replay.py            # advise and the sweep, 1,000 and 16,000 tokens
+    python bench/replay.py --short    # only the 1,000-token cases
     python bench/replay.py --score    # also: advise with LRU and score eviction
 
 
 Workload: the default `cope advise` setting (Qwen3-30B-A3B, 48 MoE layers, 128
 experts, top-8; the rtx-4060-ti-16gb and desktop-ddr5 presets; the analytic cost
 model) on a synthetic trace of 2,000 tokens split into a 1,000-token profile and
-the 1,000 tokens replayed. Prints seconds, candidates, the (token, layer) steps
+the 1,000 tokens replayed; then the long case, 32,000 tokens split into a 16,000-token
+profile and 16,000 tokens replayed (the length of a real recorded trace). Prints seconds, candidates, the (token, layer) steps
 covered per second (every candidate's histogram covers tokens x layers steps,
 whether it was replayed, shared or read off a fixed residency), and each time as a
 fraction of its target. `--score` adds `advise --eviction lru,score`, whose score
@@ -38,12 +40,11 @@ MODEL = "qwen3-30b-a3b"
 GPU = "rtx-4060-ti-16gb"
 CPU = "desktop-ddr5"
 SWEEP_GIB = tuple(range(6, 22))  # 16 budgets
-ADVISE_TARGET_S = 1.0
-SWEEP_TARGET_S = 10.0
+TARGETS_S = {1000: (0.3, 1.0), 16000: (1.0, 2.0)}  # tokens replayed: (advise, sweep)
 
 
-def workload():
-    settings = SyntheticSettings(tokens=2000, sequences=2, zipf_exponent=0.7, seed=0)
+def workload(tokens: int = 1000):
+    settings = SyntheticSettings(tokens=2 * tokens, sequences=2, zipf_exponent=0.7, seed=0)
     profile, replayed = synthetic_trace(get_model(MODEL), settings).split(0.5)
     request = build_request(PlanChoices(model=MODEL, gpu=GPU, cpu=CPU))
     request = replace(request, trace=replayed, profile=profile)
@@ -59,7 +60,14 @@ def report(label: str, seconds: float, candidates: int, steps: int, target_s: fl
 
 
 def main() -> None:
-    request, cost_model = workload()
+    lengths = [1000] if "--short" in sys.argv[1:] else [1000, 16000]
+    for tokens in lengths:
+        run(tokens)
+
+
+def run(tokens: int) -> None:
+    advise_target_s, sweep_target_s = TARGETS_S[tokens]
+    request, cost_model = workload(tokens)
     trace = request.trace
     steps_per_candidate = trace.n_tokens * trace.n_layers
     print(
@@ -71,7 +79,7 @@ def main() -> None:
     recommendation = advise(request, cost_model)
     seconds = time.perf_counter() - start
     n = len(recommendation.estimates)
-    report(f"advise ({request.vram_budget_bytes / GIB:g} GiB)", seconds, n, n * steps_per_candidate, ADVISE_TARGET_S)
+    report(f"advise ({request.vram_budget_bytes / GIB:g} GiB)", seconds, n, n * steps_per_candidate, advise_target_s)
 
     budgets = [gib * GIB for gib in SWEEP_GIB]
     start = time.perf_counter()
@@ -79,9 +87,9 @@ def main() -> None:
     seconds = time.perf_counter() - start
     n = sum(len(r.estimates) for r in recommendations)
     label = f"sweep ({len(budgets)} budgets, {SWEEP_GIB[0]}..{SWEEP_GIB[-1]} GiB)"
-    report(label, seconds, n, n * steps_per_candidate, SWEEP_TARGET_S)
+    report(label, seconds, n, n * steps_per_candidate, sweep_target_s)
 
-    if "--score" in sys.argv[1:]:
+    if "--score" in sys.argv[1:] and tokens == 1000:  # score caches: the short trace only
         scored = replace(request, evictions=(Eviction.LRU, Eviction.SCORE))
         start = time.perf_counter()
         recommendation = advise(scored, cost_model)

@@ -16,6 +16,7 @@ from engine.cost_model import CostModel, StateCosts
 from engine.cost_models import CostModelDescription
 from engine.errors import CopeInputError
 from engine.estimate import Estimate, price
+from engine.hit_curves import lru_hit_curves
 from engine.memory import GIB, MemoryPlan, plan_memory
 from engine.model import ModelSpec
 from engine.platform import Platform
@@ -124,6 +125,7 @@ class _Shared:
     """What every budget of one request shares."""
 
     popularity: np.ndarray
+    hit_curves: np.ndarray  # [L, E+1] per-layer LRU hits on the profile: mutable allocations
     prefetch_budget: int
     costs: dict[Execution, StateCosts]
     shared_s: float
@@ -141,8 +143,10 @@ def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendat
     notes = list(request.notes)
     if trace.predicted_ids is None:
         notes.append("the trace has no next-layer predictions: mutable caches run without prefetch")
+    popularity = request.profile.popularity()
     shared = _Shared(
-        popularity=request.profile.popularity(),
+        popularity=popularity,
+        hit_curves=lru_hit_curves(request.profile.expert_ids, popularity),
         prefetch_budget=prefetch_budget,
         costs={ex: cost_model.state_costs(ex, request.threads, k, prefetch_budget) for ex in Execution},
         shared_s=cost_model.shared_per_token_s(),
@@ -240,7 +244,8 @@ def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
             # A copying execution keeps room for one layer's copied misses.
             total_slots = memory.slots(staging=candidate.copies_misses)
             split = shared.costs[Execution.READY_FIRST].copied if candidate.execution is Execution.READY_FIRST else None
-            matrix.append((candidate, ReplaySetup(shared.popularity, total_slots, shared.prefetch_budget, split)))
+            matrix.append((candidate, ReplaySetup(shared.popularity, total_slots, shared.prefetch_budget, split,
+                                                  shared.hit_curves)))
     return _BudgetPlan(memory, candidates, matrix, tuple(notes))
 
 

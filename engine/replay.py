@@ -27,7 +27,8 @@ experts, the least popular the least recent (in a pool: least routed of any laye
 
 How the work is done, fastest first:
 - a cache that never changes (fixed residency, or nothing that could change it) and a
-  cache holding every expert are lookups;
+  cache holding every expert are lookups, in state counts computed for every capacity
+  at once (`engine.hit_curves.static_step_counts`): every budget of a sweep reads them;
 - per-layer LRU caches are independent (a layer's cache sees only its own prefetch
   and its own routing), so every layer of every candidate is a row of numpy arrays,
   replayed token by token: last-use stamps, evict the smallest (`_LayerLru`);
@@ -55,6 +56,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from engine.hit_curves import static_step_counts
 from engine.policy import Candidate, Eviction, Kind
 from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace
 from engine.replay_layer_lru import _LayerLru
@@ -206,9 +208,15 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
     results: dict[tuple, tuple] = {}
     stepwise: list[_Plan] = []
     batches: dict[tuple, list[_Plan]] = {}
+    curves: dict[int, np.ndarray] = {}  # static state counts at every capacity, by popularity
     for plan in plans:
         if plan.static:
-            counts = _static_counts(ids, resident_mask(plan.popularity, plan.slots))
+            # One pass gives every capacity (engine.hit_curves): the plans of every budget
+            # index it.
+            if id(plan.popularity) not in curves:
+                curves[id(plan.popularity)] = static_step_counts(ids, plan.popularity)
+            every = curves[id(plan.popularity)]
+            counts = every[np.arange(every.shape[0]), np.minimum(plan.slots, every.shape[1] - 1)][:, :, None]
             if plan.width:
                 counts = np.pad(counts, ((0, 0), (0, 0), (0, plan.width)))
             results[plan.key] = (counts, 0, 0)
@@ -288,14 +296,6 @@ def _run_stepwise(trace: _Trace, plans: list[_Plan], tick: _Ticks) -> list[tuple
         histograms.token_done(t)
     histograms.finish(n_tokens)
     return [(histograms.of(j), r.admissions, r.prefetch_used) for j, r in enumerate(residencies)]
-
-
-def _static_counts(ids: np.ndarray, resident: np.ndarray) -> np.ndarray:
-    n_tokens, n_layers, k = ids.shape
-    hits = resident[np.arange(n_layers)[None, :, None], ids].sum(axis=2)  # [T, L]
-    flat = np.arange(n_layers)[None, :] * (k + 1) + hits
-    counts = np.bincount(flat.ravel(), minlength=n_layers * (k + 1))
-    return counts.reshape(n_layers, k + 1, 1).astype(np.int64)
 
 
 def _replay_partition(

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.hit_curves import allocate_by_curves, popularity_curves, popularity_order, uniform_with_remainder
 from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.residency_caches import SCORE_DECAY_PER_TOKEN, DecayedScores, LruCache, ScoreCache, initial_scores
 
@@ -34,32 +35,36 @@ class ReplaySetup:
     total_slots: int  # expert slots the budget leaves (for this candidate's execution)
     prefetch_budget: int  # copies per layer at most
     admit_per_hits: np.ndarray | None = None  # [k+1] misses a ready-first step copies
+    # [L, E+1] hits at each capacity of a per-layer LRU on the profile trace
+    # (engine.hit_curves.lru_hit_curves): what mutable residencies allocate by; None:
+    # the popularity curve, as fixed residency.
+    hit_curves: np.ndarray | None = None
 
 
 # --- what a candidate keeps where ------------------------------------------------------
 
 
-def popularity_order(popularity: np.ndarray) -> np.ndarray:
-    """[L, E] expert ids per layer, most popular first (ties: lower id first)."""
-    return np.argsort(-popularity, axis=1, kind="stable")
+def allocate_slots(
+    popularity: np.ndarray, total_slots: int, allocation: Allocation, *,
+    curves: np.ndarray | None = None, floor: int = 0,
+) -> np.ndarray:
+    """Slots per layer for `total_slots` expert slots (at most every expert); both
+    allocations spend them all.
 
-
-def allocate_slots(popularity: np.ndarray, total_slots: int, allocation: Allocation) -> np.ndarray:
-    """Slots per layer for `total_slots` expert slots.
-
-    Uniform: the same number in every layer (the remainder stays unused, as a
-    per-layer runtime would leave it). Nonuniform: one slot at a time to the layer
-    whose next most popular expert saves the most misses on the profile trace; every
-    miss costs the same time whatever the layer, so that is the global top of the
-    popularity counts.
+    `curves` [L, E+1]: hits at each capacity on the profile trace (engine.hit_curves);
+    None: a fixed residency's, the running sum of the popularity counts. Nonuniform:
+    slot by slot to the layer whose next slot saves the most misses (every miss costs
+    the same time whatever the layer), along each curve's concave hull, after `floor`
+    slots in every layer when the total allows (a mutable cache: the k experts a step
+    routes). On the popularity curve that is the global top of the popularity counts.
+    Uniform: the same number in every layer, the remainder one slot each to the layers
+    whose next slot saves the most.
     """
-    n_layers, n_experts = popularity.shape
-    total_slots = min(int(total_slots), n_layers * n_experts)
+    if curves is None:
+        curves = popularity_curves(popularity)
     if allocation is Allocation.UNIFORM:
-        return np.full(n_layers, min(total_slots // n_layers, n_experts), dtype=np.int64)
-    ranked = -np.sort(-popularity, axis=1)  # per layer, descending counts
-    flat_order = np.argsort(-ranked.ravel(), kind="stable")[:total_slots]
-    return np.bincount(flat_order // n_experts, minlength=n_layers).astype(np.int64)
+        return uniform_with_remainder(curves, total_slots)
+    return allocate_by_curves(curves, total_slots, floor=floor)
 
 
 def cpu_layers_for(
@@ -120,7 +125,9 @@ def cache_rules(
         cpu = cpu_layers_for(candidate.kind, n_layers, layers=cpu_layers)
         slots = np.where(cpu, 0, n_experts).astype(np.int64)
         return CacheRules(slots, none, None, 0, False, None, True)
-    slots = allocate_slots(popularity, setup.total_slots, candidate.allocation)
+    mutable = candidate.is_mutable
+    slots = allocate_slots(popularity, setup.total_slots, candidate.allocation,
+                           curves=setup.hit_curves if mutable else None, floor=k if mutable else 0)
     hits = np.arange(k + 1)
     split = None
     if candidate.execution is Execution.READY_FIRST:

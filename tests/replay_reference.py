@@ -35,7 +35,9 @@ def reference_replay(ids, predicted, candidate: Candidate, setup: ReplaySetup, c
         counts[~cpu_layers, k, 0] = n_tokens
         return counts, 0, 0
 
-    slots = reference_slots(popularity, setup.total_slots, candidate.allocation)
+    mutable = candidate.is_mutable
+    slots = reference_slots(popularity, setup.total_slots, candidate.allocation,
+                            curves=setup.hit_curves if mutable else None, floor=k if mutable else 0)
     order = [sorted(range(n_experts), key=lambda e: -popularity[l, e]) for l in range(n_layers)]  # stable
     admit = reference_admission(candidate, setup, k)
     prefetch = candidate.prefetch and predicted is not None and setup.prefetch_budget > 0
@@ -100,19 +102,47 @@ def reference_replay(ids, predicted, candidate: Candidate, setup: ReplaySetup, c
     return counts, admissions, used
 
 
-def reference_slots(popularity, total_slots, allocation):
+def reference_slots(popularity, total_slots, allocation, curves=None, floor=0):
+    """Slots one at a time. `curves` [L, E+1] hits per capacity (default: the running
+    sum of the popularity counts, most popular first)."""
     n_layers, n_experts = popularity.shape
     total_slots = min(int(total_slots), n_layers * n_experts)
+    if curves is None:
+        ranked = [sorted(popularity[l], reverse=True) for l in range(n_layers)]
+        curves = [[0] + list(np.cumsum(ranked[l])) for l in range(n_layers)]
+    curves = [[float(v) for v in curves[l]] for l in range(n_layers)]
     if allocation is Allocation.UNIFORM:
-        return [min(total_slots // n_layers, n_experts)] * n_layers
-    # One slot at a time to the layer whose next most popular expert is routed most
-    # (ties: the lower layer, then its more popular expert).
-    ranked = [sorted(popularity[l], reverse=True) for l in range(n_layers)]
-    cells = sorted(((-ranked[l][r], l, r) for l in range(n_layers) for r in range(n_experts)))
-    slots = [0] * n_layers
-    for _, l, _ in cells[:total_slots]:
-        slots[l] += 1
+        base = min(total_slots // n_layers, n_experts)
+        slots = [base] * n_layers
+        gain = [curves[l][base + 1] - curves[l][base] if base < n_experts else 0.0 for l in range(n_layers)]
+        for l in sorted(range(n_layers), key=lambda l: (-gain[l], l))[: total_slots - base * n_layers]:
+            slots[l] += 1
+        return slots
+    start = floor if floor * n_layers <= total_slots else 0
+    start = min(start, n_experts)
+    gains = [reference_hull_gains(curves[l][start:]) for l in range(n_layers)]
+    slots = [start] * n_layers
+    for _ in range(total_slots - start * n_layers):
+        # The layer whose next slot gains the most (ties: the lower layer).
+        best = max((l for l in range(n_layers) if slots[l] < n_experts),
+                   key=lambda l: (gains[l][slots[l] - start], -l))
+        slots[best] += 1
     return slots
+
+
+def reference_hull_gains(curve):
+    """Each slot's gain along the upper concave hull of `curve`, by brute force: the hull
+    at x is the best chord over points a <= x <= b."""
+    n = len(curve)
+    if all(curve[i + 1] - curve[i] >= curve[i + 2] - curve[i + 1] for i in range(n - 2)):
+        return [curve[i + 1] - curve[i] for i in range(n - 1)]
+
+    def hull(x):
+        return max(curve[a] + (curve[b] - curve[a]) * (x - a) / (b - a) if b > a else curve[a]
+                   for a in range(x + 1) for b in range(x, n))
+
+    values = [hull(x) for x in range(n)]
+    return [values[i + 1] - values[i] for i in range(n - 1)]
 
 
 def reference_admission(candidate, setup, k):

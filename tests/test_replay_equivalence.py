@@ -242,6 +242,7 @@ def small_request(tokens=40, **kw):
 
 def test_advise_shares_replays_without_changing_any_candidate(pool_path):
     from engine.advise import advise, partition_layers
+    from engine.hit_curves import lru_hit_curves
     from engine.memory import plan_memory
 
     request, cost = small_request(vram_budget_gib=10)
@@ -260,10 +261,12 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
             assert np.array_equal(estimate.cpu_layers, layers), candidate.id
             assert np.array_equal(estimate.stats.counts[:, 0, 0] > 0, layers), candidate.id
             continue
-        setup = ReplaySetup(popularity, memory.slots(staging=candidate.copies_misses), k, split)
+        setup = ReplaySetup(popularity, memory.slots(staging=candidate.copies_misses), k, split,
+                            lru_hit_curves(request.profile.expert_ids, popularity))
         # The estimate carries the setup it was replayed with (validate executes that).
         assert estimate.cpu_layers is None and estimate.setup.total_slots == setup.total_slots
         assert estimate.setup.prefetch_budget == k and np.array_equal(estimate.setup.popularity, popularity)
+        assert np.array_equal(estimate.setup.hit_curves, setup.hit_curves)
         if candidate.execution is Execution.READY_FIRST:
             assert np.array_equal(estimate.setup.admit_per_hits, split)
         assert_same(trace.expert_ids, trace.predicted_ids, setup, [candidate], [estimate.stats])

@@ -79,8 +79,10 @@ def llama_shape(candidate: Candidate, placement: Placement, model: ModelSpec) ->
         if model.arch not in FORK_ARCHS:
             return LlamaShape(NOT_EXPRESSIBLE, f"the fork's --moe-cache-* is wired only for "
                               f"{', '.join(sorted(FORK_ARCHS))}, not for {model.arch}")
+        spare = placement.slots_total - slots * n_layers  # uniform's remainder: the fork has one count
+        unused = f" ({spare} slots of COPE's uniform remainder unused)" if spare else ""
         return LlamaShape(NEEDS_FORK, f"fixed residency of {slots} popular experts per layer with a parallel "
-                          "CPU lane: the fork's --moe-cache-profile/--moe-cache-slots", slots)
+                          f"CPU lane: the fork's --moe-cache-profile/--moe-cache-slots{unused}", slots)
     why = "stock llama.cpp places whole expert tensors (all experts of a layer), so per-expert residency"
     if candidate.residency is Residency.FIXED and candidate.allocation is Allocation.NONUNIFORM:
         why += " is not expressible there, and the fork keeps the same number of slots in every layer"

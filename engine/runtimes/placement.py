@@ -46,12 +46,10 @@ class Placement:
 
 
 def slots_used(candidate: Candidate, memory: MemoryPlan, n_layers: int) -> int:
-    """Expert slots a matrix candidate fills: uniform leaves the remainder unused."""
+    """Expert slots a matrix candidate fills: every slot the budget leaves (uniform spends
+    the remainder too, engine/residency.py allocate_slots), at most every expert."""
     total = memory.slots(staging=candidate.copies_misses)
-    n_experts = memory.n_routed_experts_per_layer
-    if candidate.allocation is Allocation.UNIFORM:
-        return min(total // n_layers, n_experts) * n_layers
-    return min(total, n_layers * n_experts)
+    return min(total, n_layers * memory.n_routed_experts_per_layer)
 
 
 def placement_of(candidate: Candidate, model: ModelSpec, memory: MemoryPlan,
@@ -74,10 +72,10 @@ def placement_of(candidate: Candidate, model: ModelSpec, memory: MemoryPlan,
     if used == 0 and candidate.execution in (Execution.SEQUENTIAL, Execution.PARALLEL):
         return Placement(Layout.LAYERS, "no expert slots: every routed expert is computed on the CPU (--cpu-moe)",
                          everything)
-    if candidate.allocation is Allocation.UNIFORM:
+    if candidate.allocation is Allocation.UNIFORM and used % n_layers == 0:
         per_layer = np.full(n_layers, used // n_layers, dtype=np.int64)
     elif popularity is not None:
-        per_layer = allocate_slots(np.asarray(popularity), used, Allocation.NONUNIFORM)
+        per_layer = allocate_slots(np.asarray(popularity), used, candidate.allocation)
     else:
         per_layer = None
     return Placement(Layout.EXPERTS, f"{used} expert slots", None, used, per_layer)
