@@ -17,13 +17,13 @@ import argparse
 import sys
 import traceback
 
-from cope_tui.commands import advise, catalog, detect, estimate, export, trace, validate, verify
+from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, trace, validate, verify
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
 from engine.errors import CopeInputError
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED"]
 
-COMMANDS = (advise, detect, catalog, export, estimate, verify, trace, validate)
+COMMANDS = (advise, detect, catalog, export, estimate, verify, calibrate, trace, validate)
 
 
 class _Parser(argparse.ArgumentParser):

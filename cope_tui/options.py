@@ -29,7 +29,7 @@ SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
 SYNTHETIC_SEED = 0
 EVICTIONS = ("lru", "score")
 PREFETCH_MODES = ("timed", "optimistic")
-FIDELITIES = ("analytic", "atomic", "combined")
+FIDELITIES = ("analytic", "atomic", "combined", "calibrated")
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,8 @@ class PlanChoices:
         group="policy", help="timed: a prefetch is exposed when the previous layer is too short to hide it")
     fidelity: str | None = _option(
         None, flag="--fidelity", choices=FIDELITIES, check=_among(FIDELITIES),
-        help="cost model (default: combined with a complete cached profile, else analytic)")
+        help="cost model (default: calibrated when `cope calibrate` measured this machine, else combined with a "
+             "complete cached profile, else analytic)")
     probe_budget_s: float = _option(
         60.0, flag="--probe-budget", metavar="SECONDS", parse=_float, check=_positive, label="Probe budget s",
         group="pricing", help="time for probes when atomic/combined has no cached profile (default 60)")
