@@ -60,7 +60,7 @@ def say(text: str) -> None:
 
 
 def work_dir() -> Path:
-    return cache_root() / "llamacpp-cpu" / SDIST_FILE.removesuffix(".tar.gz")
+    return cache_root() / "llamacpp-cpu" / SDIST.replace("==", "-")
 
 
 def sdist_path(given: str | None, work: Path) -> Path:
@@ -75,10 +75,11 @@ def sdist_path(given: str | None, work: Path) -> Path:
     return found
 
 
-def extract_llama_cpp(sdist: Path, work: Path) -> Path:
+def extract_llama_cpp(given: str | None, work: Path) -> Path:
     src = work / "src"
     if (src / "CMakeLists.txt").exists():
         return src
+    sdist = sdist_path(given, work)
     say(f"extracting vendor/llama.cpp from {sdist.name}")
     tmp = work / "src.partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = work_dir()
     work.mkdir(parents=True, exist_ok=True)
-    binaries = build(extract_llama_cpp(sdist_path(args.sdist, work), work), work)
+    binaries = build(extract_llama_cpp(args.sdist, work), work)
     built_at = time.monotonic() - start
     files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
     rows: list[Row] = []
