@@ -156,6 +156,7 @@ def measure(bench: Path, path: Path, threads: list[int]) -> list[BenchTest]:
     argv = bench_command(bench, path, ",".join(str(t) for t in threads))
     say("$ " + " ".join(argv))
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    path.with_suffix(".llama-bench.json").write_text(done.stdout)  # the raw output, kept beside the file
     return decode_tests(parse_bench_output(done.stdout, where=str(bench)))
 
 

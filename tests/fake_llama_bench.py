@@ -37,6 +37,7 @@ class FakeMachine:
     token_fixed_s: float = 7.9e-6
     gpu: bool = False
     output: str = "json"  # "json" | "garbage" | "fail"
+    busy_above: int = 0  # runs with more threads than this are 3x slower (other work on the cores); 0: none
     # the model, from the weights' shapes
     shared_bytes: list[float] = field(default_factory=list)
     expert_bytes: list[float] = field(default_factory=list)  # k active experts of each block
@@ -102,6 +103,8 @@ if ngl > n_blocks:
 else:
     t += spec["head_bytes"] / cpu_bw; devices.append("cpu")
 t += sum(a != b for a, b in zip(devices, devices[1:])) * spec["sync_s"] / 2
+if spec["busy_above"] and threads > spec["busy_above"]:
+    t *= 3.0
 ts = 1.0 / t
 test = {"build_commit": "fake123", "build_number": 4242, "cpu_info": "Fake CPU", "gpu_info": "Fake GPU" if spec["gpu"] else "",
         "backends": "CUDA" if spec["gpu"] else "CPU", "model_filename": value("-m"), "model_type": "qwen3moe ?B F32",

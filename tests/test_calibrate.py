@@ -60,6 +60,17 @@ def test_cpu_only_calibration_recovers_the_thread_rate_and_block_overhead(tmp_pa
     assert (cal.build_commit, cal.build_number, cal.backends) == ("fake123", 4242, "CPU")
 
 
+def test_a_run_slower_with_more_threads_is_not_fitted_and_says_the_machine_was_busy(tmp_path, cache, gguf):
+    path, facts = gguf
+    truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_block_overhead_s=300e-6, busy_above=1, **facts)
+    cal = _calibrate(path, write_fake(tmp_path, truth), 2).calibration
+    assert [r.name for r in cal.runs] == ["cpu-only-1t"]
+    reason = dict(cal.skipped)["cpu-only"]
+    assert "slower than" in reason and "quiet" in reason
+    assert set(cal.constants.values) == {"cpu_thread_bytes_per_s"}  # one run: one constant
+    assert cal.runs[0].fitted_tokens_per_s == pytest.approx(cal.runs[0].tokens_per_s, rel=0.01)
+
+
 def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf):
     path, facts = gguf
     truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_saturated_bytes_per_s=1e9, cpu_block_overhead_s=300e-6,

@@ -144,6 +144,7 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         progress(len(done), total, "fitting")
     if not done:
         raise CopeInputError(f"no llama-bench run finished: {'; '.join(s.reason for s in skipped)}", path=gguf)
+    done = _consistent(done, skipped)
     has_gpu = any(run.uses_gpu for run, _ in done)
     fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
     key, cpu_name = machine if machine is not None else this_machine()
@@ -160,6 +161,30 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         skipped=tuple((s.name, s.reason) for s in skipped),
     )
     return CalibrateReport(cal, save_calibration(cal, root), tuple(skipped))
+
+
+BUSY_MARGIN = 0.9  # a run this much slower than one with fewer threads contradicts the model
+
+
+def _consistent(done: list[tuple[CalibrationRun, BenchTest]],
+                skipped: list[SkippedRun]) -> list[tuple[CalibrationRun, BenchTest]]:
+    """The runs without the CPU-only ones that ran slower with more threads than another
+    with fewer: on a memory-bound decode more threads are never slower unless other work
+    holds the cores (llama.cpp's threads then wait on each other), so such a run measures
+    the machine's load, not its lanes. Each one dropped is kept in `skipped` with why."""
+    cpu = [(r, b) for r, b in done if not r.uses_gpu]
+    out = []
+    for run, test in done:
+        fewer = [(r, b) for r, b in cpu if r.threads < run.threads and b.avg_ts * BUSY_MARGIN > test.avg_ts]
+        if run.uses_gpu or not fewer:
+            out.append((run, test))
+            continue
+        r, b = max(fewer, key=lambda rb: rb[1].avg_ts)
+        skipped.append(SkippedRun(run.name, run.what,
+                                  f"not used: {test.avg_ts:.2f} tok/s at {run.threads} threads, slower than "
+                                  f"{b.avg_ts:.2f} at {r.threads}: other work was holding the CPU's cores; "
+                                  "calibrate again when the machine is quiet"))
+    return out
 
 
 def _detect_gpu(detect_gpu: Callable | None):  # type: ignore[no-untyped-def]
