@@ -66,7 +66,7 @@ def render(report) -> str:  # type: ignore[no-untyped-def]
                                "nothing (the runs constrain no constant)"))
     kept = [k for k in LANE_CONSTANTS if k not in fitted]
     if kept:
-        lines.append("Kept at the global fit (the runs cannot tell them apart): " + ", ".join(kept))
+        lines.append("Kept at the global fit (not determined by these runs): " + ", ".join(kept))
     lines.append(f"Residual: {cal.residual_rms:.1%} (root mean square of log(calibrated / measured))")
     for name, reason in cal.skipped:
         lines.append(f"Skipped {name}: {reason}")
