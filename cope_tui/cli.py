@@ -21,7 +21,7 @@ import threading
 import traceback
 
 from cope_tui.commands.output import clean_output, error_line
-from cope_tui.commands import advise, catalog, detect, estimate, export, replay, trace, validate, verify
+from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from engine.errors import CopeInputError
 
@@ -36,7 +36,7 @@ class Terminated(KeyboardInterrupt):
 def _on_sigterm(_signum, _frame) -> None:
     raise Terminated()
 
-COMMANDS = (advise, detect, catalog, export, estimate, verify, trace, validate, replay)
+COMMANDS = (advise, detect, catalog, export, estimate, verify, calibrate, trace, validate, replay)
 
 
 class _Parser(argparse.ArgumentParser):

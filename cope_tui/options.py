@@ -30,7 +30,7 @@ SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
 SYNTHETIC_SEED = 0
 EVICTIONS = ("lru", "score")
 PREFETCH_MODES = ("timed", "optimistic")
-FIDELITIES = ("analytic", "atomic", "combined")
+FIDELITIES = ("analytic", "atomic", "combined", "calibrated")
 # Named workloads (--workload): (prompt tokens, output tokens). Assumed shapes of common
 # requests, stated so a user can compare: chat, a conversation turn with some history
 # (1,000 in, 300 out); rag, a question over retrieved passages (8,000 in, 300 out);
@@ -202,7 +202,8 @@ class PlanChoices:
         group="policy", help="timed: a prefetch is exposed when the previous layer is too short to hide it")
     fidelity: str | None = _option(
         None, flag="--fidelity", choices=FIDELITIES, check=_among(FIDELITIES),
-        help="cost model (default: combined with a complete cached profile, else analytic)")
+        help="cost model (default: calibrated when `cope calibrate` measured this machine, else combined with a "
+             "complete cached profile, else analytic)")
     probe_budget_s: float = _option(
         60.0, flag="--probe-budget", metavar="SECONDS", parse=_float, check=_positive, label="Probe budget s",
         group="pricing", help="time for probes when atomic/combined has no cached profile (default 60)")

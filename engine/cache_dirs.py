@@ -11,8 +11,9 @@ dependency):
 - Windows: `%LOCALAPPDATA%\\cope\\cope\\Cache` (platformdirs names the app twice, as
   author and as app; it asks the shell for Local AppData, which %LOCALAPPDATA% holds).
 
-Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json` and
-`machine/cpu-bandwidth-<key>.json` (engine.bandwidth_store).
+Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json`,
+`machine/cpu-bandwidth-<key>.json` (engine.bandwidth_store) and
+`machine/calibration-<key>-<model>-<quant>.json` (engine.calibration_io).
 """
 
 from __future__ import annotations

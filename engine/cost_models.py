@@ -1,7 +1,8 @@
 """The cost-model registry: a fidelity names a factory, every factory returns a CostModel.
 
 analytic prices from the Platform alone; atomic and combined from a measured Profile
-(engine/measured_cost.py). Front ends never construct cost models themselves: they ask
+(engine/measured_cost.py); calibrated from the analytic model with this machine's lane
+constants, fitted by `cope calibrate` on llama-bench runs (engine/calibrated_cost.py). Front ends never construct cost models themselves: they ask
 `build_cost_model(fidelity, request, profile)`, so adding a fidelity is one factory and
 one registry line.
 
@@ -20,6 +21,7 @@ from engine.cost_model import CostModel
 
 if TYPE_CHECKING:  # the request type; engine.advise imports this module's users
     from engine.advise import AdviseRequest
+    from engine.calibration import Calibration
     from engine.profile import Profile
 
 
@@ -27,10 +29,11 @@ class Fidelity(str, Enum):
     ANALYTIC = "analytic"
     ATOMIC = "atomic"
     COMBINED = "combined"
+    CALIBRATED = "calibrated"
 
     @property
     def needs_profile(self) -> bool:
-        return self is not Fidelity.ANALYTIC
+        return self in (Fidelity.ATOMIC, Fidelity.COMBINED)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ def _combined(request: "AdviseRequest", profile: "Profile | None", use: ProfileU
     return CombinedCostModel(_needed(profile, "combined"), atomic, use=use)
 
 
+def _calibrated(request: "AdviseRequest", calibration: "Calibration | None", use: ProfileUse | None) -> CostModel:
+    from engine.calibrated_cost import CalibratedCostModel
+
+    if calibration is None:
+        raise ValueError("the calibrated cost model needs a calibration (cope calibrate --gguf FILE)")
+    return CalibratedCostModel(request, calibration, source=use.source if use is not None else "")
+
+
 def _needed(profile: "Profile | None", fidelity: str) -> "Profile":
     if profile is None:
         raise ValueError(f"the {fidelity} cost model needs a measured profile")
@@ -100,10 +111,14 @@ FACTORIES: dict[Fidelity, Factory] = {
     Fidelity.ANALYTIC: _analytic,
     Fidelity.ATOMIC: _atomic,
     Fidelity.COMBINED: _combined,
+    Fidelity.CALIBRATED: _calibrated,
 }
 
 
 def build_cost_model(fidelity: Fidelity | str, request: "AdviseRequest", profile: "Profile | None" = None,
-                     use: ProfileUse | None = None) -> CostModel:
-    """The cost model of `fidelity` for `request`; measured fidelities need `profile`."""
-    return FACTORIES[Fidelity(fidelity)](request, profile, use)
+                     use: ProfileUse | None = None, *, calibration: "Calibration | None" = None) -> CostModel:
+    """The cost model of `fidelity` for `request`; atomic and combined need `profile`,
+    calibrated needs `calibration` (and takes its file from `use.source`)."""
+    wanted = Fidelity(fidelity)
+    basis = calibration if wanted is Fidelity.CALIBRATED else profile
+    return FACTORIES[wanted](request, basis, use)  # type: ignore[arg-type]

@@ -130,13 +130,27 @@ def test_the_registry_builds_every_fidelity_and_describes_it(cache):
     profile_pricing = pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)
     assert profile_pricing.fidelity is Fidelity.ATOMIC
     profile = profile_pricing.cost_model.profile
+    calibration = a_calibration(request)
     for fidelity in Fidelity:
-        model = build_cost_model(fidelity, request, profile)
+        model = build_cost_model(fidelity, request, profile, calibration=calibration)
         described = model.describe()
         assert model.fidelity == fidelity.value == described.fidelity and described.basis
         assert described.to_dict()["fidelity"] == fidelity.value
     with pytest.raises(ValueError, match="needs a measured profile"):
         build_cost_model(Fidelity.COMBINED, request)
+    with pytest.raises(ValueError, match="needs a calibration"):
+        build_cost_model(Fidelity.CALIBRATED, request, profile)
+    calibrated = build_cost_model(Fidelity.CALIBRATED, request, calibration=calibration)
+    assert calibrated.a.cpu_thread_bytes_per_s == 5e9  # the calibration's, where the global fit says 9.08e9
+
+
+def a_calibration(request):  # type: ignore[no-untyped-def]
+    from engine.calibration import Calibration, LaneConstants, MeasuredRun
+
+    run = MeasuredRun("cpu-only", "everything on the CPU", ("llama-bench", "-ngl", "0"), 8, False, 20.0, 0.1)
+    return Calibration("0123456789abcdef", request.platform.cpu.name, "", request.model.id, request.quant.name,
+                       "m.gguf", 1, 8, "2026-11-30T20:00:00+00:00", "abc", 1, "cpu", "", "CPU",
+                       LaneConstants({"cpu_thread_bytes_per_s": 5e9}), (run,), 0.0)
 
 
 # --- cancellation ---------------------------------------------------------------------

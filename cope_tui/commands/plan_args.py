@@ -27,4 +27,6 @@ def advice_from_args(args: argparse.Namespace, **explicit) -> Advice:  # type: i
     pricing = advice.pricing
     if pricing.probed is not None:
         print(f"cope: probes: {pricing.probed.summary()}; profile {pricing.profile_source}", file=sys.stderr)
+    if getattr(args, "fidelity", None) is None and (pricing.fidelity.value == "calibrated" or "moved to" in pricing.reason):
+        print(f"cope: priced {pricing.reason} (--fidelity to choose another cost model)", file=sys.stderr)
     return advice

@@ -120,8 +120,9 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progres
                      cancel: threading.Event | None = None) -> CommandEstimate:
     """Price `command` beside the ranking of `advice`. The command's settings are honoured
     (-t, -c, the KV cache type, llama-bench's -d and -n): when they differ from the
-    advice's, the ranking is recomputed at them (priced by the same policy: a complete
-    cached profile for those settings, else analytic) and a note says so."""
+    advice's, the ranking is recomputed at them (priced with the same fidelity when it is
+    analytic or calibrated, else by the default policy: a complete cached profile for those
+    settings, else analytic) and a note says so."""
     request = advice.request
     first: tuple[str, ...] = ()
     if command.threads is not None:  # never price (or export) more threads than the CPU has
@@ -134,7 +135,9 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progres
         result = price_command(advice.rec, advice.cost_model, command)
         return replace(result, notes=first + result.notes)
     moved = replace(request, **changes)
-    redone = advise_with(moved, choose_cost_model(moved), progress=progress, cancel=cancel)
+    # The same fidelity when it never probes (analytic, calibrated); else the default policy.
+    kept = advice.pricing.fidelity.value if advice.pricing.fidelity.value in ("analytic", "calibrated") else None
+    redone = advise_with(moved, choose_cost_model(moved, fidelity=kept), progress=progress, cancel=cancel)
     result = price_command(redone.rec, redone.cost_model, command)
     said = ", ".join(f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"

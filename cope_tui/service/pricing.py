@@ -1,8 +1,11 @@
 """Choosing the cost model a request is priced with: one policy for every front end.
 
-- No fidelity asked for: combined when the profile cache holds a complete profile of
-  this hardware and model (every atomic probe measured), else analytic. Never probes.
-- analytic asked for: analytic.
+- No fidelity asked for: calibrated when `cope calibrate` stored a calibration of this
+  machine (the request plans for its CPU), else combined when the profile cache holds a
+  complete profile of this hardware and model (every atomic probe measured), else
+  analytic. Never probes.
+- analytic asked for: analytic. calibrated asked for: this machine's calibration, else
+  a one-line error saying to run `cope calibrate --gguf FILE` first.
 - atomic or combined asked for: the cached profile when it is complete (and no reprobe),
   else probe now within the budget (resuming from the cache), then price with it.
 
@@ -85,8 +88,12 @@ def choose_cost_model(
     if probe_budget_s <= 0:
         raise CopeInputError(f"--probe-budget must be positive, got {probe_budget_s}")
     if fidelity is None:
-        return cached_pricing(request) if not reprobe else analytic(request)
+        if reprobe:
+            return analytic(request)
+        return _default_pricing(request)
     wanted = Fidelity(fidelity)
+    if wanted is Fidelity.CALIBRATED:
+        return _required_calibration(request)
     if not wanted.needs_profile:
         return analytic(request)
     outcome = probe_then_price(request, wanted, budget_s=probe_budget_s, reprobe=reprobe,
@@ -95,6 +102,41 @@ def choose_cost_model(
         raise CopeInputError(f"the {wanted.value} profile is incomplete ({outcome.error}); "
                              "probe again with a larger --probe-budget", path=outcome.source or None)
     return outcome.pricing
+
+
+NO_CALIBRATION = "--fidelity calibrated: no calibration of this machine; run cope calibrate --gguf FILE first"
+
+
+def calibrated_pricing(request: AdviseRequest) -> tuple[Pricing | None, tuple[str, ...]]:
+    """Priced with this machine's calibration (`cope calibrate`), or None when there is
+    none; and a line for each calibration file that could not be used (set aside)."""
+    from cope_tui.service.calibrate import calibration_for  # noqa: PLC0415 - reads the cache, no torch
+
+    found = calibration_for(request)
+    cal = found.calibration
+    if cal is None:
+        return None, found.problems
+    use = ProfileUse(str(found.path), from_cache=True)
+    model = build_cost_model(Fidelity.CALIBRATED, request, use=use, calibration=cal)
+    of = "" if found.match == "model and quantization" else \
+        f" of {cal.model_id} {cal.quant} (none of this model and quantization)"
+    reason = f"calibrated: this machine's calibration{of}, {cal.date}, from {found.path}"
+    return Pricing(model, Fidelity.CALIBRATED, "; ".join((reason, *found.problems)), str(found.path)), found.problems
+
+
+def _default_pricing(request: AdviseRequest) -> Pricing:
+    calibrated, problems = calibrated_pricing(request)
+    if calibrated is not None:
+        return calibrated
+    pricing = cached_pricing(request)
+    return replace(pricing, reason="; ".join((pricing.reason, *problems))) if problems else pricing
+
+
+def _required_calibration(request: AdviseRequest) -> Pricing:
+    calibrated, problems = calibrated_pricing(request)
+    if calibrated is None:
+        raise CopeInputError("; ".join((NO_CALIBRATION, *problems)))
+    return calibrated
 
 
 def cached_pricing(request: AdviseRequest) -> Pricing:

@@ -1,0 +1,259 @@
+"""Real llama.cpp as ground truth on this machine's CPU: COPE's estimates beside llama-bench.
+
+    python bench/llamacpp_cpu.py [--blocks 6] [--threads 1,2] [--quants Q8_0,Q4_K_M]
+                                 [--fidelities analytic,atomic,combined,calibrated] [--json OUT]
+
+1. Builds `llama-bench` and `llama-quantize` (CPU backend) from the llama.cpp source that
+   the pinned `llama-cpp-python` source distribution vendors (fetched with `pip download
+   --no-binary :all: --no-deps`, or given with --sdist), under the user's cache folder
+   (`<cache>/llamacpp-cpu/<sdist>/`): a second run finds the binaries and does not rebuild.
+2. Writes a GGUF with Qwen3-30B-A3B's real shapes (hidden 2048, 128 experts of 768, top-8,
+   32 query and 4 KV heads of 128, vocabulary 151936) but random weights and `--blocks`
+   blocks (bench/synthetic_gguf.py), F16, then quantizes it to each of `--quants`.
+3. Runs `llama-bench -m FILE -ngl 0 -p 0 -n 64 -t 1,2 -r 3 -o json` on each file.
+4. Runs `cope calibrate` on each file with the built llama-bench (the calibrated fidelity
+   then has this machine's constants for that model and quantization).
+5. Prices the same file and flags with `cope estimate` at every fidelity and prints
+   predicted beside measured tokens/s, with the error; then the total time.
+
+Not run by the tests (it takes minutes). Timing depends on what else the machine runs:
+say so when you quote its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.cache_dirs import cache_root  # noqa: E402
+from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output  # noqa: E402
+
+SDIST = "llama-cpp-python==0.3.36"
+SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
+MODEL = "qwen3-30b-a3b"
+N_GEN = 64
+REPETITIONS = 3
+CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF",
+               "-DGGML_VULKAN=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF")
+TARGETS = ("llama-bench", "llama-quantize")
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# --- 1. the binaries ---------------------------------------------------------------------------
+
+
+def work_dir() -> Path:
+    return cache_root() / "llamacpp-cpu" / SDIST.replace("==", "-")
+
+
+def sdist_path(given: str | None, work: Path) -> Path:
+    if given:
+        return Path(given)
+    found = work / SDIST_FILE
+    if not found.exists():
+        say(f"pip download {SDIST} (source distribution, llama.cpp vendored)")
+        work.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", SDIST,
+                        "-d", str(work)], check=True, stdout=subprocess.DEVNULL)
+    return found
+
+
+def extract_llama_cpp(given: str | None, work: Path) -> Path:
+    src = work / "src"
+    if (src / "CMakeLists.txt").exists():
+        return src
+    sdist = sdist_path(given, work)
+    say(f"extracting vendor/llama.cpp from {sdist.name}")
+    tmp = work / "src.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        prefix = f"{top}/vendor/llama.cpp/"
+        members = []
+        for m in tar.getmembers():
+            if m.name.startswith(prefix):
+                m.name = m.name[len(prefix):]
+                members.append(m)
+        tar.extractall(tmp, members=members, filter="data")
+    tmp.rename(src)
+    return src
+
+
+def build(src: Path, work: Path) -> dict[str, Path]:
+    """The binaries, built once (cached beside the source)."""
+    out = work / "build"
+    binaries = {t: out / "bin" / t for t in TARGETS}
+    if all(b.exists() for b in binaries.values()):
+        say(f"llama.cpp binaries cached in {out / 'bin'}")
+        return binaries
+    jobs = str(os.cpu_count() or 2)
+    say(f"building {', '.join(TARGETS)} (CPU backend) in {out}; log in {work / 'build.log'}")
+    with open(work / "build.log", "w") as log:
+        subprocess.run(["cmake", "-S", str(src), "-B", str(out), *CMAKE_FLAGS], check=True, stdout=log, stderr=log)
+        subprocess.run(["cmake", "--build", str(out), "-j", jobs, "--target", *TARGETS], check=True, stdout=log,
+                       stderr=log)
+    return binaries
+
+
+# --- 2. the files ------------------------------------------------------------------------------
+
+
+def model_files(binaries: dict[str, Path], work: Path, blocks: int, quants: list[str], keep_f16: bool) -> dict[str, Path]:
+    from bench.synthetic_gguf import catalog_shape, write_random_gguf
+
+    files = {q: work / f"{MODEL}-{blocks}blocks-{q}.gguf" for q in quants}
+    f16 = work / f"{MODEL}-{blocks}blocks-F16.gguf"
+    missing = [q for q, p in files.items() if not p.exists()]
+    if missing and not f16.exists():
+        say(f"writing {f16.name} ({MODEL} shapes, {blocks} blocks, random weights)")
+        write_random_gguf(f16.with_suffix(".partial"), catalog_shape(MODEL, blocks))
+        f16.with_suffix(".partial").rename(f16)
+    for q in missing:
+        say(f"llama-quantize {f16.name} -> {q}")
+        partial = files[q].with_suffix(".partial")
+        subprocess.run([str(binaries["llama-quantize"]), str(f16), str(partial), q], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        partial.rename(files[q])
+    if f16.exists() and not keep_f16:
+        f16.unlink()
+    return files
+
+
+# --- 3-5. measure, calibrate, price ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    quant: str
+    threads: int
+    measured: BenchTest
+    predicted: dict[str, float | str]  # fidelity -> tokens/s, or why there is none
+
+
+def bench_command(bench: Path, path: Path, threads: str) -> list[str]:
+    return [str(bench), "-m", str(path), "-ngl", "0", "-p", "0", "-n", str(N_GEN), "-t", threads,
+            "-r", str(REPETITIONS), "-o", "json"]
+
+
+def measure(bench: Path, path: Path, threads: list[int]) -> list[BenchTest]:
+    argv = bench_command(bench, path, ",".join(str(t) for t in threads))
+    say("$ " + " ".join(argv))
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    path.with_suffix(".llama-bench.json").write_text(done.stdout)  # the raw output, kept beside the file
+    return decode_tests(parse_bench_output(done.stdout, where=str(bench)))
+
+
+def cope(*words: str) -> tuple[int, str, str]:
+    """`cope WORDS` in this process: (exit code, stdout, stderr)."""
+    from cope_tui.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(words))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def calibrate(bench: Path, path: Path, threads: int) -> str:
+    say(f"cope calibrate --gguf {path.name} --threads {threads}")
+    rc, out, err = cope("calibrate", "--gguf", str(path), "--llama-bench", str(bench), "--threads", str(threads))
+    if rc != 0:
+        return f"cope calibrate failed: {err.strip().splitlines()[-1]}"
+    return out
+
+
+def price(path: Path, threads: int, fidelity: str, probe_budget_s: float) -> float | str:
+    command = ["llama-bench", "-m", str(path), "-ngl", "0", "-p", "0", "-n", str(N_GEN), "-t", str(threads)]
+    rc, out, err = cope("estimate", "--json", "--fidelity", fidelity, "--probe-budget", str(probe_budget_s),
+                        "--", *command)
+    if rc != 0:
+        return (err.strip().splitlines() or ["failed"])[-1]
+    yours = json.loads(out)["yours"]
+    return yours["tokens_per_s"] if yours["runs"] else yours["refusal"]
+
+
+def table(rows: list[Row], fidelities: list[str]) -> str:
+    head = f"{'quant':<7} {'threads':>7} {'llama-bench tok/s':>18}" + "".join(f" {f:>20}" for f in fidelities)
+    lines = [head]
+    for r in rows:
+        cells = []
+        for f in fidelities:
+            p = r.predicted[f]
+            cells.append(f"{p:8.2f} ({(p - r.measured.avg_ts) / r.measured.avg_ts:+6.1%})" if isinstance(p, float)
+                         else "-")
+        lines.append(f"{r.quant:<7} {r.threads:>7} {f'{r.measured.avg_ts:.2f} ± {r.measured.stddev_ts:.2f}':>18}"
+                     + "".join(f" {c:>20}" for c in cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sdist", help=f"the {SDIST} source distribution (default: pip download into the cache)")
+    ap.add_argument("--blocks", type=int, default=6, help="blocks of the synthetic model (default 6)")
+    ap.add_argument("--threads", default="1,2", help="llama-bench -t (default 1,2)")
+    ap.add_argument("--quants", default="Q8_0,Q4_K_M")
+    ap.add_argument("--fidelities", default="analytic,atomic,combined,calibrated")
+    ap.add_argument("--probe-budget", type=float, default=120.0, help="seconds of probes for atomic/combined")
+    ap.add_argument("--keep-f16", action="store_true", help="keep the F16 file after quantizing")
+    ap.add_argument("--json", metavar="OUT", help="write the rows as JSON too")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    threads = [int(t) for t in args.threads.split(",")]
+    quants = [q.strip() for q in args.quants.split(",") if q.strip()]
+    fidelities = [f.strip() for f in args.fidelities.split(",") if f.strip()]
+
+    work = work_dir()
+    work.mkdir(parents=True, exist_ok=True)
+    binaries = build(extract_llama_cpp(args.sdist, work), work)
+    built_at = time.monotonic() - start
+    files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
+    rows: list[Row] = []
+    calibrations = {}
+    for q, path in files.items():
+        tests = measure(binaries["llama-bench"], path, threads)
+        if "calibrated" in fidelities:
+            calibrations[q] = calibrate(binaries["llama-bench"], path, max(threads))
+        for test in tests:
+            predicted = {}
+            for f in fidelities:
+                say(f"cope estimate --fidelity {f} ({q}, {test.n_threads} threads)")
+                predicted[f] = price(path, test.n_threads, f, args.probe_budget)
+            rows.append(Row(q, test.n_threads, test, predicted))
+    first = rows[0].measured if rows else None
+    print(f"llama.cpp {first.build_commit if first else '?'} (build {first.build_number if first else '?'}), "
+          f"{first.cpu_info if first else '?'}; {MODEL} shapes, {args.blocks} blocks, random weights; "
+          f"llama-bench -ngl 0 -p 0 -n {N_GEN} -r {REPETITIONS}")
+    print(table(rows, fidelities))
+    for r in rows:
+        for f, p in r.predicted.items():
+            if not isinstance(p, float):
+                print(f"{r.quant} {r.threads} threads, {f}: {p}")
+    for q, text in calibrations.items():
+        print(f"\ncope calibrate on the {q} file:\n{text}")
+    elapsed = time.monotonic() - start
+    print(f"time: {elapsed / 60:.1f} min in all ({built_at / 60:.1f} min to have the binaries)")
+    if args.json:
+        doc = [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured.avg_ts,
+                "measured_stddev": r.measured.stddev_ts, "predicted": r.predicted} for r in rows]
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""`cope calibrate`: a few short llama-bench runs of the user's own GGUF, this machine's lane
+constants fitted to them, kept in the cache, and found again when pricing.
+
+The runs (engine/calibration_runs.py): everything on the CPU at the planned threads first
+(its JSON says whether llama-bench has a GPU backend), then, with a GPU COPE can plan for,
+every expert on the GPU, half and all of the MoE layers' experts on the CPU, then the
+CPU-only runs at fewer threads. A placement that would not fit is not run (the reason is
+kept). Each run has a time limit and stops on cancellation (Ctrl-C, or the app's worker).
+The fit: engine/calibration_fit.py; the file: engine/calibration_io.py.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cope_tui.options import PlanChoices
+from engine.calibration import Calibration, MeasuredRun
+from engine.calibration_io import Found, find_calibration, save_calibration
+from engine.calibration_runs import CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
+from engine.errors import CopeInputError
+from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output
+from engine.progress import Progress, check_cancel
+
+RUN_TIMEOUT_S = 300.0
+NO_LLAMA_BENCH = ("no llama-bench found (give it with --llama-bench PATH, or put it on PATH; build it from "
+                  "https://github.com/ggml-org/llama.cpp: cmake --build build --target llama-bench)")
+
+
+@dataclass(frozen=True)
+class CalibrateReport:
+    calibration: Calibration
+    path: Path  # where it was stored
+    skipped: tuple[SkippedRun, ...]
+
+
+def this_machine() -> tuple[str, str]:
+    """(machine key, CPU name) of the machine COPE runs on (reads /proc and /sys)."""
+    from probes.host import detect_cpu, this_machine_key  # noqa: PLC0415 - no torch
+
+    cpu = detect_cpu()
+    return this_machine_key(cpu), cpu.name
+
+
+def find_llama_bench(path: str | None) -> str:
+    """`path` when given (an executable file), else llama-bench where the runtime scan finds
+    it (PATH); one line naming what is missing otherwise."""
+    if path is not None:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise CopeInputError("--llama-bench: not an executable file", path=path)
+        return path
+    from cope_tui.service.runtimes import scan_runtimes  # noqa: PLC0415
+
+    for runtime in scan_runtimes(None).found:
+        if "llama-bench" in runtime.programs:
+            return os.path.join(runtime.where, "llama-bench")
+    raise CopeInputError(NO_LLAMA_BENCH)
+
+
+def run_llama_bench(bench: str, run: CalibrationRun, *, timeout_s: float,
+                    cancel: threading.Event | None = None) -> BenchTest:
+    """The decode test of one run; CopeInputError (one line) when llama-bench fails or its
+    output is not its JSON; TimeoutError past `timeout_s`; Cancelled on `cancel`."""
+    argv = [bench, *run.argv[1:]]
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+    except OSError as exc:
+        raise CopeInputError(f"cannot run: {exc.strerror or exc}", path=bench) from None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                check_cancel(cancel)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"stopped after {timeout_s:g} s") from None
+    finally:
+        if proc.poll() is None:  # cancelled, timed out or interrupted: the run does not outlive us
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        tail = (err or out or "").strip().splitlines()
+        raise CopeInputError(f"{run.name} run exited with {proc.returncode}: {tail[-1] if tail else 'no output'}",
+                             path=bench)
+    return decode_tests(parse_bench_output(out, where=f"{bench} ({run.name} run)"), where=bench)[0]
+
+
+def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_s: float = RUN_TIMEOUT_S,
+              progress: Progress | None = None, cancel: threading.Event | None = None,
+              detect_gpu: Callable | None = None, machine: tuple[str, str] | None = None,
+              now: _dt.datetime | None = None, root: str | os.PathLike | None = None) -> CalibrateReport:
+    """Run, fit, store; see the module doc."""
+    from cope_tui.service.request import build_request  # noqa: PLC0415
+    from engine.calibration_fit import fit_lanes  # noqa: PLC0415
+
+    if run_timeout_s <= 0:
+        raise CopeInputError(f"--run-timeout must be positive, got {run_timeout_s:g}")
+    if not os.path.isfile(gguf):
+        raise CopeInputError("--gguf: no such file", path=gguf)
+    gpu = _detect_gpu(detect_gpu)
+    gpu_usable = gpu.vram_bytes.known and gpu.mem_bandwidth_bytes_per_s.known
+    request = build_request(PlanChoices(model=gguf, threads=threads, tokens=40), detect_gpu=lambda: gpu)
+    t = request.threads
+    planned_cpu, skipped = check_fits(request, cpu_runs(gguf, t))
+    if not planned_cpu:
+        raise CopeInputError(f"--gguf: cannot calibrate with it: {skipped[0].reason}", path=gguf)
+    done: list[tuple[CalibrationRun, BenchTest]] = []
+    total = len(planned_cpu)
+
+    def measure(run: CalibrationRun) -> None:
+        if progress is not None:
+            progress(len(done), total, f"{run.name}: {run.what}")
+        try:
+            done.append((run, run_llama_bench(bench, run, timeout_s=run_timeout_s, cancel=cancel)))
+        except TimeoutError as exc:
+            skipped.append(SkippedRun(run.name, run.what, f"not measured: {exc} (--run-timeout)"))
+
+    measure(planned_cpu[0])
+    first = done[0][1] if done else None
+    if first is not None and first.has_gpu_backend and gpu_usable:
+        fits, too_big = check_fits(request, gpu_runs(request, gguf, t))
+        skipped.extend(too_big)
+        total += len(fits)
+        for run in fits:
+            measure(run)
+    elif first is not None and first.has_gpu_backend:
+        skipped.append(SkippedRun("gpu runs", "placements on the GPU",
+                                  f"not run: COPE cannot plan for this machine's GPU ({gpu.mem_bandwidth_bytes_per_s.note})"))
+    elif first is not None:
+        skipped.append(SkippedRun("gpu runs", "placements on the GPU",
+                                  f"not run: this llama-bench has no GPU backend (backends: {first.backends or 'CPU'})"))
+    for run in planned_cpu[1:]:
+        measure(run)
+    if progress is not None:
+        progress(len(done), total, "fitting")
+    if not done:
+        raise CopeInputError(f"no llama-bench run finished: {'; '.join(s.reason for s in skipped)}", path=gguf)
+    done = _consistent(done, skipped)
+    has_gpu = any(run.uses_gpu for run, _ in done)
+    fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
+    key, cpu_name = machine if machine is not None else this_machine()
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc).replace(microsecond=0)
+    ref = done[0][1]
+    runs = tuple(MeasuredRun(r.name, r.what, r.argv, r.threads, r.uses_gpu, b.avg_ts, b.stddev_ts, g, f)
+                 for (r, b), g, f in zip(done, fit.global_tokens_per_s, fit.fitted_tokens_per_s))
+    cal = Calibration(
+        machine=key, cpu_name=cpu_name, gpu_name=request.platform.gpu.name if has_gpu else "",
+        model_id=request.model.id, quant=request.quant.name, gguf_name=os.path.basename(gguf),
+        gguf_bytes=os.path.getsize(gguf), threads=t, date_iso=stamp.isoformat(), build_commit=ref.build_commit,
+        build_number=ref.build_number, cpu_info=ref.cpu_info, gpu_info=ref.gpu_info, backends=ref.backends,
+        constants=fit.constants, runs=runs, residual_rms=fit.residual_rms,
+        skipped=tuple((s.name, s.reason) for s in skipped),
+    )
+    return CalibrateReport(cal, save_calibration(cal, root), tuple(skipped))
+
+
+BUSY_MARGIN = 0.9  # a run this much slower than one with fewer threads contradicts the model
+
+
+def _consistent(done: list[tuple[CalibrationRun, BenchTest]],
+                skipped: list[SkippedRun]) -> list[tuple[CalibrationRun, BenchTest]]:
+    """The runs without the CPU-only ones that ran slower with more threads than another
+    with fewer: on a memory-bound decode more threads are never slower unless other work
+    holds the cores (llama.cpp's threads then wait on each other), so such a run measures
+    the machine's load, not its lanes. Each one dropped is kept in `skipped` with why."""
+    cpu = [(r, b) for r, b in done if not r.uses_gpu]
+    out = []
+    for run, test in done:
+        fewer = [(r, b) for r, b in cpu if r.threads < run.threads and b.avg_ts * BUSY_MARGIN > test.avg_ts]
+        if run.uses_gpu or not fewer:
+            out.append((run, test))
+            continue
+        r, b = max(fewer, key=lambda rb: rb[1].avg_ts)
+        skipped.append(SkippedRun(run.name, run.what,
+                                  f"not used: {test.avg_ts:.2f} tok/s at {run.threads} threads, slower than "
+                                  f"{b.avg_ts:.2f} at {r.threads}: other work was holding the CPU's cores; "
+                                  "calibrate again when the machine is quiet"))
+    return out
+
+
+def _detect_gpu(detect_gpu: Callable | None):  # type: ignore[no-untyped-def]
+    if detect_gpu is not None:
+        return detect_gpu()
+    from probes.gpu import UNLOADED  # noqa: PLC0415
+    from probes.gpu import detect_gpu as detect  # noqa: PLC0415
+
+    return detect(torch=UNLOADED)
+
+
+def calibration_for(request, root: str | os.PathLike | None = None,  # type: ignore[no-untyped-def]
+                    machine: Callable[[], tuple[str, str]] | None = None) -> Found:
+    """This machine's calibration for `request` when the request plans for this machine's
+    CPU; Found(None) otherwise. Looks at this machine only when calibrations are stored."""
+    from engine.cache_dirs import machine_dir  # noqa: PLC0415
+    from engine.calibration_io import PREFIX  # noqa: PLC0415
+
+    try:
+        if not any(machine_dir(root).glob(f"{PREFIX}*.json")):
+            return Found(None, None, "")
+    except OSError:
+        return Found(None, None, "")
+    key, cpu_name = (machine or this_machine)()
+    if request.platform.cpu.name != cpu_name:
+        return Found(None, None, "")
+    return find_calibration(key, request.model.id, request.quant.name, root)
