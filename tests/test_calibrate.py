@@ -71,7 +71,16 @@ def test_a_run_slower_with_more_threads_is_not_fitted_and_says_the_machine_was_b
     assert cal.runs[0].fitted_tokens_per_s == pytest.approx(cal.runs[0].tokens_per_s, rel=0.01)
 
 
-def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf):
+def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf, monkeypatch):
+    from dataclasses import replace
+
+    import probes.host
+    from engine.platform import Fact
+
+    detect = probes.host.detect_cpu
+    # An 8-core machine: more threads than this one's logical CPUs would be clamped to them.
+    monkeypatch.setattr(probes.host, "detect_cpu", lambda *a, **k: replace(
+        detect(*a, **k), logical_threads=Fact.detected(16, "test"), physical_cores=Fact.detected(8, "test")))
     path, facts = gguf
     truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_saturated_bytes_per_s=1e9, cpu_block_overhead_s=300e-6,
                         **facts)

@@ -24,6 +24,9 @@ SKIP = {
     "cope trace pull --verify-index": "downloads every index entry: a maintainer's step with network "
                                       "(tests/test_trace_index_verify.py runs it against a local Hub)",
     "cope trace pull org/name": "names a placeholder repo in prose (tests/test_trace_push.py round-trips one)",
+    "cope calibrate": "names the command in a heading",
+    "cope calibrate --gguf model.gguf": "runs llama-bench on a model.gguf file (tests/test_calibrate.py drives it "
+                                        "with a fake llama-bench)",
     "cope export": "names the command in prose (its examples carry --candidate)",
     "cope trace record --gguf model.gguf --domain chat --tokens 64":
         "records through llama.cpp: needs a model.gguf file and the llamacpp extra (tests/test_record_llamacpp.py)",
