@@ -185,7 +185,11 @@ def price(path: Path, threads: int, fidelity: str, probe_budget_s: float) -> flo
     if rc != 0:
         return (err.strip().splitlines() or ["failed"])[-1]
     yours = json.loads(out)["yours"]
-    return yours["tokens_per_s"] if yours["runs"] else yours["refusal"]
+    if not yours["runs"]:
+        return yours["refusal"]
+    if yours["fidelity"] != fidelity:  # never print one fidelity's figure under another's name
+        return f"priced {yours['fidelity']}, not {fidelity}"
+    return yours["tokens_per_s"]
 
 
 def table(rows: list[Row], fidelities: list[str]) -> str:

@@ -232,3 +232,31 @@ def test_llama_bench_json_parsing():
         with pytest.raises(CopeInputError, match=says):
             parse_bench_output(bad)
     assert replace(tests[0], backends="CUDA", gpu_info="RTX").has_gpu_backend
+
+
+
+def test_estimate_keeps_the_fidelity_asked_for_at_the_commands_own_settings(tmp_path, cache, gguf, monkeypatch):
+    # A llama-bench command decodes from depth 0, so its ranking is recomputed at its own
+    # settings; a measured fidelity the person named must price it there too, not the
+    # default policy (which would take this machine's calibration).
+    import shlex
+
+    from cope_tui.service import advice as service
+    from engine.llama_args import parse_llama_command
+
+    path, facts = gguf
+    _calibrate(path, write_fake(tmp_path, FakeMachine(**facts)), 2)
+    advice = service.plan(PlanChoices(model=str(path), threads=2, gpu=GPU, tokens=40, fidelity="analytic"))
+    asked = []
+
+    def choose(request, *, fidelity=None, **kw):  # type: ignore[no-untyped-def]
+        asked.append(fidelity)
+        return service.choose_cost_model.__wrapped__(request, fidelity="analytic", **kw)
+
+    real = service.choose_cost_model
+    choose.__wrapped__ = real  # type: ignore[attr-defined]
+    monkeypatch.setattr(service, "choose_cost_model", choose)
+    command = parse_llama_command(shlex.split(f"llama-bench -m {path} -ngl 0 -t 2 -p 0 -n 32"))
+    service.estimate_command(advice, command, fidelity="atomic")
+    service.estimate_command(advice, command)
+    assert asked == ["atomic", "analytic"]  # named: kept; not named: the advice's own (analytic) kept

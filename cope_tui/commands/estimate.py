@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
     advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg,
                               quant=quant)
-    est = estimate_command(advice, command)  # recomputed at the command's own settings where they differ
+    est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
+                           probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
     if args.json:
         from cope_tui.commands.output import write_json
 

@@ -116,13 +116,15 @@ def parse_pasted(text: str) -> LlamaCommand:
     return parse_llama_command(words)
 
 
-def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progress | None = None,
+def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | None = None,
+                     probe_budget_s: float = 60.0, progress: Progress | None = None,
                      cancel: threading.Event | None = None) -> CommandEstimate:
     """Price `command` beside the ranking of `advice`. The command's settings are honoured
     (-t, -c, the KV cache type, llama-bench's -d and -n): when they differ from the
     advice's, the ranking is recomputed at them (priced with the same fidelity when it is
-    analytic or calibrated, else by the default policy: a complete cached profile for those
-    settings, else analytic) and a note says so."""
+    analytic or calibrated, or when `fidelity` names the one the person asked for; else by
+    the default policy: a complete cached profile for those settings, else analytic) and a
+    note says so."""
     request = advice.request
     first: tuple[str, ...] = ()
     if command.threads is not None:  # never price (or export) more threads than the CPU has
@@ -136,11 +138,16 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, progress: Progres
         return replace(result, notes=first + result.notes)
     moved = replace(request, **changes)
     # The same fidelity when it never probes (analytic, calibrated); else the default policy.
-    kept = advice.pricing.fidelity.value if advice.pricing.fidelity.value in ("analytic", "calibrated") else None
-    redone = advise_with(moved, choose_cost_model(moved, fidelity=kept), progress=progress, cancel=cancel)
+    # An asked-for measured fidelity is kept too: the person asked for it (its profile is usually cached).
+    kept = fidelity or (advice.pricing.fidelity.value
+                        if advice.pricing.fidelity.value in ("analytic", "calibrated") else None)
+    pricing = choose_cost_model(moved, fidelity=kept, probe_budget_s=probe_budget_s, progress=progress, cancel=cancel)
+    redone = advise_with(moved, pricing, progress=progress, cancel=cancel)
     result = price_command(redone.rec, redone.cost_model, command)
     said = ", ".join(f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"
+    if pricing.fidelity is not advice.pricing.fidelity:
+        note += f"; priced {pricing.reason}"
     return replace(result, notes=first + (note,) + result.notes)
 
 
