@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from engine.cache_dirs import machine_dir, safe_name
 from engine.calibration import LANE_CONSTANTS, Calibration, LaneConstants, MeasuredRun
 from engine.errors import CopeInputError
-from engine.files import atomic_write_text
+from engine.files import atomic_write_text, set_aside_saying
 
 SCHEMA = "cope-calibration"
 SCHEMA_VERSION = 1
@@ -133,7 +132,7 @@ def find_calibration(machine: str, model_id: str, quant: str, root: str | os.Pat
             if cal.machine != machine:
                 raise CopeInputError(f"holds the calibration of machine {cal.machine}, not {machine}", path=str(path))
         except CopeInputError as exc:
-            problems.append(f"{exc}; not used, moved to {set_aside(path).name}")
+            problems.append(f"{exc}; not used, {set_aside_saying(path)}")
             continue
         usable.append((cal, path))
     for match, same in (("model and quantization", lambda c: c.model_id == model_id and c.quant == quant),
@@ -143,20 +142,6 @@ def find_calibration(machine: str, model_id: str, quant: str, root: str | os.Pat
                 return Found(cal, path, match, tuple(problems))
     return Found(None, None, "", tuple(problems))
 
-
-def set_aside(path: Path) -> Path:
-    """Rename `path` to `<name>.corrupt-<UTC timestamp>` (never over an existing file)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
-    try:
-        os.rename(path, aside)
-    except OSError:
-        return path
-    return aside
 
 
 def _reject_constant(name: str) -> None:

@@ -152,3 +152,27 @@ def _remove_quietly(name: str) -> None:
         os.unlink(name)
     except OSError:
         pass
+
+
+def set_aside(path: Path) -> Path:
+    """Rename `path` to `<name>.corrupt-<UTC timestamp>` (never over an existing file), so a
+    cache file that cannot be used stops being read but is kept for a look; OSError when it
+    cannot be moved."""
+    import time  # noqa: PLC0415
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    os.rename(path, aside)
+    return aside
+
+
+def set_aside_saying(path: Path) -> str:
+    """`set_aside`, as the words that end a warning: where it went, or why it stays."""
+    try:
+        return f"moved to {set_aside(path).name}"
+    except OSError as why:
+        return f"ignored (it could not be moved aside: {why.strerror or why})"

@@ -23,7 +23,6 @@ whole until the new one is.
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import replace
@@ -32,7 +31,7 @@ from pathlib import Path
 from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
 from engine.profile import Measurement, Profile
-from engine.files import atomic_write_text
+from engine.files import atomic_write_text, set_aside_saying
 from engine.profile_io import load_profile, save_profile
 from engine.profile_keys import Ident
 
@@ -61,25 +60,11 @@ def load_cached(key: str, root: str | os.PathLike | None = None) -> Profile | No
         if profile.key != key:
             raise CopeInputError(f"holds the profile of key {profile.key}, not {key}", path=str(path))
     except CopeInputError as exc:
-        try:
-            fate = f"moved to {set_aside(path).name}"
-        except OSError as why:
-            fate = f"ignored (it could not be moved aside: {why.strerror or why})"
+        fate = set_aside_saying(path)
         warnings.warn(f"{exc}; not used, {fate}", ProfileCacheWarning, stacklevel=2)
         return None
     return profile
 
-
-def set_aside(path: Path) -> Path:
-    """Rename `path` to `<name>.corrupt-<UTC timestamp>` (never over an existing file)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
-    os.rename(path, aside)
-    return aside
 
 
 def partial_marker(key: str, root: str | os.PathLike | None = None) -> Path:
