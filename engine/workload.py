@@ -95,7 +95,8 @@ def prefill_placement(estimate: Estimate, n_blocks: int) -> LlamaPlacement:
 def prefill_model(rec: Recommendation, analytic: AnalyticCostModel) -> PrefillModel:
     req = rec.request
     return PrefillModel(req.model, req.quant, req.platform, popularity=req.profile.popularity(), threads=req.threads,
-                        gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s)
+                        gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s,
+                        cpu_bytes_per_s=analytic.cpu_stream_bytes_per_s(req.threads))
 
 
 def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
