@@ -29,10 +29,12 @@ from bench.published import CSV, published_rows  # noqa: E402
 from bench.published_prefill import price_all, summary  # noqa: E402
 from engine.prefill_cost import PrefillAssumptions  # noqa: E402
 
-FITTED = ("gpu_flops_efficiency", "cpu_flops_efficiency", "ik_cpu_speedup", "copy_efficiency")
-START = PrefillAssumptions(gpu_flops_efficiency=0.2, cpu_flops_efficiency=0.05, ik_cpu_speedup=2.0,
+FITTED = ("gpu_flops_efficiency", "cpu_flops_efficiency", "cpu_no_vnni_factor", "ik_cpu_speedup", "copy_efficiency")
+START = PrefillAssumptions(gpu_flops_efficiency=0.2, cpu_flops_efficiency=0.05, cpu_no_vnni_factor=1.2,
+                           ik_cpu_speedup=2.0,
                            copy_efficiency=0.8)
-BOUNDS = {"gpu_flops_efficiency": (0.01, 1.0), "cpu_flops_efficiency": (0.001, 1.0), "copy_efficiency": (0.1, 1.0), "ik_cpu_speedup": (1.0, 10.0)}
+BOUNDS = {"gpu_flops_efficiency": (0.01, 1.0), "cpu_flops_efficiency": (0.001, 1.0),
+          "cpu_no_vnni_factor": (1.0, 2.0), "copy_efficiency": (0.1, 1.0), "ik_cpu_speedup": (1.0, 10.0)}
 
 
 def assumptions_of(x: np.ndarray, base: PrefillAssumptions = START) -> PrefillAssumptions:

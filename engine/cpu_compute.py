@@ -1,13 +1,15 @@
 """A CPU's peak for llama.cpp's quantized matmuls (prompt processing), from assets/cpu_compute.json.
 
-Prompt processing on a CPU is compute-bound: ggml's quantized matmul (vec_dot, or the
-repacked and llamafile sgemm paths) multiplies int8 activations by the weights' int8
-quants, so a core's rate is the int8 multiply-accumulates its SIMD units retire a cycle
-(256-bit AVX2, 512-bit AVX-512, with or without the one-instruction VNNI dot product)
-times its clock. Cores, not hardware threads: two threads on one core share its vector
-units. The asset gives each CPU preset's microarchitecture (from the vendor's product
-family) and, where recorded, the vendor's base clock; each microarchitecture's MACs per
-cycle are derived from it and say how. What the kernels reach of this peak is one fitted
+Prompt processing on a CPU is compute-bound: ggml's quantized matmuls (vec_dot, the
+repacked and llamafile sgemm paths, ik_llama.cpp's iqk kernels) multiply int8 activations
+by the weights' int8 quants with 256-bit vectors (ggml-cpu's x86 mul_sum_us8_pairs: one
+vpdpbusd where the core has VNNI, through AVX-512 VL or AVX-VNNI; vpmaddubsw + vpmaddwd
+without), so a core's rate is the int8 multiply-accumulates that dot retires a cycle
+times its clock; a wider datapath the kernels do not use (Zen 5's 512 bits) counts for
+nothing. Cores, not hardware threads: two threads on one core share its vector units.
+The asset gives each CPU preset's microarchitecture (from the vendor's product family)
+and, where recorded, the vendor's base clock; each microarchitecture's MACs a cycle are
+derived from it and say how. What the kernels reach of this peak is one fitted
 efficiency (engine/prefill_cost.py).
 """
 
@@ -42,9 +44,9 @@ class CoreCompute:
         return 2.0 * self.int8_macs_per_cycle * self.clock_hz
 
     @property
-    def wide(self) -> bool:
-        """AVX-512 (512-bit vectors)."""
-        return self.isa.startswith("AVX-512")
+    def vnni(self) -> bool:
+        """A one-instruction int8 dot product (AVX-512 VNNI or AVX-VNNI)."""
+        return "VNNI" in self.isa
 
 
 @cache
@@ -92,6 +94,12 @@ def cores_used(cpu: CpuSpec, threads: int) -> int:
     return min(threads, int(cores.value)) if cores.known else threads
 
 
-def cpu_peak_flops(cpu: CpuSpec, threads: int) -> float:
-    """The CPU's peak FLOP/s in quantized matmuls with `threads` threads (before any efficiency)."""
-    return cores_used(cpu, threads) * core_compute(cpu).flops_per_s
+def cpu_peak_flops(cpu: CpuSpec, threads: int, no_vnni_factor: float = 1.0) -> float:
+    """The CPU's peak FLOP/s in quantized matmuls with `threads` threads (before any
+    efficiency); a core without VNNI times `no_vnni_factor` (1 to 2: without VNNI the dot
+    takes two multiply instructions, but the rest of a kernel's work, unpacking the quants,
+    scales, loads, does not double, so such a core reaches more of its halved dot peak; at
+    2 it matches a VNNI core of the same clock)."""
+    core = core_compute(cpu)
+    factor = 1.0 if core.vnni else min(max(no_vnni_factor, 1.0), 2.0)
+    return cores_used(cpu, threads) * core.flops_per_s * factor

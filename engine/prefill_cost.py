@@ -59,9 +59,10 @@ class PrefillAssumptions:
     """Prefill's constants; "fitted": once, over every published row with a prompt figure
     (bench/fit_prefill.py; docs/accuracy.md)."""
 
-    gpu_flops_efficiency: float = 0.431  # fitted: prefill GEMMs vs the FP16 tensor peak (FP32 accumulate)
-    cpu_flops_efficiency: float = 0.087  # fitted: CPU GEMMs vs the cores' int8 SIMD peak at base clock
-    ik_cpu_speedup: float = 3.34  # fitted: ik_llama.cpp's CPU GEMM kernels against mainline's
+    gpu_flops_efficiency: float = 0.425  # fitted: prefill GEMMs vs the FP16 tensor peak (FP32 accumulate)
+    cpu_flops_efficiency: float = 0.0856  # fitted: CPU GEMMs vs the cores' int8 SIMD peak at base clock
+    cpu_no_vnni_factor: float = 1.55  # fitted (1-2): a core without VNNI reaches more of its halved dot peak
+    ik_cpu_speedup: float = 3.45  # fitted: ik_llama.cpp's repacked (-rtr) CPU GEMMs against mainline's
     copy_efficiency: float = 1.0  # fitted (at its bound): expert copies vs the pinned host-to-device figure
     layer_overhead_s: float = 60e-6  # assumed: a block's kernel launches and split hand-overs per micro-batch
     # assumed: the rows of one expert's GEMM tile (ggml-cuda/mmq.cuh: mmq_x up to 128): an
@@ -77,7 +78,7 @@ class PrefillRuntime:
     ik_offload_rule: bool = False  # offload when u x k >= 32 x E (ik_llama.cpp), else u >= 32
     copies_used_experts: bool = True  # only the routed experts (newer llama.cpp), else whole tensors
     double_buffered: bool = False  # copies overlap the previous layer's compute
-    cpu_kernel_speedup: bool = False  # ik_llama.cpp's CPU GEMMs
+    cpu_kernel_speedup: bool = False  # ik_llama.cpp's CPU GEMMs (faster on the types -rtr repacks into)
     repacked: bool = False  # ik_llama.cpp -rtr: CPU experts never offloaded
     runs_in: str = ""  # which runtime runs it ("" none: a labelled what-if)
 
@@ -186,9 +187,13 @@ class PrefillModel:
 
     def cpu_flops_per_s(self, runtime: PrefillRuntime) -> float:
         """The cores' int8 SIMD peak at base clock (a second hardware thread on a core adds
-        nothing) times what llama.cpp's kernels reach of it (ik_llama.cpp's more)."""
-        speed = self.a.ik_cpu_speedup if runtime.cpu_kernel_speedup else 1.0
-        return cpu_peak_flops(self.platform.cpu, self.threads) * self.a.cpu_flops_efficiency * speed
+        nothing) times what llama.cpp's kernels reach of it; ik_llama.cpp's kernels for the
+        row-interleaved types `-rtr` repacks into reach more. The speedup is measured only
+        with `-rtr` (the same 7950X, 474 vs 142 tok/s), so ik_llama.cpp without it is priced
+        at mainline's rate."""
+        speed = self.a.ik_cpu_speedup if runtime.cpu_kernel_speedup and runtime.repacked else 1.0
+        return (cpu_peak_flops(self.platform.cpu, self.threads, self.a.cpu_no_vnni_factor)
+                * self.a.cpu_flops_efficiency * speed)
 
     def expert_tile_use(self, tokens: int) -> float:
         """The share of an expert GEMM tile's rows the micro-batch fills: u x k / E tokens
