@@ -43,6 +43,14 @@ class CoreCompute:
         """FLOP/s of one core (a multiply-accumulate counted as two operations, as model FLOPs are)."""
         return 2.0 * self.int8_macs_per_cycle * self.clock_hz
 
+    def rate_flops_per_s(self, no_vnni_factor: float = 1.0) -> float:
+        """FLOP/s one core reaches the peak of in quantized matmuls: a core without VNNI times
+        `no_vnni_factor`, held to 1-2 (without VNNI the dot takes two multiply instructions,
+        but the rest of a kernel's work, unpacking the quants, scales, loads, does not
+        double, so such a core reaches more of its halved dot peak; at 2 it matches a VNNI
+        core of the same clock, never more)."""
+        return self.flops_per_s * (1.0 if self.vnni else min(max(no_vnni_factor, 1.0), 2.0))
+
     @property
     def vnni(self) -> bool:
         """A one-instruction int8 dot product (AVX-512 VNNI or AVX-VNNI)."""
@@ -95,11 +103,6 @@ def cores_used(cpu: CpuSpec, threads: int) -> int:
 
 
 def cpu_peak_flops(cpu: CpuSpec, threads: int, no_vnni_factor: float = 1.0) -> float:
-    """The CPU's peak FLOP/s in quantized matmuls with `threads` threads (before any
-    efficiency); a core without VNNI times `no_vnni_factor` (1 to 2: without VNNI the dot
-    takes two multiply instructions, but the rest of a kernel's work, unpacking the quants,
-    scales, loads, does not double, so such a core reaches more of its halved dot peak; at
-    2 it matches a VNNI core of the same clock)."""
-    core = core_compute(cpu)
-    factor = 1.0 if core.vnni else min(max(no_vnni_factor, 1.0), 2.0)
-    return cores_used(cpu, threads) * core.flops_per_s * factor
+    """The CPU's peak FLOP/s in quantized matmuls with `threads` threads, before the
+    kernels' efficiency (CoreCompute.rate_flops_per_s)."""
+    return cores_used(cpu, threads) * core_compute(cpu).rate_flops_per_s(no_vnni_factor)
