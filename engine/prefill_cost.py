@@ -40,7 +40,7 @@ from functools import cache
 import numpy as np
 
 from engine.assets_io import load_asset_json
-from engine.cpu_compute import cpu_peak_flops
+from engine.cpu_compute import core_compute, cpu_peak_flops
 from engine.model import ModelSpec
 from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
 from engine.quant import Quantization
@@ -161,6 +161,7 @@ class PrefillModel:
         self.a = assumptions
         self.popularity = np.asarray(popularity)
         self.gpu_flops, self.gpu_flops_source = gpu_tensor_flops(platform)
+        self.cpu_compute_source = core_compute(platform.cpu).source
         self.gpu_bytes_per_s = gpu_bytes_per_s  # the decode model's effective streaming rate
         self.h2d_bytes_per_s = h2d_bytes_per_s
         # What the CPU's threads stream from memory (the decode model's rate); None: its memory's figure
