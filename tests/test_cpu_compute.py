@@ -41,7 +41,7 @@ def test_every_cpu_preset_has_a_microarchitecture_and_each_clock_its_source():
         if "base_clock_hz" in entry:
             assert 1.0e9 <= entry["base_clock_hz"] <= entry["boost_clock_hz"] <= 6.5e9, pid
             said = re.search(r"base (?:clock|frequency) ([0-9.]+) GHz", entry["clock_source"])
-            assert said and float(said.group(1)) * 1e9 == entry["base_clock_hz"], pid
+            assert said and abs(float(said.group(1)) * 1e9 - entry["base_clock_hz"]) < 1e6, pid
             assert entry["clock_source"].startswith(("AMD ", "Intel ARK")), pid
 
 
