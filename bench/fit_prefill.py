@@ -3,14 +3,14 @@
     python bench/fit_prefill.py
 
 The constants of engine/prefill_cost.py that no spec sheet gives (the share of the GPU's
-tensor peak prefill GEMMs reach, the share of the CPU cores' int8 SIMD peak they reach, how much faster
-ik_llama.cpp's CPU GEMMs are, how much of the pinned host-to-device rate an expert copy
-reaches) are fitted together to the prompt tokens/s of every row of
+tensor peak prefill GEMMs reach, the share of the CPU cores' int8 SIMD peak they reach and
+how much more of it a core without VNNI reaches, how much faster ik_llama.cpp's repacked
+(-rtr) CPU GEMMs are, how much of the pinned host-to-device rate an expert copy reaches)
+are fitted together to the prompt tokens/s of every row of
 ../shared/calibration/published-decode.csv that publishes one and that COPE prices
 (bench/published_rows.py: PROMPT_RUNS), minimising the mean absolute log ratio of
-estimated to published tokens/s (robust to the few rows no constant explains: a BLAS
-build, a dual-socket Windows machine). One set of constants for every row: nothing per
-model, per row or per source. It prints the values for PrefillAssumptions.
+estimated to published tokens/s (robust to the few rows no constant explains). One set of
+constants for every row: nothing per model, per row or per source. It prints the values for PrefillAssumptions.
 """
 
 from __future__ import annotations
