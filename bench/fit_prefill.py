@@ -3,14 +3,14 @@
     python bench/fit_prefill.py
 
 The constants of engine/prefill_cost.py that no spec sheet gives (the share of the GPU's
-tensor peak prefill GEMMs reach, what one CPU thread computes, how much faster
-ik_llama.cpp's CPU GEMMs are, how much of the pinned host-to-device rate an expert copy
-reaches) are fitted together to the prompt tokens/s of every row of
+tensor peak prefill GEMMs reach, the share of the CPU cores' int8 SIMD peak they reach and
+how much more of it a core without VNNI reaches, how much faster ik_llama.cpp's repacked
+(-rtr) CPU GEMMs are, how much of the pinned host-to-device rate an expert copy reaches)
+are fitted together to the prompt tokens/s of every row of
 ../shared/calibration/published-decode.csv that publishes one and that COPE prices
 (bench/published_rows.py: PROMPT_RUNS), minimising the mean absolute log ratio of
-estimated to published tokens/s (robust to the few rows no constant explains: a BLAS
-build, a dual-socket Windows machine). One set of constants for every row: nothing per
-model, per row or per source. It prints the values for PrefillAssumptions.
+estimated to published tokens/s (robust to the few rows no constant explains). One set of
+constants for every row: nothing per model, per row or per source. It prints the values for PrefillAssumptions.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from bench.published import CSV, published_rows  # noqa: E402
 from bench.published_prefill import price_all, summary  # noqa: E402
 from engine.prefill_cost import PrefillAssumptions  # noqa: E402
 
-FITTED = ("gpu_flops_efficiency", "cpu_flops_per_thread", "ik_cpu_speedup", "copy_efficiency")
-START = PrefillAssumptions(gpu_flops_efficiency=0.2, cpu_flops_per_thread=40e9, ik_cpu_speedup=2.0,
+FITTED = ("gpu_flops_efficiency", "cpu_flops_efficiency", "cpu_no_vnni_factor", "ik_cpu_speedup", "copy_efficiency")
+START = PrefillAssumptions(gpu_flops_efficiency=0.2, cpu_flops_efficiency=0.05, cpu_no_vnni_factor=1.2,
+                           ik_cpu_speedup=2.0,
                            copy_efficiency=0.8)
-BOUNDS = {"gpu_flops_efficiency": (0.01, 1.0), "copy_efficiency": (0.1, 1.0), "ik_cpu_speedup": (1.0, 10.0)}
+BOUNDS = {"gpu_flops_efficiency": (0.01, 1.0), "cpu_flops_efficiency": (0.001, 1.0),
+          "cpu_no_vnni_factor": (1.0, 2.0), "copy_efficiency": (0.1, 1.0), "ik_cpu_speedup": (1.0, 10.0)}
 
 
 def assumptions_of(x: np.ndarray, base: PrefillAssumptions = START) -> PrefillAssumptions:

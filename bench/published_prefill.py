@@ -88,7 +88,9 @@ def price_prompt(row: Row, run: PromptRun, published: dict[str, str],
                                  kv_bytes_per_element=request.kv_bytes_per_element)
     model = PrefillModel(request.model, request.quant, request.platform, popularity=popularity(row),
                          threads=run.threads or request.threads, gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s,
-                         h2d_bytes_per_s=analytic.h2d_bytes_per_s, assumptions=assumptions or PrefillAssumptions())
+                         h2d_bytes_per_s=analytic.h2d_bytes_per_s,
+                         cpu_bytes_per_s=analytic.cpu_stream_bytes_per_s(run.threads or request.threads),
+                         assumptions=assumptions or PrefillAssumptions())
     cost = model.prompt(placement, run.prompt_tokens, ubatch=run.ubatch, batch=max(run.ubatch, 2048),
                         depth=run.depth, runtime=runtime_of(row, run), has_gpu=has_gpu)
     return PricedPrompt(row, run, tps, cost.tokens_per_s, None, not has_gpu)

@@ -39,4 +39,6 @@ def render_workload(ranking: WorkloadRanking, rec: Recommendation, *, limit: int
         f"What-if, no runtime runs it: {DOUBLE_BUFFERED.name}: {best.candidate_id} would prefill at "
         f"{best.double_buffered.tokens_per_s:.0f} tok/s (TTFT {best.double_buffered.ttft_s:.1f} s)")
     lines.append(f"GPU compute: {ranking.gpu_flops_source}")
+    if ranking.cpu_compute_source:
+        lines.append(f"CPU compute: {ranking.cpu_compute_source}")
     return "\n".join(lines) + "\n"

@@ -38,7 +38,8 @@ def price_prefill(request: AdviseRequest, placement: LlamaPlacement, memory: Pla
                                  kv_bytes_per_element=request.kv_bytes_per_element)
     model = PrefillModel(request.model, request.quant, request.platform, popularity=request.profile.popularity(),
                          threads=command.threads_batch or request.threads,
-                         gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s)
+                         gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s,
+                         cpu_bytes_per_s=analytic.cpu_stream_bytes_per_s(command.threads_batch or request.threads))
     runtime = replace(IK_LLAMA, repacked=True) if command.repack else LLAMA_CPP
     batch = command.batch or DEFAULT_BATCH
     ubatch = command.ubatch or DEFAULT_UBATCH

@@ -19,8 +19,9 @@ A micro-batch of u tokens at KV depth d costs, layer by layer: the GPU's work as
 roofline (FLOPs at a fitted share of the GPU's tensor peak, or its weights' bytes at the
 decode model's GPU bandwidth, whichever is longer; an expert GEMM whose share of the
 micro-batch, u x k / E tokens, fills less than a 128-row tile is charged for the whole
-tile), the CPU's (FLOPs at a fitted rate per
-thread), and the copy (bytes over the host-to-device bandwidth); added, or with
+tile), the CPU's (a roofline too: FLOPs at a fitted share of the cores' int8 SIMD peak,
+engine/cpu_compute.py, or the bytes of the weights it reads at the CPU's streaming rate),
+and the copy (bytes over the host-to-device bandwidth); added, or with
 double-buffered copies (MoE-CORE's alternating buffers: layer l+1's copy under layer l's
 compute) the larger of copy and GPU. The routed fraction of a layer for u tokens is
 mean_e 1 - (1 - q_e)^u, q_e the share of tokens routing to expert e in the trace: tokens
@@ -39,8 +40,9 @@ from functools import cache
 import numpy as np
 
 from engine.assets_io import load_asset_json
+from engine.cpu_compute import core_compute, cpu_peak_flops
 from engine.model import ModelSpec
-from engine.platform import Platform
+from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
 from engine.quant import Quantization
 
 OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH)
@@ -57,9 +59,10 @@ class PrefillAssumptions:
     """Prefill's constants; "fitted": once, over every published row with a prompt figure
     (bench/fit_prefill.py; docs/accuracy.md)."""
 
-    gpu_flops_efficiency: float = 0.431  # fitted: prefill GEMMs vs the FP16 tensor peak (FP32 accumulate)
-    cpu_flops_per_thread: float = 50.2e9  # fitted: llama.cpp's CPU GEMM per thread (at most one per core)
-    ik_cpu_speedup: float = 3.34  # fitted: ik_llama.cpp's CPU GEMM kernels against mainline's
+    gpu_flops_efficiency: float = 0.425  # fitted: prefill GEMMs vs the FP16 tensor peak (FP32 accumulate)
+    cpu_flops_efficiency: float = 0.0856  # fitted: CPU GEMMs vs the cores' int8 SIMD peak at base clock
+    cpu_no_vnni_factor: float = 1.55  # fitted (1-2): a core without VNNI reaches more of its halved dot peak
+    ik_cpu_speedup: float = 3.45  # fitted: ik_llama.cpp's repacked (-rtr) CPU GEMMs against mainline's
     copy_efficiency: float = 1.0  # fitted (at its bound): expert copies vs the pinned host-to-device figure
     layer_overhead_s: float = 60e-6  # assumed: a block's kernel launches and split hand-overs per micro-batch
     # assumed: the rows of one expert's GEMM tile (ggml-cuda/mmq.cuh: mmq_x up to 128): an
@@ -75,7 +78,7 @@ class PrefillRuntime:
     ik_offload_rule: bool = False  # offload when u x k >= 32 x E (ik_llama.cpp), else u >= 32
     copies_used_experts: bool = True  # only the routed experts (newer llama.cpp), else whole tensors
     double_buffered: bool = False  # copies overlap the previous layer's compute
-    cpu_kernel_speedup: bool = False  # ik_llama.cpp's CPU GEMMs
+    cpu_kernel_speedup: bool = False  # ik_llama.cpp's CPU GEMMs (faster on the types -rtr repacks into)
     repacked: bool = False  # ik_llama.cpp -rtr: CPU experts never offloaded
     runs_in: str = ""  # which runtime runs it ("" none: a labelled what-if)
 
@@ -153,13 +156,16 @@ class PrefillModel:
 
     def __init__(self, model: ModelSpec, quant: Quantization, platform: Platform, *, popularity: np.ndarray,
                  threads: int, gpu_bytes_per_s: float, h2d_bytes_per_s: float,
-                 assumptions: PrefillAssumptions = PrefillAssumptions()):
+                 cpu_bytes_per_s: float | None = None, assumptions: PrefillAssumptions = PrefillAssumptions()):
         self.model, self.quant, self.platform, self.threads = model, quant, platform, max(int(threads), 1)
         self.a = assumptions
         self.popularity = np.asarray(popularity)
         self.gpu_flops, self.gpu_flops_source = gpu_tensor_flops(platform)
+        self.cpu_compute_source = core_compute(platform.cpu).source
         self.gpu_bytes_per_s = gpu_bytes_per_s  # the decode model's effective streaming rate
         self.h2d_bytes_per_s = h2d_bytes_per_s
+        # What the CPU's threads stream from memory (the decode model's rate); None: its memory's figure
+        self.cpu_bytes_per_s = cpu_bytes_per_s or float(assumed_cpu_bandwidth_bytes_per_s(platform.cpu).value)
         self.expert_bytes = float(model.expert_bytes(quant))
         self.expert_flops = 2.0 * model.expert_params()  # per token per routed expert
         n = model.n_blocks
@@ -181,11 +187,14 @@ class PrefillModel:
         return self.gpu_flops * self.a.gpu_flops_efficiency
 
     def cpu_flops_per_s(self, runtime: PrefillRuntime) -> float:
-        """GEMMs are compute-bound: a second hardware thread on a core adds nothing."""
-        cores = self.platform.cpu.physical_cores
-        threads = min(self.threads, int(cores.value)) if cores.known else self.threads
-        speed = self.a.ik_cpu_speedup if runtime.cpu_kernel_speedup else 1.0
-        return threads * self.a.cpu_flops_per_thread * speed
+        """The cores' int8 SIMD peak at base clock (a second hardware thread on a core adds
+        nothing) times what llama.cpp's kernels reach of it; ik_llama.cpp's kernels for the
+        row-interleaved types `-rtr` repacks into reach more. The speedup is measured only
+        with `-rtr` (the same 7950X, 474 vs 142 tok/s), so ik_llama.cpp without it is priced
+        at mainline's rate."""
+        speed = self.a.ik_cpu_speedup if runtime.cpu_kernel_speedup and runtime.repacked else 1.0
+        return (cpu_peak_flops(self.platform.cpu, self.threads, self.a.cpu_no_vnni_factor)
+                * self.a.cpu_flops_efficiency * speed)
 
     def expert_tile_use(self, tokens: int) -> float:
         """The share of an expert GEMM tile's rows the micro-batch fills: u x k / E tokens
@@ -216,6 +225,7 @@ class PrefillModel:
         gpu_flops = np.where(shared_on_gpu, block_flops, 0.0)
         gpu_bytes = np.where(shared_on_gpu, self.shared_bytes, 0.0)
         cpu_flops = np.where(shared_on_gpu, 0.0, block_flops)
+        cpu_bytes = np.where(shared_on_gpu, 0.0, self.shared_bytes)
         copy_bytes = np.where(~on_gpu & offload, self.shared_bytes, 0.0)
         # The routed experts of each MoE block, by layer (a split layer: the GPU's part, then the CPU's).
         blocks = np.asarray(model.moe_blocks)
@@ -230,9 +240,11 @@ class PrefillModel:
             np.add.at(copy_bytes, blocks, share * (read if runtime.copies_used_experts else whole))
         else:
             np.add.at(cpu_flops, blocks, share * expert_flops)
+            np.add.at(cpu_bytes, blocks, share * read)
         gpu_s = np.maximum(gpu_flops / self.gpu_flops_per_s, gpu_bytes / self.gpu_bytes_per_s)
         gpu_s = np.where(gpu_flops > 0, gpu_s + self.a.layer_overhead_s, 0.0)
-        cpu_s = cpu_flops / self.cpu_flops_per_s(runtime)
+        # A small micro-batch reads each routed expert for few tokens: memory-bound then.
+        cpu_s = np.maximum(cpu_flops / self.cpu_flops_per_s(runtime), cpu_bytes / self.cpu_bytes_per_s)
         copy_s = copy_bytes / (self.h2d_bytes_per_s * self.a.copy_efficiency)
         if runtime.double_buffered:
             total = float(np.maximum(copy_s, gpu_s).sum() + cpu_s.sum())

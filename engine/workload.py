@@ -66,6 +66,7 @@ class WorkloadRanking:
     workload: Workload
     estimates: tuple[WorkloadEstimate, ...]  # fastest request first
     gpu_flops_source: str
+    cpu_compute_source: str = ""
 
     @property
     def best(self) -> WorkloadEstimate:
@@ -78,6 +79,7 @@ class WorkloadRanking:
         return {"prompt_tokens": self.workload.prompt_tokens, "output_tokens": self.workload.output_tokens,
                 "name": self.workload.name, "ranked_by": "request_s = ttft_s + output_tokens x tpot_s",
                 "prefill_runtime": LLAMA_CPP.name, "gpu_flops_source": self.gpu_flops_source,
+                "cpu_compute_source": self.cpu_compute_source,
                 "best": self.best.candidate_id, "candidates": [w.to_dict() for w in self.estimates]}
 
 
@@ -95,7 +97,8 @@ def prefill_placement(estimate: Estimate, n_blocks: int) -> LlamaPlacement:
 def prefill_model(rec: Recommendation, analytic: AnalyticCostModel) -> PrefillModel:
     req = rec.request
     return PrefillModel(req.model, req.quant, req.platform, popularity=req.profile.popularity(), threads=req.threads,
-                        gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s)
+                        gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s,
+                        cpu_bytes_per_s=analytic.cpu_stream_bytes_per_s(req.threads))
 
 
 def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
@@ -114,4 +117,4 @@ def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
         out.append(WorkloadEstimate(e, prefill, overlapped,
                                     request_time_s(prefill.ttft_s, e.tpot_s, workload.output_tokens)))
     out.sort(key=lambda w: (w.request_s, w.candidate_id))
-    return WorkloadRanking(workload, tuple(out), model.gpu_flops_source)
+    return WorkloadRanking(workload, tuple(out), model.gpu_flops_source, model.cpu_compute_source)
