@@ -160,7 +160,8 @@ class PlanChoices:
         help="quantization, e.g. Q4_K_M (default: the model's usual one)")
     gpu: str | None = _option(
         None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(), hint="this machine's",
-        help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one)")
+        help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one); "
+             "none: plan for the CPU alone (llama.cpp with -ngl 0)")
     cpu: str | None = _option(
         None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",
         help="CPU preset or name (see `cope presets`; '2x NAME' for two sockets; a name that is no preset needs "

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from engine.cost_model import Lanes, StateCosts, compose_state_costs, compose_step
 from engine.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
-from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s
+from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.policy import Execution
 from engine.quant import Quantization
 
@@ -86,8 +86,11 @@ class AnalyticCostModel:
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
         self.a = assumptions
         self.expert_bytes = model.expert_bytes(quant)
-        self.gpu_bytes_per_s = float(_known(platform.gpu.mem_bandwidth_bytes_per_s, "GPU memory bandwidth"))
-        self.h2d_bytes_per_s = float(_known(platform.gpu.h2d_bytes_per_s, "host-to-device bandwidth"))
+        if plans_without_gpu(platform.gpu):  # --gpu none: no GPU term may be used (NaN shows if one were)
+            self.gpu_bytes_per_s = self.h2d_bytes_per_s = float("nan")
+        else:
+            self.gpu_bytes_per_s = float(_known(platform.gpu.mem_bandwidth_bytes_per_s, "GPU memory bandwidth"))
+            self.h2d_bytes_per_s = float(_known(platform.gpu.h2d_bytes_per_s, "host-to-device bandwidth"))
         cpu_bw = platform.cpu.mem_bandwidth_bytes_per_s
         if not cpu_bw.known:
             cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)

@@ -8,6 +8,8 @@ import sys
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
+from engine.errors import CopeInputError
+from engine.platform import NO_GPU
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.options import choices_from_args
     from cope_tui.service.workload import export_with_batch, rank, workload_of
 
-    workload = workload_of(choices_from_args(args))  # None: decode only (checked before the ranking)
+    choices = choices_from_args(args)
+    if (choices.gpu or "").lower() == NO_GPU:
+        return _run_cpu_only(args, choices)
+    workload = workload_of(choices)  # None: decode only (checked before the ranking)
     advice = advice_from_args(args)
     recommendation = advice.rec
     ranking = rank(advice, workload) if workload is not None else None
@@ -77,3 +82,19 @@ def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
         return []
     return ["the recommended per-expert placement is learnt from SYNTHETIC routing: record or pull a real "
             "trace (cope trace) before running it"]
+
+
+def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-untyped-def]
+    """`--gpu none`: the CPU-only command and its price (cope_tui/service/cpu_only.py)."""
+    from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
+
+    if choices.prompt_tokens is not None or choices.workload is not None:
+        raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
+    plan = plan_cpu_only(choices)
+    if args.json:
+        from cope_tui.commands.output import write_json
+
+        write_json(plan.to_dict())
+    else:
+        sys.stdout.write(render_cpu_only(plan))
+    return EXIT_OK

@@ -21,7 +21,7 @@ from engine.cost_model import CostModel
 from engine.errors import CopeInputError
 from engine.llama_args import LlamaCommand, parse_llama_command
 from engine.memory import GIB
-from engine.platform import usable_threads
+from engine.platform import plans_without_gpu, usable_threads
 from engine.progress import Progress
 
 
@@ -55,6 +55,9 @@ def plan(
     """Build the request, choose its cost model (probing only when a measured fidelity is
     asked for and not cached), rank every candidate."""
     request = build_request(choices, detect_cpu=detect_cpu, detect_gpu=detect_gpu)
+    if plans_without_gpu(request.platform.gpu):
+        raise CopeInputError("--gpu none: there is no GPU/CPU split to rank; `cope advise --gpu none` prints the "
+                             "CPU-only command and its price (cope estimate prices yours with any --gpu)")
     pricing = choose_cost_model(request, fidelity=choices.fidelity, probe_budget_s=choices.probe_budget_s,
                                 reprobe=choices.reprobe, progress=probe_progress, cancel=cancel)
     return advise_with(request, pricing, progress=progress, cancel=cancel)

@@ -11,7 +11,7 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from engine.advise import AdviseRequest
 from engine.errors import CopeInputError
 from engine.memory import GIB
-from engine.platform import GpuSpec, Platform, get_gpu_preset, usable_threads
+from engine.platform import NO_GPU, GpuSpec, Platform, get_gpu_preset, no_gpu, plans_without_gpu, usable_threads
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
@@ -66,7 +66,8 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
             )
     else:
         budget = int(gpu_vram.value)
-        assumed.append(f"VRAM budget: all of the GPU's {budget / GIB:.0f} GiB")
+        if not plans_without_gpu(platform.gpu):
+            assumed.append(f"VRAM budget: all of the GPU's {budget / GIB:.0f} GiB")
 
     context = DEFAULT_CONTEXT if args.context is None else args.context
     if args.context is None:
@@ -105,7 +106,10 @@ def load_model(arg: str, *, gguf_file: str | None = None):
 def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cpu, detect_gpu) -> Platform:
     from cope_tui.service.hardware import plan_cpu  # noqa: PLC0415
 
-    gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
+    if args.gpu is not None and args.gpu.lower() == NO_GPU:
+        gpu = no_gpu()
+    else:
+        gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
     cpu = plan_cpu(args, detect_cpu)  # --cpu, --memory, --ram-bandwidth; else this machine (a stored measurement)
     assumed.extend(cpu.assumed)
     notes.extend(cpu.notes)

@@ -1,0 +1,84 @@
+"""Planning without a GPU (`--gpu none`): llama.cpp with every weight on the CPU.
+
+There is nothing to split, so the Policy Matrix does not apply: the plan is the one
+command a CPU-only machine runs (`llama-server -m FILE -ngl 0 -t T -c C`), priced by the
+same placement pricing as `cope estimate` (engine/command_estimate.py) with the cost model
+the default policy chooses (this machine's calibration when `cope calibrate` ran, else
+analytic). Imports neither textual nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cope_tui.options import PlanChoices
+from cope_tui.service.pricing import Pricing, choose_cost_model
+from cope_tui.service.request import build_request
+from engine.advise import AdviseRequest
+from engine.command_estimate import CommandPrice, price_placement_command
+from engine.errors import CopeInputError
+from engine.llama_args import parse_llama_command
+from engine.memory import GIB
+
+
+@dataclass(frozen=True)
+class CpuOnlyPlan:
+    request: AdviseRequest
+    pricing: Pricing
+    argv: tuple[str, ...]
+    price: CommandPrice
+
+    def to_dict(self) -> dict:
+        p = self.price
+        run = {"candidate": "cpu-only", "runtime": "llama.cpp", "argv": list(self.argv),
+               "tokens_per_s": p.tokens_per_s if p.runs else None, "tpot_s": p.tpot_s if p.runs else None,
+               "ram_bytes": p.memory.host_bytes if p.memory is not None else None, "refusal": p.refusal}
+        return {"schema": 2, "gpu": None, "model": self.request.model.id, "quant": self.request.quant.name,
+                "cpu": self.request.platform.cpu.name, "threads": self.request.threads,
+                "context": self.request.context_tokens, "cost_model": {"fidelity": self.pricing.fidelity.value,
+                                                                       "reason": self.pricing.reason},
+                "recommendation": {"run_now": run, "best_overall": run}, "notes": list(self.request.notes)}
+
+
+def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # type: ignore[no-untyped-def]
+    """The CPU-only plan of `choices` (whose --gpu is none)."""
+    for flag, value in (("--vram-budget", choices.vram_budget_gib), ("--fidelity", choices.fidelity)):
+        if value is not None and not (flag == "--fidelity" and value in ("analytic", "calibrated")):
+            raise CopeInputError(f"{flag} {value}: --gpu none plans without a GPU (analytic or calibrated "
+                                 "pricing, no VRAM)")
+    request = build_request(choices, detect_cpu=detect_cpu)
+    pricing = choose_cost_model(request, fidelity=choices.fidelity)
+    model_file = request.model.exact_bytes.source if request.model.exact_bytes is not None else f"{request.model.id}.gguf"
+    argv = ("llama-server", "-m", model_file, "-ngl", "0", "-c", str(request.context_tokens),
+            "-t", str(request.threads))
+    price = price_placement_command(request, pricing.cost_model, parse_llama_command(argv))
+    if price.runs and not math.isfinite(price.tpot_s):  # a GPU term reached a CPU-only price: a bug, not input
+        raise RuntimeError(f"CPU-only price is not finite: {price.cost}")
+    return CpuOnlyPlan(request, pricing, argv, price)
+
+
+def render_cpu_only(plan: CpuOnlyPlan) -> str:
+    """The text report: the command first, then what it was priced with."""
+    import shlex
+
+    r, p = plan.request, plan.price
+    lines = ["Run this now: CPU only with stock llama.cpp (no GPU planned: --gpu none)"]
+    if p.runs:
+        ram = f", RAM {p.memory.host_bytes / GIB:.1f} GiB" if p.memory is not None else ""
+        lines.append(f"  {p.tokens_per_s:.1f} tok/s ({p.tpot_s * 1e3:.2f} ms/token){ram}; {p.detail}")
+    else:
+        lines.append(f"  {p.refusal}")
+    lines += [f"  {shlex.join(plan.argv)}", "",
+              f"COPE advise: {r.model.name} {r.quant.name}, no GPU + {r.platform.cpu.name}, {r.threads} threads, "
+              f"context {r.context_tokens}",
+              f"Cost model: {plan.pricing.fidelity.value} ({plan.pricing.reason})"]
+    if p.memory is not None:
+        lines.append(f"  RAM: {p.memory.ram.describe()}")
+    lines += [f"  {note}" for note in r.notes if not _about_routing(note)]
+    return "\n".join(lines) + "\n"
+
+
+def _about_routing(note: str) -> bool:
+    """Trace notes: a CPU-only run computes every routed expert where it is, so routing does not move its price."""
+    return note.startswith(("popularity learnt", "SYNTHETIC", "assumed trace:", "run `cope trace", "skipped cached trace"))

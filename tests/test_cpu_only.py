@@ -1,0 +1,71 @@
+"""`--gpu none`: planning for the CPU alone, priced as `cope estimate` prices the same command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
+
+PLAN = ["--model", "qwen3-30b-a3b", "--cpu", "ryzen-9-7950x", "--context", "4096", "--fidelity", "analytic"]
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))  # no calibration or profile of this machine
+
+
+def _advise(capsys, *extra: str) -> dict:
+    assert main(["advise", "--gpu", "none", "--json", *PLAN, *extra]) == EXIT_OK
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_plan_is_llama_cpp_with_no_layer_offloaded(capsys):
+    doc = _advise(capsys, "--threads", "8")
+    run = doc["recommendation"]["run_now"]
+    assert doc["gpu"] is None and run == doc["recommendation"]["best_overall"]
+    assert run["argv"] == ["llama-server", "-m", "qwen3-30b-a3b.gguf", "-ngl", "0", "-c", "4096", "-t", "8"]
+    assert run["refusal"] is None and 0 < run["tokens_per_s"] < 1e3
+
+
+def test_it_costs_what_cope_estimate_says_the_same_command_costs(capsys):
+    # With a GPU present, `-ngl 0` decodes every token on the CPU too: the same placement price.
+    run = _advise(capsys, "--threads", "8")["recommendation"]["run_now"]
+    plan = [a for a in PLAN if a not in ("--context", "4096")]  # estimate takes the context from -c
+    assert main(["estimate", "--json", *plan, "--gpu", "rtx-4090", "--", *run["argv"]]) == EXIT_OK
+    yours = json.loads(capsys.readouterr().out)["yours"]
+    assert yours["tokens_per_s"] == pytest.approx(run["tokens_per_s"], rel=1e-9)
+
+
+def test_more_threads_are_never_slower(capsys):
+    speeds = [_advise(capsys, "--threads", str(t))["recommendation"]["run_now"]["tokens_per_s"] for t in (1, 4, 16)]
+    assert speeds == sorted(speeds) and speeds[0] < speeds[-1]
+
+
+def test_a_model_too_big_for_ram_would_not_run(capsys):
+    doc = _advise(capsys, "--threads", "8", "--ram-gib", "16")
+    run = doc["recommendation"]["run_now"]
+    assert run["tokens_per_s"] is None and run["refusal"].startswith("would not run")
+
+
+def test_the_text_leads_with_the_command(capsys):
+    assert main(["advise", "--gpu", "none", *PLAN, "--threads", "8"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Run this now: CPU only")
+    assert lines[2].strip() == "llama-server -m qwen3-30b-a3b.gguf -ngl 0 -c 4096 -t 8"
+
+
+@pytest.mark.parametrize("flag", [["--vram-budget", "4"], ["--fidelity", "combined"], ["--workload", "chat"]])
+def test_what_needs_a_gpu_is_one_line(capsys, flag):
+    plan = [a for a in PLAN if a not in ("--fidelity", "analytic")]
+    assert main(["advise", "--gpu", "none", *plan, *flag]) == EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--gpu none" in err
+
+
+def test_commands_that_rank_splits_say_where_the_cpu_only_plan_is(capsys):
+    argv = ["llama-server", "-m", "qwen3-30b-a3b.gguf", "-ngl", "0", "-t", "2"]
+    assert main(["estimate", "--gpu", "none", "--model", "qwen3-30b-a3b", "--", *argv]) == EXIT_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cope advise --gpu none" in err
