@@ -198,22 +198,6 @@ def test_recording_modules_import_without_torch():
 # --- the CLI ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory):
-    """A tiny Qwen3-MoE saved with a word-level tokenizer built on the spot (no download)."""
-    pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-qwen3-moe")
-    words = ["[UNK]"] + [f"w{i}" for i in range(40)] + ["what", "is", "the", "of", "a", "and", "to", "x"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
-    _tiny("qwen3_moe").save_pretrained(folder)
-    return folder
-
-
 def test_cli_records_a_domain_into_the_cache(tiny_model_folder, tmp_path, monkeypatch, capsys):
     from cope_tui.cli import EXIT_OK, main
 

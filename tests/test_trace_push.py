@@ -20,24 +20,6 @@ REPO = "someone/tiny-moe-routing"
 TOKEN = "hf_not_a_real_token"
 
 
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory):
-    """A tiny random Qwen3-MoE with a word-level tokenizer built on the spot (no download)."""
-    pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from tests.test_record import _tiny
-
-    folder = tmp_path_factory.mktemp("tiny-qwen3-moe")
-    words = ["[UNK]"] + [f"w{i}" for i in range(40)] + ["what", "is", "the", "of", "a", "and", "to", "x"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
-    _tiny("qwen3_moe").save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
 def hub(hf_env, tmp_path, monkeypatch):
     monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cope-cache"))
