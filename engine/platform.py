@@ -199,12 +199,12 @@ NO_GPU = "none"  # --gpu none: plan for the CPU alone
 def no_gpu() -> GpuSpec:
     """No GPU at all (`--gpu none`): zero VRAM, every other figure unknown, saying why."""
     why = "planned without a GPU (--gpu none)"
-    return replace(unknown_gpu(why), name="no GPU", vram_bytes=Fact.assumed(0, why),
+    return replace(unknown_gpu(why), name="no GPU", preset_id=NO_GPU, vram_bytes=Fact.assumed(0, why),
                    vram_free_bytes=Fact.assumed(0, why))
 
 
 def plans_without_gpu(gpu: GpuSpec) -> bool:
-    return gpu.name == "no GPU" and gpu.vram_bytes.known and int(gpu.vram_bytes.value) == 0  # type: ignore[arg-type]
+    return gpu.preset_id == NO_GPU
 
 
 # --- PCIe ---------------------------------------------------------------------------

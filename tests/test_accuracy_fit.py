@@ -4,7 +4,6 @@ and the benchmark over those runs is what docs/accuracy.md reports."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ sys.path.insert(0, str(ROOT))
 from bench.fit_published import FITTED, BOUNDS  # noqa: E402
 from bench.published import CSV, price_all, published_rows  # noqa: E402
 from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
+from tests.fit_optimum import assert_at_optimum  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"the calibration data is not at {CSV}")
 
@@ -29,16 +29,7 @@ def test_the_constants_in_the_code_are_the_fit_of_the_published_runs():
     """Moving any fitted constant 5% either way (within its bounds) fits the published runs
     no better: the code holds the fit's optimum, not a hand-tuned value."""
     rows_csv = published_rows(CSV)
-    code = AnalyticAssumptions()
-    best = fit_loss(rows_csv, code)
-    for name in FITTED:
-        for factor in (0.95, 1.05):
-            value = getattr(code, name) * factor
-            low, high = BOUNDS.get(name, (0.0, float("inf")))
-            if not low <= value <= high:
-                continue  # the fit is held at this bound
-            moved = fit_loss(rows_csv, replace(code, **{name: value}))
-            assert moved >= best - 1e-4, f"{name} x{factor}: {moved:.5f} fits better than the code's {best:.5f}"
+    assert_at_optimum(lambda a: fit_loss(rows_csv, a), AnalyticAssumptions(), FITTED, BOUNDS, tolerance=1e-4)
 
 
 def test_the_priced_rows_are_priced_from_inputs_only():

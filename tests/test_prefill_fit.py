@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from bench.fit_prefill import BOUNDS, FITTED  # noqa: E402
 from bench.published import CSV, published_rows  # noqa: E402
 from bench.published_prefill import price_all, summary  # noqa: E402
 from engine.prefill_cost import PrefillAssumptions  # noqa: E402
+from tests.fit_optimum import assert_at_optimum  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"the calibration data is not at {CSV}")
 
@@ -28,15 +28,7 @@ def fit_loss(rows_csv, assumptions: PrefillAssumptions) -> float:  # type: ignor
 
 def test_the_prefill_constants_are_the_fit_of_the_published_prompt_figures():
     rows_csv = published_rows(CSV)
-    code = PrefillAssumptions()
-    best = fit_loss(rows_csv, code)
-    for name in FITTED:
-        for factor in (0.95, 1.05):
-            value = getattr(code, name) * factor
-            low, high = BOUNDS.get(name, (0.0, float("inf")))
-            if not low <= value <= high:
-                continue  # the fit is held at this bound
-            assert fit_loss(rows_csv, replace(code, **{name: value})) >= best - 1e-9, (name, factor)
+    assert_at_optimum(lambda a: fit_loss(rows_csv, a), PrefillAssumptions(), FITTED, BOUNDS, tolerance=1e-9)
 
 
 def test_published_prompt_figures_are_only_compared_with():
