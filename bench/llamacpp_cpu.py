@@ -14,7 +14,9 @@
 4. Runs `cope calibrate` on each file with the built llama-bench (the calibrated fidelity
    then has this machine's constants for that model and quantization).
 5. Prices the same file and flags with `cope estimate` at every fidelity and prints
-   predicted beside measured tokens/s, with the error; then the total time.
+   predicted beside measured tokens/s, with the error; then the total time. First of all it
+   runs `cope detect`, which measures and stores this machine's read bandwidth (one thread,
+   every core): the CPU lanes are planned from it.
 
 Not run by the tests (it takes minutes). Timing depends on what else the machine runs:
 say so when you quote its figures.
@@ -147,6 +149,17 @@ class Row:
     predicted: dict[str, float | str]  # fidelity -> tokens/s, or why there is none
 
 
+def read_figures(detect_json: str) -> dict[str, float]:
+    """The measured read bandwidths in `cope detect --json`'s output: one thread, every core."""
+    cpu = json.loads(detect_json).get("platform", json.loads(detect_json)).get("cpu", {})
+    out = {}
+    for label, name in (("one thread", "thread_bandwidth_bytes_per_s"), ("every core", "mem_bandwidth_bytes_per_s")):
+        fact = cpu.get(name) or {}
+        if fact.get("basis") == "measured" and fact.get("value"):
+            out[label] = float(fact["value"])
+    return out
+
+
 def bench_command(bench: Path, path: Path, threads: str) -> list[str]:
     return [str(bench), "-m", str(path), "-ngl", "0", "-p", "0", "-n", str(N_GEN), "-t", threads,
             "-r", str(REPETITIONS), "-o", "json"]
@@ -222,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     quants = [q.strip() for q in args.quants.split(",") if q.strip()]
     fidelities = [f.strip() for f in args.fidelities.split(",") if f.strip()]
 
+    # This machine's read bandwidth (one thread and every core), stored for planning: the
+    # analytic lane and llama.cpp's lane under the measured fidelities come from it.
+    say("cope detect (measures this machine's memory read bandwidth)")
+    rc, out, err = cope("detect", "--json")
+    reads = read_figures(out) if rc == 0 else {}
     work = work_dir()
     work.mkdir(parents=True, exist_ok=True)
     binaries = build(extract_llama_cpp(args.sdist, work), work)
@@ -243,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"llama.cpp {first.build_commit if first else '?'} (build {first.build_number if first else '?'}), "
           f"{first.cpu_info if first else '?'}; {MODEL} shapes, {args.blocks} blocks, random weights; "
           f"llama-bench -ngl 0 -p 0 -n {N_GEN} -r {REPETITIONS}")
+    print("read bandwidth (cope detect): " + (", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in reads.items())
+                                              or "not measured"))
     print(table(rows, fidelities))
     for r in rows:
         for f, p in r.predicted.items():
@@ -253,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"time: {elapsed / 60:.1f} min in all ({built_at / 60:.1f} min to have the binaries)")
     if args.json:
-        doc = [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured.avg_ts,
-                "measured_stddev": r.measured.stddev_ts, "predicted": r.predicted} for r in rows]
+        doc = {"read_bytes_per_s": reads,
+               "rows": [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured.avg_ts,
+                         "measured_stddev": r.measured.stddev_ts, "predicted": r.predicted} for r in rows]}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

@@ -14,7 +14,12 @@ hand-over of the hidden state between the devices). The pieces:
 
 The CPU streams weights at `threads x cpu_thread_bytes_per_s`, at most
 `cpu_bandwidth_efficiency x` the memory's theoretical peak: decode stops gaining from
-threads once DRAM is saturated. Every constant below is either physical (from the
+threads once DRAM is saturated. Where `cope detect` measured this machine (a read stream
+by one thread, and by every core), both come from the measurements instead
+(`machine_assumptions`): one thread of llama.cpp's quantized mat-vec streams
+`measured_thread_share` of the one-thread read (it is partly compute-bound there), and the
+lane saturates at `measured_read_share` of the all-core read. A measured figure is already
+a sustained one, so the efficiency against a theoretical peak is not applied to it again. Every constant below is either physical (from the
 Platform: spec-sheet or measured bandwidths) or fitted once, globally, on the published
 llama.cpp runs in ../shared/calibration (bench/fit_published.py; the fit and its data are
 in docs/accuracy.md); none is tuned per model, per row or per source.
@@ -22,12 +27,12 @@ in docs/accuracy.md); none is tuned per model, per row or per source.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.cost_model import Lanes, StateCosts, compose_state_costs, compose_step
 from engine.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
-from engine.platform import Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
+from engine.platform import CpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.policy import Execution
 from engine.quant import Quantization
 
@@ -37,6 +42,11 @@ if TYPE_CHECKING:
 # llama.cpp's KV cache types (-ctk/-ctv): bytes per element (ggml block sizes).
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                  "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+
+
+# bench/fit_local.py (docs/accuracy.md, "measured against llama.cpp on this machine")
+MEASURED_THREAD_SHARE = 0.627
+MEASURED_READ_SHARE = 0.776
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,11 @@ class AnalyticAssumptions:
     sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
     token_fixed_s: float = 7.9e-6  # fitted (small): sampling, embedding lookup, graph launch
+    # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
+    # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
+    # saturated (every core).
+    measured_thread_share: float = MEASURED_THREAD_SHARE
+    measured_read_share: float = MEASURED_READ_SHARE
 
 
 class AnalyticCostModel:
@@ -76,15 +91,17 @@ class AnalyticCostModel:
         context_tokens: int,
         attention_tokens: int | None = None,
         kv_bytes_per_element: float = KV_CACHE_BYTES_PER_ELEMENT,
-        assumptions: AnalyticAssumptions = AnalyticAssumptions(),
+        assumptions: AnalyticAssumptions | None = None,
     ):
+        """`assumptions`: the constants to price with (default: the global fit, with this
+        machine's measured read figures where the Platform has them)."""
         self.model = model
         self.quant = quant
         self.platform = platform
         self.context_tokens = context_tokens
         self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
-        self.a = assumptions
+        self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
         self.expert_bytes = model.expert_bytes(quant)
         if plans_without_gpu(platform.gpu):  # --gpu none: no GPU term may be used (NaN shows if one were)
             self.gpu_bytes_per_s = self.h2d_bytes_per_s = float("nan")
@@ -188,6 +205,20 @@ class AnalyticCostModel:
                 "assumptions": asdict(self.a),
             },
         )
+
+
+def machine_assumptions(cpu: "CpuSpec", base: AnalyticAssumptions = AnalyticAssumptions()) -> AnalyticAssumptions:
+    """`base` with the CPU lane taken from `cope detect`'s measurements where there are
+    any: one thread streams `measured_thread_share` of the measured one-thread read, and the
+    lane saturates at `measured_read_share` of the measured all-core read (in place of the
+    fitted efficiency against the theoretical peak, which a sustained figure is already below)."""
+    changes: dict[str, float] = {}
+    one, every = cpu.thread_bandwidth_bytes_per_s, cpu.mem_bandwidth_bytes_per_s
+    if one.known and one.basis == "measured":
+        changes["cpu_thread_bytes_per_s"] = base.measured_thread_share * float(one.value)  # type: ignore[arg-type]
+    if every.known and every.basis == "measured":
+        changes["cpu_bandwidth_efficiency"] = base.measured_read_share
+    return replace(base, **changes) if changes else base
 
 
 def _known(fact, what: str):  # type: ignore[no-untyped-def]

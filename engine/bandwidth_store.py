@@ -33,6 +33,9 @@ class StoredBandwidth:
     threads: int  # threads the measurement read with
     measured_at: str  # ISO 8601, UTC, to the second
     how: str  # what was measured, as the measurement's note says
+    # One thread's read bandwidth (0: not measured; files written before it have none).
+    single_thread_bytes_per_s: float = 0.0
+    single_thread_how: str = ""
 
     @property
     def date(self) -> str:
@@ -40,6 +43,12 @@ class StoredBandwidth:
 
     def fact(self) -> Fact:
         return Fact.measured(self.bytes_per_s, f"measured by `cope detect` on {self.date}: {self.how}")
+
+    def single_thread_fact(self) -> Fact | None:
+        if self.single_thread_bytes_per_s <= 0:
+            return None
+        return Fact.measured(self.single_thread_bytes_per_s,
+                             f"measured by `cope detect` on {self.date}: {self.single_thread_how}")
 
 
 def machine_key(cpu_name: str, logical_cpus: int | None, ram_bytes: int | None, machine_id: str) -> str:
@@ -68,7 +77,8 @@ def load_measurement(key: str, root: str | os.PathLike | None = None) -> StoredB
         if doc.get("schema") != SCHEMA or doc.get("schema_version") != SCHEMA_VERSION or doc.get("machine") != key:
             return None
         m = StoredBandwidth(str(doc["machine"]), str(doc["cpu_name"]), float(doc["bytes_per_s"]), int(doc["threads"]),
-                            str(doc["measured_at"]), str(doc["how"]))
+                            str(doc["measured_at"]), str(doc["how"]),
+                            float(doc.get("single_thread_bytes_per_s", 0.0)), str(doc.get("single_thread_how", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return m if m.bytes_per_s > 0 else None
+    return m if m.bytes_per_s > 0 and m.single_thread_bytes_per_s >= 0 else None

@@ -24,7 +24,8 @@ class CalibratedCostModel(AnalyticCostModel):
     def __init__(self, request: "AdviseRequest", calibration: Calibration, *, source: str = ""):
         base = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
         self.gpu_matches = bool(calibration.gpu_name) and calibration.gpu_name == request.platform.gpu.name
-        assumptions = calibration.assumptions(base.cpu_bytes_per_s, base.gpu_bytes_per_s, gpu_matches=self.gpu_matches)
+        assumptions = calibration.assumptions(base.cpu_bytes_per_s, base.gpu_bytes_per_s, gpu_matches=self.gpu_matches,
+                                              base=base.a)
         super().__init__(request.model, request.quant, request.platform, context_tokens=request.context_tokens,
                          attention_tokens=request.attention_tokens,
                          kv_bytes_per_element=request.kv_bytes_per_element, assumptions=assumptions)

@@ -80,17 +80,30 @@ def _analytic(request: "AdviseRequest", profile: "Profile | None", use: ProfileU
                              kv_bytes_per_element=request.kv_bytes_per_element)
 
 
-def _atomic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+def _atomic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None,
+            kernels: str = "llama.cpp") -> CostModel:
     from engine.measured_cost import AtomicCostModel
 
-    return AtomicCostModel(_needed(profile, "atomic"), n_blocks=request.model.n_blocks, use=use)
+    return AtomicCostModel(_needed(profile, "atomic"), n_blocks=request.model.n_blocks, use=use,
+                           llama_cpp=_llama_cpp_lane(request) if kernels == "llama.cpp" else None)
 
 
-def _combined(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+def _combined(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None,
+              kernels: str = "llama.cpp") -> CostModel:
     from engine.measured_cost import CombinedCostModel
 
-    atomic = _atomic(request, profile, use)
+    atomic = _atomic(request, profile, use, kernels)
     return CombinedCostModel(_needed(profile, "combined"), atomic, use=use)
+
+
+def _llama_cpp_lane(request: "AdviseRequest"):  # type: ignore[no-untyped-def]
+    """llama.cpp's CPU expert lane on the request's CPU: the probe's over the kernel
+    speedup, bounded by the analytic model's saturated lane (engine/measured_cost.py)."""
+    from engine.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, LlamaCppCpuLane
+
+    analytic = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+    return LlamaCppCpuLane(LLAMA_CPP_KERNEL_SPEEDUP, analytic.cpu_bytes_per_s * analytic.a.cpu_bandwidth_efficiency,
+                           float(request.model.expert_bytes(request.quant)))
 
 
 def _calibrated(request: "AdviseRequest", calibration: "Calibration | None", use: ProfileUse | None) -> CostModel:
@@ -115,10 +128,20 @@ FACTORIES: dict[Fidelity, Factory] = {
 }
 
 
+KERNELS = ("llama.cpp", "probe")
+
+
 def build_cost_model(fidelity: Fidelity | str, request: "AdviseRequest", profile: "Profile | None" = None,
-                     use: ProfileUse | None = None, *, calibration: "Calibration | None" = None) -> CostModel:
+                     use: ProfileUse | None = None, *, calibration: "Calibration | None" = None,
+                     kernels: str = "llama.cpp") -> CostModel:
     """The cost model of `fidelity` for `request`; atomic and combined need `profile`,
-    calibrated needs `calibration` (and takes its file from `use.source`)."""
+    calibrated needs `calibration` (and takes its file from `use.source`). `kernels`: whose
+    CPU kernels the measured fidelities price: llama.cpp's (every estimate for a runtime)
+    or the probe's own ("probe": validation against COPE's executor, which runs them)."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     wanted = Fidelity(fidelity)
+    if wanted.needs_profile:
+        return FACTORIES[wanted](request, profile, use, kernels)  # type: ignore[call-arg]
     basis = calibration if wanted is Fidelity.CALIBRATED else profile
     return FACTORIES[wanted](request, basis, use)  # type: ignore[arg-type]

@@ -168,7 +168,10 @@ def this_machine_cpu(detected: CpuSpec, memory: MemorySpec | None, gbps: float |
             f"{model.default_memory_note}"))
     if stored is not None:
         cpu = replace(cpu, mem_bandwidth_bytes_per_s=stored.fact())
-        notes.append(f"CPU memory bandwidth: {stored.bytes_per_s / 1e9:.1f} GB/s, measured on this machine by "
+        if stored.single_thread_fact() is not None:
+            cpu = replace(cpu, thread_bandwidth_bytes_per_s=stored.single_thread_fact())
+        one = f", one thread {stored.single_thread_bytes_per_s / 1e9:.1f} GB/s" if stored.single_thread_bytes_per_s else ""
+        notes.append(f"CPU memory bandwidth: {stored.bytes_per_s / 1e9:.1f} GB/s{one}, measured on this machine by "
                      f"`cope detect` on {stored.date} ({stored.how}); --memory or --ram-bandwidth to plan with another")
         return cpu, assumed, notes
     bw = cpu.mem_bandwidth_bytes_per_s

@@ -7,11 +7,21 @@
   ones, and `describe()` lists such lookups.
 - CombinedCostModel: a state's measured whole-step time (a "schedule" measurement)
   where the profile has one, the atomic composition otherwise.
+
+The CPU probe times torch's weight-only int8 mat-vec (bf16 activations), which is not
+llama.cpp's kernel: on the machine bench/llamacpp_cpu.py ran on, llama.cpp's Q8_0 and Q4_K
+mat-vecs (int8 activations, `ggml_vec_dot_q8_0_q8_0`, `ggml_vec_dot_q4_K_q8_K`) did the
+same bytes about twice as fast. So when the estimate is for llama.cpp (every `cope advise`,
+`estimate` and `export`), the CPU expert lane is the llama.cpp one (`LlamaCppCpuLane`):
+the probe's per-expert time over `LLAMA_CPP_KERNEL_SPEEDUP`, but never faster than the
+memory lets that many experts stream; a whole step timed with CPU experts in it is scaled
+by what that does to the composed step. Validation against COPE's own executor
+(`cope validate`) runs the probe's kernel and keeps the probe's figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,16 +61,47 @@ class _Curve:
         return self.intercept_s + n * self.slope_s
 
 
+# llama.cpp's CPU mat-vec against the probe's kernel on the same cores and threads (fitted
+# by bench/fit_local.py on one machine's llama-bench runs and probe profiles; docs/accuracy.md).
+LLAMA_CPP_KERNEL_SPEEDUP = 2.64
+
+
+@dataclass(frozen=True)
+class LlamaCppCpuLane:
+    """The CPU expert lane as llama.cpp runs it, from the probe's: compute `kernel_speedup`
+    times the probe's, bounded by the memory (`saturated_bytes_per_s`: what every thread
+    together streams, the analytic model's saturated lane on this machine)."""
+
+    kernel_speedup: float
+    saturated_bytes_per_s: float
+    expert_bytes: float
+
+    def per_expert_s(self, probe_per_expert_s: float) -> float:
+        return max(probe_per_expert_s / self.kernel_speedup, self.expert_bytes / self.saturated_bytes_per_s)
+
+    def converted(self, curve: "_Curve") -> "_Curve":
+        """`curve` with each measured point's per-expert part converted (its fixed part,
+        the thread pool's dispatch, kept)."""
+        if curve.slope_s <= 0:
+            return curve
+        factor = self.per_expert_s(curve.slope_s) / curve.slope_s
+        points = {n: curve.intercept_s + max(y - curve.intercept_s, 0.0) * factor for n, y in curve.points.items()}
+        return _Curve(points, curve.what + " (as llama.cpp)", curve._on_extrapolate)
+
+
 class AtomicCostModel:
     """Measured single operators, composed with sum, max and the greedy split."""
 
     fidelity = "atomic"
 
-    def __init__(self, profile: Profile, *, n_blocks: int, source: str | None = None, use: ProfileUse | None = None):
+    def __init__(self, profile: Profile, *, n_blocks: int, source: str | None = None, use: ProfileUse | None = None,
+                 llama_cpp: LlamaCppCpuLane | None = None):
         """`n_blocks`: the model's blocks, for the shared per-token cost; `source`: the
         profile's file, named in errors (default: `use.source`); `use`: where the profile
-        came from, for describe()."""
+        came from, for describe(); `llama_cpp`: price the CPU experts as llama.cpp runs them
+        (None: as the probe's kernel ran)."""
         self.profile = profile
+        self.llama_cpp = llama_cpp
         self.n_blocks = n_blocks
         self.use = use
         self.source = source if source is not None or use is None else use.source
@@ -111,8 +152,13 @@ class AtomicCostModel:
 
     def _cpu_curve(self, threads: int) -> _Curve:
         if threads not in self._cpu:
-            self._cpu[threads] = self._curve("cpu_experts", {"threads": threads})
+            curve = self._curve("cpu_experts", {"threads": threads})
+            self._cpu[threads] = curve if self.llama_cpp is None else self.llama_cpp.converted(curve)
         return self._cpu[threads]
+
+    def as_probed(self) -> "AtomicCostModel":
+        """The same profile priced with the probe's own CPU kernel."""
+        return AtomicCostModel(self.profile, n_blocks=self.n_blocks, source=self.source, use=self.use)
 
     def lanes(self, threads: int) -> Lanes:
         cpu = self._cpu_curve(threads)
@@ -161,9 +207,18 @@ class AtomicCostModel:
                 "measurements": by_operator,
                 "measurements_by_basis": _by_basis(self.profile.measurements),
                 "extrapolated": sorted(self.extrapolated),
+                "cpu_kernel": self._cpu_kernel(),
             },
             _profile_use(self.use, self.profile, 0),
         )
+
+
+    def _cpu_kernel(self) -> str:
+        if self.llama_cpp is None:
+            return "the probe's (torch weight-only int8 mat-vec)"
+        lane = self.llama_cpp
+        return (f"llama.cpp's: the probe's per-expert time / {lane.kernel_speedup:g}, at most the memory's "
+                f"{lane.saturated_bytes_per_s / 1e9:.1f} GB/s")
 
 
 class CombinedCostModel:
@@ -193,6 +248,13 @@ class CombinedCostModel:
         execution = Execution(execution)
         base = self.atomic.state_costs(execution, threads, top_k, prefetch_budget)
         total = np.array(base.total_s, dtype=np.float64, copy=True)
+        # A step timed whole ran the probe's CPU kernel: scale it as the composition moves
+        # when its CPU experts run llama.cpp's (1 where the step has no CPU experts).
+        as_llama = np.ones(top_k + 1)
+        probed = getattr(self.atomic, "as_probed", None)
+        if getattr(self.atomic, "llama_cpp", None) is not None and probed is not None:
+            raw = probed().state_costs(execution, threads, top_k, prefetch_budget).total_s
+            as_llama = np.divide(base.total_s, raw, out=np.ones(top_k + 1), where=np.asarray(raw) > 0)
         for h in range(top_k + 1):
             state = (execution.value, h, top_k, threads)
             m = self.profile.find(
@@ -200,7 +262,7 @@ class CombinedCostModel:
                 {"execution": execution.value, "hits": h, "misses": top_k - h, "prefetches": 0, "threads": threads},
             )
             if m is not None:
-                total[h] = m.median_s
+                total[h] = m.median_s * as_llama[h]
             if m is not None and m.basis == "measured":
                 self._measured.add(state)
                 self._estimated.discard(state)
@@ -221,7 +283,7 @@ class CombinedCostModel:
                 # Only a step timed whole on the real devices: a composed one says
                 # nothing about prefetch that price()'s formula does not.
                 if m is not None and m.basis == "measured":
-                    by_prefetch[h, p] = m.median_s
+                    by_prefetch[h, p] = m.median_s * as_llama[h]
                     self._measured_prefetch.add((execution.value, h, p, top_k, threads))
         if not np.isfinite(by_prefetch).any():
             by_prefetch = None

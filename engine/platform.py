@@ -158,6 +158,9 @@ class CpuSpec:
     memory_speed_mts: Fact = field(default=_NOT_SAID)  # mega-transfers per second
     memory_channels: Fact = field(default=_NOT_SAID)  # 64-bit channels of one socket
     mem_peak_bytes_per_s: Fact = field(default=_NOT_SAID)  # theoretical peak of one socket
+    # What ONE thread reads from memory (measured by `cope detect`): at a few threads the
+    # CPU lane is bound by this rather than by the memory's total.
+    thread_bandwidth_bytes_per_s: Fact = field(default=_NOT_SAID)
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)

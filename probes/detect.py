@@ -71,6 +71,9 @@ def detect_platform(
         measured = Fact.measured(measured.value, f"{measured.note}; {float(measured.value) / peak:.0%} of "  # type: ignore[arg-type]
                                                  f"the detected memory's theoretical peak {peak / 1e9:.1f} GB/s")
     cpu = replace(cpu, mem_bandwidth_bytes_per_s=_merge(cpu.mem_bandwidth_bytes_per_s, measured))
+    say("measuring one thread's memory read bandwidth")
+    one = measure_cpu_memory_bandwidth(threads=1)
+    cpu = replace(cpu, thread_bandwidth_bytes_per_s=one)
 
     if gpu.name == NO_GPU_NAME:
         return Platform(gpu=gpu, cpu=cpu)  # every GPU figure already says why it is unknown

@@ -240,3 +240,54 @@ def test_cope_detect_keeps_its_measurement_and_advise_then_uses_it(this_machine,
     bw = doc["inputs"]["platform"]["cpu"]["mem_bandwidth_bytes_per_s"]
     assert (bw["value"], bw["basis"]) == (64.0e9, "measured")
     assert any("measured on this machine by `cope detect`" in n for n in doc["notes"])
+
+
+# --- one thread's read, and the CPU lane planned from measurements ------------------------
+
+
+def test_one_threads_read_is_stored_and_planned_with(this_machine):
+    one = Fact.measured(18.5e9, "read bandwidth: one thread, numpy max-reductions")
+    platform = measured_platform(26.3e9)
+    platform = replace(platform, cpu=replace(platform.cpu, thread_bandwidth_bytes_per_s=one))
+    path = remember_cpu_bandwidth(platform)
+    assert json.loads(path.read_text())["single_thread_bytes_per_s"] == 18.5e9
+
+    request = build_request(PlanChoices(tokens=20, gpu="rtx-4090"), detect_cpu=detected_7950x)
+    cpu = request.platform.cpu
+    assert (cpu.thread_bandwidth_bytes_per_s.value, cpu.thread_bandwidth_bytes_per_s.basis) == (18.5e9, "measured")
+    assert any("one thread 18.5 GB/s" in n for n in request.notes)
+
+
+def test_a_file_stored_before_the_one_thread_figure_still_plans(this_machine):
+    path = remember_cpu_bandwidth(measured_platform(71.3e9))
+    doc = json.loads(path.read_text())
+    for key in ("single_thread_bytes_per_s", "single_thread_how"):
+        doc.pop(key)
+    path.write_text(json.dumps(doc))
+    cpu = service_plan_cpu(PlanChoices(), detect_cpu=detected_7950x).cpu
+    assert cpu.mem_bandwidth_bytes_per_s.basis == "measured" and not cpu.thread_bandwidth_bytes_per_s.known
+
+
+def test_a_measured_bandwidth_is_not_discounted_twice():
+    """The fitted efficiency is against a theoretical peak; a measured (sustained) figure
+    gets the share llama.cpp reaches of a measured read instead, and one thread's rate
+    comes from one thread's measured read."""
+    from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions
+    from engine.catalog import get_model
+    from engine.platform import no_gpu
+    from engine.quant import get_quantization as get_quant
+
+    fitted = AnalyticAssumptions()
+    peak = replace(detected_7950x(), mem_bandwidth_bytes_per_s=Fact.preset(96e9, "DDR5-6000 x2 peak"))
+    assert machine_assumptions(peak) == fitted  # nothing measured: the published fit as is
+
+    measured = replace(detected_7950x(), mem_bandwidth_bytes_per_s=Fact.measured(70e9, "read, 16 threads"),
+                       thread_bandwidth_bytes_per_s=Fact.measured(20e9, "read, one thread"))
+    a = machine_assumptions(measured)
+    assert a.cpu_bandwidth_efficiency == fitted.measured_read_share
+    assert a.cpu_thread_bytes_per_s == pytest.approx(fitted.measured_thread_share * 20e9)
+    model = AnalyticCostModel(get_model("qwen3-30b-a3b"), get_quant("Q4_K_M"),
+                              Platform(gpu=no_gpu(), cpu=measured), context_tokens=4096)
+    assert model.cpu_stream_bytes_per_s(64) == pytest.approx(fitted.measured_read_share * 70e9)
+    assert model.cpu_stream_bytes_per_s(1) == pytest.approx(fitted.measured_thread_share * 20e9)
+    assert model.cpu_stream_bytes_per_s(64) > fitted.cpu_bandwidth_efficiency * 70e9

@@ -424,6 +424,8 @@ def test_detect_platform_measures_cpu(monkeypatch):
     p = detect.detect_platform(measure=True, progress=steps.append)
     assert isinstance(p, Platform)
     assert p.cpu.mem_bandwidth_bytes_per_s.basis == "measured" and p.cpu.mem_bandwidth_bytes_per_s.value > 0
+    one = p.cpu.thread_bandwidth_bytes_per_s  # one thread's figure too: the CPU lane at few threads
+    assert one.basis == "measured" and one.value > 0 and "one thread" in one.note
     assert p.gpu.name == NO_GPU_NAME and not p.gpu.h2d_bytes_per_s.known
     assert not any("host-to-device" in s for s in steps)  # no GPU: nothing to measure
 

@@ -31,6 +31,10 @@ RECORDED = [
 
 FAKE = """#!{python}
 import json, os, sys, time
+if sys.argv[1:] == ["--help"]:  # which flags this build knows: the test's help text
+    help_file = os.path.join(os.path.dirname(__file__), "help.txt")
+    sys.stdout.write(open(help_file).read() if os.path.exists(help_file) else "  -mmp, --mmap <0|1>\\n")
+    sys.exit(0)
 mode = open(os.path.join(os.path.dirname(__file__), "mode")).read().strip()
 with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "env": os.environ.get("GGML_OP_OFFLOAD_MIN_BATCH")}}) + "\\n")
@@ -174,3 +178,35 @@ def test_parse_bench_json_picks_the_decode_test():
     pp = dict(RECORDED[0], n_prompt=512, n_gen=0, avg_ts=1500.0)
     result = parse_bench_json(json.dumps([pp, RECORDED[0]]))
     assert (result.avg_ts, result.stddev_ts, result.problem) == (41.23, 0.51, None)
+
+
+NEW_HELP = "  -lm, --load-mode <auto|none|mmap|mlock|mmap+mlock|dio> (default: auto)\n"
+
+
+def test_a_build_with_load_mode_gets_lm_none_instead_of_mmp(bench, capsys, tmp_path):
+    code, log = bench("ok", "--candidate", "all-cpu", "--ram-gib", "24", "--json")
+    assert code == EXIT_OK
+    old = calls(log)[0]["argv"]
+    assert "-mmp" in old and old[old.index("-mmp") + 1] == "0"  # the RAM fits the experts copied: --no-mmap
+    log.unlink()
+    (tmp_path / "fake bin" / "help.txt").write_text(NEW_HELP)
+    code, log = bench("ok", "--candidate", "all-cpu", "--ram-gib", "24", "--json")
+    assert code == EXIT_OK
+    new = calls(log)[0]["argv"]
+    assert "-mmp" not in new and new[new.index("-lm") + 1] == "none"
+    i = old.index("-mmp")
+    assert new == old[:i] + ["-lm", "none"] + old[i + 2:]  # only the spelling changed
+
+
+def test_the_cpu_only_plan_is_verified_as_llama_bench_runs_it(bench, capsys):
+    code, log = bench("ok", "--gpu", "none", "--candidate", "cpu-only", "--threads", "4", "--json")
+    assert code == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    [run] = doc["runs"]
+    assert run["candidate"] == "cpu-only" and run["measured_tokens_per_s"] == 41.23
+    assert run["predicted_tokens_per_s"] > 0
+    [argv] = [c["argv"] for c in calls(log)]
+    assert argv[argv.index("-ngl") + 1] == "0" and argv[argv.index("-t") + 1] == "4"
+    assert "empty context" in doc["notes"][0]
+    code, _ = bench("ok", "--gpu", "none", "--candidate", "all-cpu")
+    assert code == EXIT_INPUT and "the one plan is cpu-only" in capsys.readouterr().err

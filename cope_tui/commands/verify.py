@@ -11,7 +11,9 @@ import sys
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from cope_tui.service.verify import VerifyReport, verify
+from cope_tui.options import choices_from_args
+from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
+from engine.platform import NO_GPU
 
 NO_BENCH = "no llama-bench found on PATH: give one with --llama-bench PATH"
 HOW_TO_GET = ("build it from github.com/ggml-org/llama.cpp (cmake -B build -DGGML_CUDA=ON && cmake --build build "
@@ -20,7 +22,8 @@ HOW_TO_GET = ("build it from github.com/ggml-org/llama.cpp (cmake -B build -DGGM
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="measure the exported command with llama-bench, beside the prediction")
-    p.add_argument("--candidate", required=True, metavar="ID", help="candidate id, as `cope advise` lists it")
+    p.add_argument("--candidate", required=True, metavar="ID",
+                   help="candidate id, as `cope advise` lists it (with --gpu none: cpu-only)")
     p.add_argument("--llama-bench", metavar="PATH", help="the llama-bench binary (default: from PATH)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file to benchmark")
     p.add_argument("--runtime", choices=("llama.cpp", "stock", "fork"), default="llama.cpp",
@@ -52,9 +55,20 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model_path):
         raise CopeInputError("no such file (--model-path)", path=args.model_path)
 
-    advice = advice_from_args(args)
-    report = verify(advice.rec, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
-                    time_limit_s=args.time_limit)
+    choices = choices_from_args(args)
+    if (choices.gpu or "").lower() == NO_GPU:  # nothing to split: the one CPU-only plan
+        from cope_tui.service.cpu_only import plan_cpu_only
+
+        if args.candidate != CPU_ONLY:
+            raise CopeInputError(f"--candidate {args.candidate}: with --gpu none the one plan is {CPU_ONLY}")
+        cpu_plan = plan_cpu_only(choices)
+        request = cpu_plan.request
+        report = verify_cpu_only(cpu_plan, bench=bench, model_path=args.model_path, time_limit_s=args.time_limit)
+    else:
+        advice = advice_from_args(args)
+        request = advice.rec.request
+        report = verify(advice.rec, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
+                        time_limit_s=args.time_limit)
     if args.json:
         from cope_tui.commands.output import write_json
 
@@ -72,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             "notes": list(report.notes),
         })
     else:
-        sys.stdout.write(render_report(report, advice.request))
+        sys.stdout.write(render_report(report, request))
     failed = report.failed
     if failed is not None:
         print(f"cope: error: {failed.role} run: {failed.result.problem}", file=sys.stderr)

@@ -49,6 +49,8 @@ def remember_cpu_bandwidth(platform: Platform, root: str | os.PathLike | None = 
         return None
     when = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
     threads = int(cpu.physical_cores.value) if cpu.physical_cores.known else 0  # type: ignore[arg-type]
+    one = cpu.thread_bandwidth_bytes_per_s
+    single = (float(one.value), one.note) if one.basis == "measured" and one.known else (0.0, "")  # type: ignore[arg-type]
     m = StoredBandwidth(this_machine_key(cpu), cpu.name, float(bw.value), threads,  # type: ignore[arg-type]
-                        when.replace(microsecond=0).isoformat(), bw.note)
+                        when.replace(microsecond=0).isoformat(), bw.note, *single)
     return save_measurement(m, root)

@@ -82,9 +82,11 @@ def choose_cost_model(
     reprobe: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    kernels: str = "llama.cpp",
 ) -> Pricing:
     """The cost model for `request` by the policy above; raises CopeInputError when a
-    measured fidelity cannot price (the probes did not finish the atomic operators)."""
+    measured fidelity cannot price (the probes did not finish the atomic operators).
+    `kernels`: whose CPU kernels a measured fidelity prices (engine.cost_models.build_cost_model)."""
     if probe_budget_s <= 0:
         raise CopeInputError(f"--probe-budget must be positive, got {probe_budget_s}")
     if fidelity is None:
@@ -97,7 +99,7 @@ def choose_cost_model(
     if not wanted.needs_profile:
         return analytic(request)
     outcome = probe_then_price(request, wanted, budget_s=probe_budget_s, reprobe=reprobe,
-                               progress=progress, cancel=cancel)
+                               progress=progress, cancel=cancel, kernels=kernels)
     if outcome.pricing is None:
         raise CopeInputError(f"the {wanted.value} profile is incomplete ({outcome.error}); "
                              "probe again with a larger --probe-budget", path=outcome.source or None)
@@ -189,6 +191,7 @@ def probe_then_price(
     reprobe: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    kernels: str = "llama.cpp",
 ) -> ProbeOutcome:
     """Probe what `fidelity` needs (resuming the cache), then price with it; never raises
     for an incomplete profile (the outcome says why it has no pricing)."""
@@ -207,16 +210,17 @@ def probe_then_price(
                                                            ran.elapsed_s, ran.resumed)
     reason = f"{fidelity.value}: " + ("the cached profile" if ran is None else "probed now")
     try:
-        pricing = _priced(request, fidelity, outcome.profile, outcome.source, report if ran else None, reason)
+        pricing = _priced(request, fidelity, outcome.profile, outcome.source, report if ran else None, reason,
+                          kernels=kernels)
     except CopeInputError as exc:
         return ProbeOutcome(fidelity, report, None, outcome.source, str(exc))
     return ProbeOutcome(fidelity, report, pricing, outcome.source)
 
 
 def _priced(request: AdviseRequest, fidelity: Fidelity, profile: Profile, source: str,
-            probed: ProbeReport | None, reason: str) -> Pricing:
+            probed: ProbeReport | None, reason: str, *, kernels: str = "llama.cpp") -> Pricing:
     use = ProfileUse(source, from_cache=probed is None)
-    model = build_cost_model(fidelity, request, profile, use)
+    model = build_cost_model(fidelity, request, profile, use, kernels=kernels)
     k = request.model.top_k
     model.state_costs(Execution.SEQUENTIAL, request.threads, k, k)  # fail here, not while pricing
     return Pricing(model, fidelity, reason, source, probed)

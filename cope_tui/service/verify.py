@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from engine.advise import Recommendation
 from engine.export import Export, export_for, flag_args
+from engine.runtimes.llamacpp_flags import spelled_for_build
 
 BENCH_GEN_TOKENS = 64
 BENCH_REPETITIONS = 3
@@ -83,6 +84,15 @@ def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float
     return parse_bench_json(done.stdout)
 
 
+def bench_help(bench: str) -> str:
+    """`bench --help` (stdout and stderr), "" when it cannot be read: which flags this build knows."""
+    try:
+        done = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (done.stdout or "") + (done.stderr or "")
+
+
 @dataclass(frozen=True)
 class VerifyReport:
     exported: Export  # the asked candidate's export (it may run its nearest runnable candidate)
@@ -112,11 +122,46 @@ def verify(rec: Recommendation, candidate_id: str, *, bench: str, model_path: st
     if baseline.candidate.id != exported.exported_id:
         jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path)))
     deadline = time.monotonic() + time_limit_s
+    help_text = bench_help(bench)
     rows = []
     for role, export in jobs:
-        argv = [*export.argv, *extra]
+        argv = spelled_for_build([*export.argv, *extra], help_text)
         result = run_bench(bench, argv, export.env_dict, deadline - time.monotonic())
         predicted = rec.estimate_of(export.exported_id).tokens_per_s
         shown = replace(export, argv=(bench, *argv[1:])).display()
         rows.append(VerifyRow(role, export.exported_id, predicted, result, shown))
     return VerifyReport(exported, tuple(rows), (depth_note(rec.request.context_tokens),))
+
+
+CPU_ONLY = "cpu-only"
+
+
+def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 600.0) -> VerifyReport:  # type: ignore[no-untyped-def]
+    """Run the CPU-only plan (`--gpu none`: every weight on the CPU, `-ngl 0` at the plan's
+    threads) on llama-bench, priced as that llama-bench command runs: `cope estimate`'s
+    pricing of it, decoding from an empty context, with the cost model the plan chose."""
+    from cope_tui.service.pricing import choose_cost_model  # noqa: PLC0415
+    from engine.command_estimate import command_settings, price_placement_command  # noqa: PLC0415
+    from engine.llama_args import parse_llama_command  # noqa: PLC0415
+
+    r = plan.request
+    argv = ["llama-bench", *flag_args("llama-bench", "model", model_path), *flag_args("llama-bench", "gpu_layers", 0),
+            *flag_args("llama-bench", "threads", r.threads), *flag_args("llama-bench", "n_prompt", 0),
+            *flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS),
+            *flag_args("llama-bench", "repetitions", BENCH_REPETITIONS), *flag_args("llama-bench", "output", "json")]
+    command = parse_llama_command(argv)
+    request = replace(r, **command_settings(command, r))
+    cost_model = choose_cost_model(request, fidelity=plan.pricing.fidelity.value).cost_model
+    price = price_placement_command(request, cost_model, command)
+    export = Export(CPU_ONLY, CPU_ONLY, "runs-on-stock", "every weight on the CPU (--gpu none)", tuple(argv),
+                    binary="llama-bench")
+    if not price.runs:  # COPE says it would not run: nothing to measure
+        from engine.errors import CopeInputError  # noqa: PLC0415
+
+        raise CopeInputError(f"the CPU-only plan {price.refusal}")
+    result = run_bench(bench, spelled_for_build(argv, bench_help(bench)), {}, time_limit_s)
+    predicted = price.tokens_per_s
+    shown = " ".join([bench, *argv[1:]])
+    return VerifyReport(export, (VerifyRow("exported", CPU_ONLY, predicted, result, shown),),
+                        (f"llama-bench decodes {BENCH_GEN_TOKENS} tokens from an empty context, and the estimate "
+                         f"prices that ({cost_model.fidelity})",))

@@ -47,6 +47,7 @@ from engine.runtimes.llamacpp_flags import (
     SERVER_LIKE,
     flag_args,
     layer_set_regex,
+    load_mode_note,
 )
 from engine.runtimes.placement import Layout, Placement
 
@@ -187,6 +188,8 @@ class LlamaFamily:
         experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
         if experts_on_cpu and not mapped:
             argv += flag_args(binary, "no_mmap")
+            if self is STOCK:  # mainline's newer builds renamed it; the forks keep --no-mmap
+                notes.append(load_mode_note(binary))
         if placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
         return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes))

@@ -11,9 +11,13 @@ Where each flag comes from (ggml-org/llama.cpp):
 - tools/llama-bench/llama-bench.cpp (its own parser): `-m`, `-ngl`, `-t`,
   `-fa <on|off|auto>` via is_truthy (which also takes "1", as older builds needed),
   `-ncmoe/--n-cpu-moe`, `-ot` (',' separates test configurations, ';' overrides),
-  `-mmp/--mmap <0|1>` (newer builds prefer `-lm none` but still take `-mmp`),
+  `-mmp/--mmap <0|1>`,
   `-p`, `-n`, `-r`, `-o json`. It has no `-c`, no `--fit` (it fits only with
   `-fitt`) and no `--cpu-moe`, and splits `-m` on ','.
+- Newer builds (the llama.cpp that llama-cpp-python 0.3.36 vendors) dropped `--mmap/--no-mmap`
+  and llama-bench's `-mmp` for `-lm/--load-mode <auto|none|mmap|mlock|mmap+mlock|dio>`
+  (common/arg.cpp and llama-bench.cpp {-lm,--load-mode}); `spelled_for_build` rewrites a
+  command for the build whose `--help` it is given, and exports say so in a note.
 - ggml/src/ggml-cuda/ggml-cuda.cu: getenv("GGML_OP_OFFLOAD_MIN_BATCH"), default 32.
 - The MoE expert-cache fork's `--moe-cache-profile FILE.csv --moe-cache-slots S` with
   `-ngl 99 -ncmoe 99`: thecodacus/llama.cpp README.md ("MoE expert cache").
@@ -101,3 +105,30 @@ def layer_set_regex(blocks: Sequence[int]) -> str:
         raise ValueError("an empty layer set has no override")
     alternation = "|".join(str(b) for b in sorted(set(int(b) for b in blocks)))
     return rf"blk\.({alternation}){EXPS_REGEX_TAIL}"
+
+
+def load_mode_note(binary: str) -> str:
+    """What a newer build takes in place of this binary's no-mmap flag."""
+    old = " ".join(flag_args(binary, "no_mmap"))
+    return f"newer llama.cpp builds take -lm none in place of {old}"
+
+
+def spelled_for_build(argv: Sequence[str], help_text: str) -> list[str]:
+    """`argv` as the build whose `--help` printed `help_text` takes it: a build that knows
+    `--load-mode` but not `--no-mmap`/`-mmp` gets `-lm none` for them."""
+    knows_load_mode = "--load-mode" in help_text
+    knows_old = "--no-mmap" in help_text or "-mmp" in help_text
+    if not knows_load_mode or knows_old:
+        return list(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--no-mmap":
+            out += ["-lm", "none"]
+        elif argv[i] in ("-mmp", "--mmap") and i + 1 < len(argv):
+            out += ["-lm", "none" if argv[i + 1] == "0" else "mmap"]
+            i += 1
+        else:
+            out.append(argv[i])
+        i += 1
+    return out
