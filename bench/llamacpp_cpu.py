@@ -16,7 +16,8 @@
 5. Prices the same file and flags with `cope estimate` at every fidelity and prints
    predicted beside measured tokens/s, with the error; then the total time. First of all it
    runs `cope detect`, which measures and stores this machine's read bandwidth (one thread,
-   every core): the CPU lanes are planned from it.
+   every core): the CPU lanes are planned from it. Last, per file, `cope verify --gpu none
+   --candidate cpu-only`: the exported all-CPU command measured beside its estimate.
 
 Not run by the tests (it takes minutes). Timing depends on what else the machine runs:
 say so when you quote its figures.
@@ -160,6 +161,19 @@ def read_figures(detect_json: str) -> dict[str, float]:
     return out
 
 
+def verify_cpu_only(bench: Path, path: Path, threads: int) -> str:
+    """`cope verify --gpu none --candidate cpu-only` on `path`: the exported all-CPU command run
+    by llama-bench beside its estimate, end to end; one line."""
+    say(f"cope verify --gpu none --candidate cpu-only ({path.name}, {threads} threads)")
+    rc, out, err = cope("verify", "--gpu", "none", "--candidate", "cpu-only", "--llama-bench", str(bench),
+                        "--model-path", str(path), "--model", str(path), "--threads", str(threads), "--json")
+    if rc != 0 or not out.strip():
+        return f"cope verify failed: {(err.strip().splitlines() or ['no output'])[-1]}"
+    [run] = json.loads(out)["runs"]
+    return (f"predicted {run['predicted_tokens_per_s']:.2f} tok/s, measured {run['measured_tokens_per_s']:.2f} "
+            f"± {run['measured_stddev_tokens_per_s']:.2f} ({run['error']:+.1%}): {run['command']}")
+
+
 def bench_command(bench: Path, path: Path, threads: str) -> list[str]:
     return [str(bench), "-m", str(path), "-ngl", "0", "-p", "0", "-n", str(N_GEN), "-t", threads,
             "-r", str(REPETITIONS), "-o", "json"]
@@ -247,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
     rows: list[Row] = []
     calibrations = {}
+    verified: dict[str, str] = {}
     for q, path in files.items():
         tests = measure(binaries["llama-bench"], path, threads)
         if "calibrated" in fidelities:
             calibrations[q] = calibrate(binaries["llama-bench"], path, max(threads))
+        verified[q] = verify_cpu_only(binaries["llama-bench"], path, max(threads))
         for test in tests:
             predicted = {}
             for f in fidelities:
@@ -268,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         for f, p in r.predicted.items():
             if not isinstance(p, float):
                 print(f"{r.quant} {r.threads} threads, {f}: {p}")
+    for q, line in verified.items():
+        print(f"cope verify, {q}: {line}")
     for q, text in calibrations.items():
         print(f"\ncope calibrate on the {q} file:\n{text}")
     elapsed = time.monotonic() - start
