@@ -13,6 +13,7 @@ work (rows, pools, layers) from a few threads, one per CPU this process may use.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -20,6 +21,7 @@ import numpy as np
 
 _NUMBA: list[bool] = []  # filled once numba's import has been tried
 _POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
 
 
 def available() -> bool:
@@ -58,7 +60,8 @@ def in_parallel(run: Callable[[np.ndarray], None], items: np.ndarray) -> None:
     if n <= 1:
         run(items)
         return
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="cope-replay"))
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="cope-replay"))
     for future in [_POOL[0].submit(run, np.ascontiguousarray(items[i::n])) for i in range(n)]:
         future.result()

@@ -38,8 +38,9 @@ How the work is done, fastest first:
   budget that has it; pools under the same rules that come to hold the same experts in the same order
   (a uniform and a nonuniform fill of one total, often) are replayed once from then on;
 - without numba, per-layer LRU caches are independent (a layer's cache sees only its
-  own prefetch and its own routing), so every layer of every candidate is a row of numpy
-  arrays, replayed token by token: last-use stamps, evict the smallest (`_LayerLru`);
+  own prefetch and its own routing), so every distinct layer cache of the candidates is
+  a row of numpy arrays, replayed token by token: last-use stamps, evict the smallest
+  (`_LayerLru`);
   LRU pools, when there are enough of them (pools x layers) for it to pay, are replayed
   a token at a time with numpy, from the state at the start of the token, then
   corrected in Python for the few experts evicted within the token before the token

@@ -126,7 +126,8 @@ class _CompiledLayerLru:
         size = min(CHUNK, max(self.n_tokens, 1))
         hits = np.zeros((self.n_rows, size), dtype=np.int16)
         copies = np.zeros_like(hits)
-        rows, pairs = np.arange(self.n_rows), np.arange(len(self.pairs))
+        # Rows of one layer together: they read the same routing, still in cache.
+        rows, pairs = np.argsort(self.layer, kind="stable"), np.arange(len(self.pairs))
         for t0 in range(0, self.n_tokens, CHUNK):
             tick(t0, self.n_tokens)
             t1 = min(t0 + CHUNK, self.n_tokens)
@@ -179,7 +180,7 @@ class _CompiledPool:
             in_parallel(lambda part: steps(part, g.ids, g.pred, g.first, self.n_experts, self.capacity, self.admit,
                                            self.plan_width, lists.nxt, lists.prv, lists.flags, t0, t1, self.counts,
                                            self.admitted, self.used), active)
-            for j in active.tolist():
+            for j in active.tolist() if t1 < self.n_tokens else ():
                 leader = int(self.leader[j])
                 if leader != j and same(lists.nxt, lists.prv, lists.flags, j, leader):
                     self.joined[j] = (self.counts[leader].copy(), int(self.admitted[leader]), int(self.used[leader]))

@@ -7,8 +7,9 @@ and prefetch used for every LRU plan: per-layer caches of any capacity (0, below
 k experts a step routes, every expert), pools smaller than a step's guesses plus its
 experts, every kind of admission, with and without prefetch, replayed in chunks, with
 per-layer caches shared between plans and pools that join the first pool of the same
-rules once they hold the same experts. tests/test_replay_equivalence.py runs its own
-checks on this path too (its `pool_path` fixture).
+rules once they hold the same experts. Both paths replay each distinct per-layer cache
+of a sweep once. tests/test_replay_equivalence.py runs its own checks on every path
+too (its `pool_path` fixture).
 """
 
 from __future__ import annotations
@@ -192,25 +193,38 @@ def test_a_per_layer_cache_depends_only_on_its_own_layer_capacity_and_rules():
     assert differ and any(not np.array_equal(counts_a[l].sum(axis=1), counts_b[l].sum(axis=1)) for l in differ)
 
 
-def test_a_sweep_replays_each_per_layer_cache_once(numba_on, monkeypatch):
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_a_sweep_replays_each_per_layer_cache_once(path, monkeypatch):
+    # Budgets whose allocations share some layers' capacities: each (layer, capacity,
+    # admissions, width) cache is replayed once, and every candidate still equals its
+    # step-wise replay.
+    import engine.replay_layer_lru as layer_lru
+
+    if path == "compiled":
+        if not NUMBA:
+            pytest.skip("numba is not installed: the numpy replays run instead")
+        monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
+        engine_class = replay_compiled._CompiledLayerLru
+    else:
+        monkeypatch.setenv("COPE_NO_NUMBA", "1")
+        engine_class = layer_lru._LayerLru
     ids, predicted, popularity, _, _, admit = random_case(7, medium=True)
     cells = popularity.size
     setups = [ReplaySetup(popularity, total, 2, admit) for total in (cells // 4, cells // 4 + 1, cells // 2)]
     candidates = [c for c in LRU_KINDS if c.residency is Residency.LAYER and c.prefetch == (predicted is not None)]
     jobs = [(c, s) for s in setups for c in candidates]
     seen = []
-    original = replay_compiled._CompiledLayerLru.__init__
+    original = engine_class.__init__
 
-    def spy(self, guesses, plans):
-        original(self, guesses, plans)
-        seen.append(self)
+    def spy(self, source, plans):
+        original(self, source, plans)
+        seen.append((self, plans))
 
-    monkeypatch.setattr(replay_compiled._CompiledLayerLru, "__init__", spy)
+    monkeypatch.setattr(engine_class, "__init__", spy)
     stats = replay_many(ids, predicted, jobs)
-    [engine] = seen
-    plans = engine.plans
+    [(engine, plans)] = seen
     distinct = {(layer, int(c), tuple(p.admit.tolist()), p.width) for p in plans for layer, c in enumerate(p.slots)}
-    assert engine.n_rows == len(distinct) < len(plans) * ids.shape[1]
+    assert len(set(engine.plan_rows.ravel().tolist())) == len(distinct) < len(plans) * ids.shape[1]
     for (candidate, setup), got in zip(jobs, stats):
         want = replay_stepwise(ids, predicted, candidate, setup)
         assert np.array_equal(got.counts, want.counts), candidate.id
