@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
 _NUMBA: list[bool] = []  # filled once numba's import has been tried
-_POOL: list[ThreadPoolExecutor] = []
+_POOL: list = []  # the ThreadPoolExecutor, made on first use
 _POOL_LOCK = threading.Lock()
 
 
@@ -62,6 +61,8 @@ def in_parallel(run: Callable[[np.ndarray], None], items: np.ndarray) -> None:
         return
     with _POOL_LOCK:
         if not _POOL:
+            from concurrent.futures import ThreadPoolExecutor  # only when there is work for it
+
             _POOL.append(ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="cope-replay"))
     for future in [_POOL[0].submit(run, np.ascontiguousarray(items[i::n])) for i in range(n)]:
         future.result()
