@@ -4,9 +4,9 @@ Four implementations must give the reference's counts, admissions and prefetch u
 exactly, for every candidate kind: `replay`/`replay_many` (lookups, the compiled LRU
 loops or without numba the vectorised numpy engines, batched and shared between
 candidates and budgets), `replay_stepwise` (the step-wise residency of
-engine/residency.py, which the slow paths run), and the executor's `ResidencyPlan`, whose steps are checked here against a slot table kept
-as the executor keeps its own. On random traces, and on real routing when
-../shared/traces is present.
+engine/residency.py, which the slow paths run), and the executor's `ResidencyPlan`,
+whose steps are checked here against a slot table kept as the executor keeps its own.
+On random traces, and on real routing when ../shared/traces is present.
 """
 
 from __future__ import annotations
