@@ -6,8 +6,9 @@ imported and COPE_NO_NUMBA is unset or 0. Both give the same numbers
 (tests/test_replay_compiled.py). numba is imported only when a loop is first needed,
 so importing engine/ stays cheap and works without it.
 
-The compiled loops release the GIL; `in_parallel` runs one on disjoint parts of its
-work (rows, pools, layers) from a few threads, one per CPU this process may use.
+The compiled loops release the GIL; `run_tasks` and `in_parallel` run them on disjoint
+parts of their work (rows, pools, layers) from a few threads, one per CPU this process
+may use.
 """
 
 from __future__ import annotations
@@ -52,17 +53,29 @@ def threads() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-def in_parallel(run: Callable[[np.ndarray], None], items: np.ndarray) -> None:
-    """run(part) for interleaved parts of `items` (indices of independent work), one
-    part per thread; parts of similar work get similar shares."""
-    n = min(threads(), len(items))
-    if n <= 1:
-        run(items)
+def run_tasks(tasks: list[Callable[[], None]]) -> None:
+    """Run independent tasks (compiled loops on disjoint data) on the thread pool, each
+    taken by the next free thread, and wait for them all."""
+    if threads() <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            task()
         return
     with _POOL_LOCK:
         if not _POOL:
             from concurrent.futures import ThreadPoolExecutor  # only when there is work for it
 
             _POOL.append(ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="cope-replay"))
-    for future in [_POOL[0].submit(run, np.ascontiguousarray(items[i::n])) for i in range(n)]:
+    for future in [_POOL[0].submit(task) for task in tasks]:
         future.result()
+
+
+def parts(items: np.ndarray, n: int) -> list[np.ndarray]:
+    """`items` (indices of independent work) in n interleaved parts, none empty: parts
+    of similar work when neighbours cost alike."""
+    n = max(min(n, len(items)), 1)
+    return [np.ascontiguousarray(items[i::n]) for i in range(n)]
+
+
+def in_parallel(run: Callable[[np.ndarray], None], items: np.ndarray) -> None:
+    """run(part) for interleaved parts of `items`, one part per thread."""
+    run_tasks([lambda part=part: run(part) for part in parts(items, threads())])

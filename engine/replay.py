@@ -294,12 +294,12 @@ def _run_compiled(ids, predicted, lru: list[_Plan], stepwise: list[_Plan], resul
     groups: dict[int, list[_Plan]] = {}
     for plan in stepwise:
         groups.setdefault(plan.width, []).append(plan)
-    runs = len(engines) + len(groups)
-    for i, engine in enumerate(engines):
-        engine.run(_Ticks(progress, i, runs))
+    runs = 1 + len(groups)
+    replay_compiled.run_engines(engines, ids.shape[0], _Ticks(progress, 0, runs))
+    for engine in engines:
         for j, plan in enumerate(engine.plans):
             results[plan.key] = engine.result(j)
-    for i, (width, group) in enumerate(groups.items(), start=len(engines)):
+    for i, (width, group) in enumerate(groups.items(), start=1):
         for plan, result in zip(group, _run_stepwise(_Trace(ids, predicted, width), group, _Ticks(progress, i, runs))):
             results[plan.key] = result
     return results

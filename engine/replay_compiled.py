@@ -19,18 +19,32 @@
   is compared with the first of its group, and once equal it stops and takes the rest
   of its counts from that one.
 
-Both replay a chunk of tokens at a time (progress, cancellation, bounded memory).
+Both replay a chunk of tokens at a time (progress, cancellation, bounded memory), their
+work in one queue for every CPU (`run_engines`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine.compiled import in_parallel, kernels
+from engine.compiled import in_parallel, kernels, parts, run_tasks, threads
 from engine.replay_common import _Plan, _Ticks
 from engine.residency import initial_pool, popularity_order
 
 CHUNK = 512  # tokens between progress reports (and, in pools, comparisons)
+
+
+def run_engines(engines: list, n_tokens: int, tick: _Ticks) -> None:
+    """Replay the engines' caches a chunk of tokens at a time, the work of all of them
+    shared by the threads as it comes (a pool is one task: several keep every CPU busy)."""
+    for engine in engines:
+        engine.start()
+    for t0 in range(0, n_tokens, CHUNK):
+        tick(t0, n_tokens)
+        t1 = min(t0 + CHUNK, n_tokens)
+        run_tasks([task for engine in engines for task in engine.tasks(t0, t1)])
+        for engine in engines:
+            engine.chunk_done(t0, t1)
 
 
 def fits(ids: np.ndarray, predicted: np.ndarray | None, n_experts: int, width: int) -> bool:
@@ -119,22 +133,30 @@ class _CompiledLayerLru:
         self.admitted = np.zeros(self.n_rows, dtype=np.int64)
         self.used = np.zeros(self.n_rows, dtype=np.int64)
 
-    def run(self, tick: _Ticks) -> None:
-        run, add = kernels().layer_rows, kernels().pair_counts
-        ids, pred, first = self.guesses.layer_major()
-        lists = self.lists
+    def start(self) -> None:
+        """Before the first chunk: the routing layer-major, the chunk's buffers."""
+        self.layer_major = self.guesses.layer_major()
         size = min(CHUNK, max(self.n_tokens, 1))
-        hits = np.zeros((self.n_rows, size), dtype=np.int16)
-        copies = np.zeros_like(hits)
-        # Rows of one layer together: they read the same routing, still in cache.
-        rows, pairs = np.argsort(self.layer, kind="stable"), np.arange(len(self.pairs))
-        for t0 in range(0, self.n_tokens, CHUNK):
-            tick(t0, self.n_tokens)
-            t1 = min(t0 + CHUNK, self.n_tokens)
-            in_parallel(lambda part: run(part, ids, pred, first, self.layer, self.capacity, self.admit,
-                                         self.row_width, lists.nxt, lists.prv, lists.flags, t0, t1, hits, copies,
-                                         self.admitted, self.used), rows)
-            in_parallel(lambda part: add(part, hits, copies, t1 - t0, self.pairs, self.counts), pairs)
+        self.hits = np.zeros((self.n_rows, size), dtype=np.int16)
+        self.copies = np.zeros_like(self.hits)
+        # Rows of one layer near each other: they read the same routing, still in cache.
+        self.row_parts = parts(np.argsort(self.layer, kind="stable"), 4 * threads())
+
+    def tasks(self, t0: int, t1: int) -> list:
+        """The chunk's independent work: groups of rows."""
+        run, (ids, pred, first), lists = kernels().layer_rows, self.layer_major, self.lists
+        return [
+            lambda rows=rows: run(rows, ids, pred, first, self.layer, self.capacity, self.admit, self.row_width,
+                                  lists.nxt, lists.prv, lists.flags, t0, t1, self.hits, self.copies,
+                                  self.admitted, self.used)
+            for rows in self.row_parts
+        ]
+
+    def chunk_done(self, t0: int, t1: int) -> None:
+        """Count the chunk's steps, pair by pair."""
+        add = kernels().pair_counts
+        in_parallel(lambda part: add(part, self.hits, self.copies, t1 - t0, self.pairs, self.counts),
+                    np.arange(len(self.pairs)))
 
     def result(self, j: int) -> tuple[np.ndarray, int, int]:
         """(counts, admissions, prefetch used) of plan j."""
@@ -170,21 +192,29 @@ class _CompiledPool:
         # hits when they became equal).
         self.joined: dict[int, tuple[np.ndarray, int, int]] = {}
 
-    def run(self, tick: _Ticks) -> None:
-        g, lists = self.guesses, self.lists
-        steps, same = kernels().pool_steps, kernels().same_cache
-        active = np.arange(len(self.plans))
-        for t0 in range(0, self.n_tokens, CHUNK):
-            tick(t0, self.n_tokens)
-            t1 = min(t0 + CHUNK, self.n_tokens)
-            in_parallel(lambda part: steps(part, g.ids, g.pred, g.first, self.n_experts, self.capacity, self.admit,
-                                           self.plan_width, lists.nxt, lists.prv, lists.flags, t0, t1, self.counts,
-                                           self.admitted, self.used), active)
-            for j in active.tolist() if t1 < self.n_tokens else ():
-                leader = int(self.leader[j])
-                if leader != j and same(lists.nxt, lists.prv, lists.flags, j, leader):
-                    self.joined[j] = (self.counts[leader].copy(), int(self.admitted[leader]), int(self.used[leader]))
-            active = np.array([j for j in active.tolist() if j not in self.joined], dtype=np.int64)
+    def start(self) -> None:
+        self.active = list(range(len(self.plans)))
+
+    def tasks(self, t0: int, t1: int) -> list:
+        """The chunk's independent work: one pool each (a pool's steps are in order)."""
+        steps, g, lists = kernels().pool_steps, self.guesses, self.lists
+        return [
+            lambda pools=np.array([j]): steps(pools, g.ids, g.pred, g.first, self.n_experts, self.capacity,
+                                              self.admit, self.plan_width, lists.nxt, lists.prv, lists.flags, t0,
+                                              t1, self.counts, self.admitted, self.used)
+            for j in self.active
+        ]
+
+    def chunk_done(self, t0: int, t1: int) -> None:
+        """A pool now equal to the first of its rules follows it from here."""
+        if t1 >= self.n_tokens:
+            return
+        same, lists = kernels().same_cache, self.lists
+        for j in self.active:
+            leader = int(self.leader[j])
+            if leader != j and same(lists.nxt, lists.prv, lists.flags, j, leader):
+                self.joined[j] = (self.counts[leader].copy(), int(self.admitted[leader]), int(self.used[leader]))
+        self.active = [j for j in self.active if j not in self.joined]
 
     def result(self, j: int) -> tuple[np.ndarray, int, int]:
         """(counts, admissions, prefetch used) of plan j."""

@@ -122,8 +122,8 @@ def layer_rows(rows, ids, pred, first, layer, capacity, admit, width, nxt, prv, 
         nx, pv, fl, adm = nxt[r], prv[r], flags[r], admit[r]
         route = ids[l]
         guess, fresh = pred[max(l - 1, 0)], first[max(l - 1, 0)]
-        misses = np.empty(k, dtype=np.int64)
-        wanted = np.empty(max(w, 1), dtype=np.int64)
+        misses = np.empty(k, dtype=ids.dtype)  # the expert ids' own type: no conversions
+        wanted = np.empty(max(w, 1), dtype=pred.dtype)
         n_admitted = n_used = 0
         for t in range(t0, t1):
             n_copy = 0
@@ -322,9 +322,9 @@ def static_starts(layers, ids, ranks, starts):
     """starts[l, C, h] (h = 1..k) += steps of layer l whose h-th smallest depth
     (popularity rank + 1) is C: `engine.hit_curves.static_step_counts`' bincount."""
     n_tokens, n_layers, k = ids.shape
-    for l in layers:
-        depth = np.empty(k, dtype=np.int64)
-        for t in range(n_tokens):
+    depth = np.empty(k, dtype=np.int64)
+    for t in range(n_tokens):  # token-major, as ids is laid out
+        for l in layers:
             for j in range(k):  # insertion sort: k is small
                 d = ranks[l, ids[t, l, j]] + 1
                 i = j
@@ -344,14 +344,14 @@ def lru_depths(layers, ids, initial, depth_counts):
     order. initial [L, E]: the stamps before the first step (all below 0)."""
     n_tokens, n_layers, k = ids.shape
     n_experts = initial.shape[1]
-    for l in layers:
-        stamp = initial[l].copy()
-        for t in range(n_tokens):
+    stamp = initial.copy()
+    for t in range(n_tokens):  # token-major, as ids is laid out
+        for l in layers:
             for j in range(k):
-                mine = stamp[ids[t, l, j]]
+                mine = stamp[l, ids[t, l, j]]
                 above = 0
                 for e in range(n_experts):
-                    above += stamp[e] > mine
+                    above += stamp[l, e] > mine
                 depth_counts[l, above + 1] += 1
             for j in range(k):
-                stamp[ids[t, l, j]] = t * k + j
+                stamp[l, ids[t, l, j]] = t * k + j

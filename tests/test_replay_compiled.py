@@ -160,7 +160,7 @@ def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(numba_on):
     assert not np.array_equal(plans[0].slots, plans[1].slots) and plans[0].slots.sum() == plans[1].slots.sum()
     guesses = replay_compiled._Guesses(ids, predicted, 3)
     pools = replay_compiled._CompiledPool(guesses, plans)
-    pools.run(_Ticks(None, 0, 1))
+    replay_compiled.run_engines([pools], n_tokens, _Ticks(None, 0, 1))
     assert 1 in pools.joined  # the second followed the first for part of the trace
     for j, candidate in enumerate(candidates):
         want = replay_stepwise(ids, predicted, candidate, setup)
