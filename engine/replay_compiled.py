@@ -45,6 +45,7 @@ def run_engines(engines: list, n_tokens: int, tick: _Ticks) -> None:
         run_tasks([task for engine in engines for task in engine.tasks(t0, t1)])
         for engine in engines:
             engine.chunk_done(t0, t1)
+        tick.reached(t1, n_tokens)  # a short trace is one chunk: say it is done (or stop here)
 
 
 def fits(ids: np.ndarray, predicted: np.ndarray | None, n_experts: int, width: int) -> bool:
