@@ -1,37 +1,56 @@
 """How fast replay is: one `advise()` call and a sweep of VRAM budgets.
 
-    python bench/replay.py            # advise and the sweep, 1,000 and 16,000 tokens
-    python bench/replay.py --short    # only the 1,000-token cases
-    python bench/replay.py --score    # also: advise with LRU and score eviction
+    python bench/replay.py              # advise and the sweep, 1,000 and 16,000 tokens
+    python bench/replay.py --short      # only the 1,000-token cases
+    python bench/replay.py --score      # also: advise with LRU and score eviction
+    python bench/replay.py --numpy      # without the compiled loops (COPE_NO_NUMBA=1)
+    python bench/replay.py --compile    # the first call compiles (an empty numba cache)
+    python bench/replay.py --repeat N   # warm calls per case (default 3; 1 with --numpy)
 
 
 Workload: the default `cope advise` setting (Qwen3-30B-A3B, 48 MoE layers, 128
 experts, top-8; the rtx-4060-ti-16gb and desktop-ddr5 presets; the analytic cost
 model) on a synthetic trace of 2,000 tokens split into a 1,000-token profile and
 the 1,000 tokens replayed; then the long case, 32,000 tokens split into a 16,000-token
-profile and 16,000 tokens replayed (the length of a real recorded trace). Prints seconds, candidates, the (token, layer) steps
-covered per second (every candidate's histogram covers tokens x layers steps,
-whether it was replayed, shared or read off a fixed residency), and each time as a
-fraction of its target. `--score` adds `advise --eviction lru,score`, whose score
-caches (and small or few LRU pools) run on the step-wise residency of
-engine/residency.py rather than the vectorised LRU engines; it has no target. Measures
-only; asserts nothing.
+profile and 16,000 tokens replayed (the length of a real recorded trace).
+
+Each case is timed on its first call ("first") and then on `--repeat` more calls
+("warm": the median, with the fastest and slowest). The first call of the process
+also imports numba and loads the compiled loops from numba's cache, or compiles them
+when the cache is empty (always with `--compile`, which points numba at an empty
+cache folder): that is what a user's first `cope advise` on a machine pays, once.
+Prints seconds, candidates, the (token, layer) steps covered per second (every
+candidate's histogram covers tokens x layers steps, whether it was replayed, shared or
+read off a fixed residency), and the warm median as a fraction of its target.
+`--score` adds `advise --eviction lru,score`, whose score caches run on the step-wise
+residency of engine/residency.py; it has no target. Measures only; asserts nothing.
+Other work on the machine slows these figures: run it on a quiet one, more than once.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import os
+import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
-from cope_tui.options import PlanChoices
+if "--numpy" in sys.argv[1:]:
+    os.environ["COPE_NO_NUMBA"] = "1"
+if "--compile" in sys.argv[1:]:
+    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="cope-bench-numba-")
+
+from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
 from engine.advise import advise, sweep_budgets  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
 from engine.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.catalog import get_model  # noqa: E402
 from engine.memory import GIB  # noqa: E402
 from engine.policy import Eviction  # noqa: E402
 from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
@@ -54,18 +73,53 @@ def workload(tokens: int = 1000):
     return request, cost_model
 
 
-def report(label: str, seconds: float, candidates: int, steps: int, target_s: float | None) -> None:
-    against = f"{seconds / target_s:6.2f} x target ({target_s:g} s)" if target_s else "(no target)"
-    print(f"{label:<28} {seconds:8.3f} s  {candidates:5d} candidates  {steps / seconds:14,.0f} steps/s  {against}")
+def engine_line() -> str:
+    """Which LRU engines run, found without importing numba (the first call pays that)."""
+    if os.environ.get("COPE_NO_NUMBA", "0").strip() not in ("", "0"):
+        return "LRU replays: numpy engines (COPE_NO_NUMBA set)"
+    if importlib.util.find_spec("numba") is None:
+        return "LRU replays: numpy engines (numba not installed)"
+    version = importlib.metadata.version("numba")
+    return f"LRU replays: compiled loops (numba {version}, {os.cpu_count()} CPUs)"
+
+
+def timed(call, repeat: int) -> tuple[float, list[float], int]:
+    """(first call's seconds, the warm calls' seconds, candidates)."""
+    start = time.perf_counter()
+    result = call()
+    first = time.perf_counter() - start
+    warm = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        warm.append(time.perf_counter() - start)
+    return first, warm, sum(len(r.estimates) for r in (result if isinstance(result, list) else [result]))
+
+
+def report(label: str, first: float, warm: list[float], candidates: int, steps_per_candidate: int,
+           target_s: float | None) -> None:
+    steps = candidates * steps_per_candidate
+    print(f"{label:<30} first {first:8.3f} s  {candidates:4d} candidates  {steps / first:12,.0f} steps/s")
+    if not warm:
+        return
+    median = statistics.median(warm)
+    against = f"{median / target_s:6.2f} x target ({target_s:g} s)" if target_s else "(no target)"
+    spread = f"(min {min(warm):.3f}, max {max(warm):.3f}, {len(warm)} calls)"
+    print(f"{'':<30} warm  {median:8.3f} s  {spread:<32}  {steps / median:12,.0f} steps/s  {against}")
 
 
 def main() -> None:
-    lengths = [1000] if "--short" in sys.argv[1:] else [1000, 16000]
+    args = sys.argv[1:]
+    lengths = [1000] if "--short" in args else [1000, 16000]
+    repeat = 1 if "--numpy" in args else 3
+    if "--repeat" in args:
+        repeat = int(args[args.index("--repeat") + 1])
+    print(engine_line() + (" (an empty numba cache: the first call compiles)" if "--compile" in args else ""))
     for tokens in lengths:
-        run(tokens)
+        run(tokens, repeat, score="--score" in args and tokens == 1000)  # score caches: the short trace only
 
 
-def run(tokens: int) -> None:
+def run(tokens: int, repeat: int, *, score: bool) -> None:
     advise_target_s, sweep_target_s = TARGETS_S[tokens]
     request, cost_model = workload(tokens)
     trace = request.trace
@@ -74,28 +128,18 @@ def run(tokens: int) -> None:
         f"{MODEL}: {trace.n_tokens} tokens replayed, {trace.n_layers} layers, "
         f"{trace.meta.n_experts} experts, top-{trace.top_k}; {GPU}, {CPU}"
     )
-
-    start = time.perf_counter()
-    recommendation = advise(request, cost_model)
-    seconds = time.perf_counter() - start
-    n = len(recommendation.estimates)
-    report(f"advise ({request.vram_budget_bytes / GIB:g} GiB)", seconds, n, n * steps_per_candidate, advise_target_s)
+    first, warm, n = timed(lambda: advise(request, cost_model), repeat)
+    report(f"advise ({request.vram_budget_bytes / GIB:g} GiB)", first, warm, n, steps_per_candidate, advise_target_s)
 
     budgets = [gib * GIB for gib in SWEEP_GIB]
-    start = time.perf_counter()
-    recommendations = sweep_budgets(request, cost_model, budgets)
-    seconds = time.perf_counter() - start
-    n = sum(len(r.estimates) for r in recommendations)
+    first, warm, n = timed(lambda: sweep_budgets(request, cost_model, budgets), repeat)
     label = f"sweep ({len(budgets)} budgets, {SWEEP_GIB[0]}..{SWEEP_GIB[-1]} GiB)"
-    report(label, seconds, n, n * steps_per_candidate, sweep_target_s)
+    report(label, first, warm, n, steps_per_candidate, sweep_target_s)
 
-    if "--score" in sys.argv[1:] and tokens == 1000:  # score caches: the short trace only
+    if score:
         scored = replace(request, evictions=(Eviction.LRU, Eviction.SCORE))
-        start = time.perf_counter()
-        recommendation = advise(scored, cost_model)
-        seconds = time.perf_counter() - start
-        n = len(recommendation.estimates)
-        report("advise, lru and score", seconds, n, n * steps_per_candidate, None)
+        first, warm, n = timed(lambda: advise(scored, cost_model), min(repeat, 1))
+        report("advise, lru and score", first, warm, n, steps_per_candidate, None)
 
 
 if __name__ == "__main__":

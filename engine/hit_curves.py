@@ -39,6 +39,10 @@ DESIGN.md §4, engine/residency.py; docs/architecture.md "Hit curves"):
   step protects its routed experts; ties by key): the contents at C are not always
   among those at C + 1; replayed step by step.
 
+Both one-pass computations run in compiled loops (numba, `engine.replay_kernels`) when
+`engine.compiled.available()`, else in numpy; they give the same arrays
+(tests/test_replay_compiled.py).
+
 `lru_hit_curves` is the batch stack-distance curve (routing order inside a step) of a
 per-layer LRU that admits every miss: exact for that convention, close to COPE's, and
 used only to decide allocations (the candidate is then replayed exactly).
@@ -47,6 +51,8 @@ used only to decide allocations (the candidate is then replayed exactly).
 from __future__ import annotations
 
 import numpy as np
+
+from engine import compiled
 
 CURVE_TOKENS = 1024  # profile tokens an allocation curve is measured on (the last ones)
 
@@ -72,17 +78,30 @@ def static_step_counts(ids: np.ndarray, popularity: np.ndarray) -> np.ndarray:
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
     ranks = popularity_ranks(popularity).astype(np.int32)
-    # Each step's depths (rank + 1), sorted: the step has h hits for C in [d_h, d_{h+1}).
-    depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids] + 1, axis=2)  # [T, L, k]
-    # starts[l, C, h]: steps whose h-th smallest depth is C (h = 1..k); h = 0 starts at 0
-    # for every step. A step leaves h where it enters h + 1.
-    cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
-            + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
-    size = n_layers * (n_experts + 1) * (k + 2)
-    starts = np.bincount((cell + depth * (k + 2)).ravel(), minlength=size).reshape(n_layers, n_experts + 1, k + 2)
+    # starts[l, C, h]: steps whose h-th smallest depth (rank + 1) is C (h = 1..k); h = 0
+    # starts at 0 for every step. A step has h hits for C in [d_h, d_{h+1}): it leaves
+    # h where it enters h + 1.
+    if compiled.available() and _valid_ids(ids, n_experts):
+        starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
+        routed = np.ascontiguousarray(ids, dtype=np.int32)
+        count = compiled.kernels().static_starts
+        compiled.in_parallel(lambda layers: count(layers, routed, ranks, starts), np.arange(n_layers))
+    else:
+        depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids] + 1, axis=2)  # [T, L, k]
+        cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
+                + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
+        size = n_layers * (n_experts + 1) * (k + 2)
+        starts = np.bincount((cell + depth * (k + 2)).ravel(), minlength=size).reshape(n_layers, n_experts + 1,
+                                                                                        k + 2)
     starts[:, 0, 0] = n_tokens
     counts = np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
     return counts.astype(np.int64)
+
+
+def _valid_ids(ids: np.ndarray, n_experts: int) -> bool:
+    """Expert ids within the layer (a RoutingTrace's always are): what the compiled
+    loops index by; the numpy code takes whatever numpy's indexing takes."""
+    return not ids.size or bool(ids.min() >= 0 and ids.max() < n_experts)
 
 
 def hits_of(step_counts: np.ndarray) -> np.ndarray:
@@ -108,6 +127,13 @@ def lru_hit_curves(ids: np.ndarray, popularity: np.ndarray, *, tokens: int = CUR
     ids = np.asarray(ids)[-tokens:].astype(np.intp)
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
+    if compiled.available() and _valid_ids(ids, n_experts):
+        depth_counts = np.zeros((n_layers, n_experts + 1), dtype=np.int64)
+        initial = -(popularity_ranks(popularity).astype(np.int64) + 1)
+        routed = np.ascontiguousarray(ids, dtype=np.int32)
+        count = compiled.kernels().lru_depths
+        compiled.in_parallel(lambda layers: count(layers, routed, initial, depth_counts), np.arange(n_layers))
+        return np.cumsum(depth_counts, axis=1)
     # Last-use stamps before each step: the popularity order at first (most popular
     # newest, all negative), then t * k + j for the j-th expert step t routed.
     stamps = np.full((n_tokens, n_layers, n_experts), -(n_experts + 2), dtype=np.int32)

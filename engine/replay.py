@@ -29,24 +29,34 @@ How the work is done, fastest first:
 - a cache that never changes (fixed residency, or nothing that could change it) and a
   cache holding every expert are lookups, in state counts computed for every capacity
   at once (`engine.hit_curves.static_step_counts`): every budget of a sweep reads them;
-- per-layer LRU caches are independent (a layer's cache sees only its own prefetch
-  and its own routing), so every layer of every candidate is a row of numpy arrays,
-  replayed token by token: last-use stamps, evict the smallest (`_LayerLru`);
-- LRU pools, when there are enough of them (pools x layers) for it to pay, are
-  replayed a token at a time with numpy, from the state at the start of the token,
-  then corrected in Python for the few experts evicted within the token before the
-  token looks them up (`_PoolLru`);
-- everything else (score eviction, LRU pools too small or too few for `_PoolLru`)
-  runs one step at a time on `engine.residency`'s caches (`replay_stepwise` forces
-  that for any candidate).
+- LRU caches, per-layer and pooled, run step by step in compiled loops (numba,
+  `engine.replay_kernels`, driven by `engine.replay_compiled`) when numba is there and
+  COPE_NO_NUMBA is not set: the step rules above, one O(1) linked-list operation per
+  hit, eviction or insertion, on every core. A per-layer cache depends only on its
+  layer, capacity, admissions, prediction width and first contents (no step touches
+  another layer's cache), so each distinct one is replayed once for every candidate and
+  budget that has it; pools under the same rules that come to hold the same experts in the same order
+  (a uniform and a nonuniform fill of one total, often) are replayed once from then on;
+- without numba, per-layer LRU caches are independent (a layer's cache sees only its
+  own prefetch and its own routing), so every distinct layer cache of the candidates is
+  a row of numpy arrays, replayed token by token: last-use stamps, evict the smallest
+  (`_LayerLru`);
+  LRU pools, when there are enough of them (pools x layers) for it to pay, are replayed
+  a token at a time with numpy, from the state at the start of the token, then
+  corrected in Python for the few experts evicted within the token before the token
+  looks them up (`_PoolLru`);
+- everything else (score eviction; without numba, LRU pools too small or too few for
+  `_PoolLru`) runs one step at a time on `engine.residency`'s caches (`replay_stepwise`
+  forces that for any candidate).
 Candidates with the same cache dynamics (same slots, admissions, prefetch) share one
 replay (`replay_many`).
 
 Where the code lives: this module holds the public API, the planning and dispatch, and
 the static and partition paths; the rules and the step-wise caches are
-`engine.residency` and `engine.residency_caches`; the vectorised engines are
-`engine.replay_layer_lru` and `engine.replay_pool`, and what they share is in
-`engine.replay_common`.
+`engine.residency` and `engine.residency_caches`; the compiled loops are
+`engine.replay_kernels` (numba, imported only when used: `engine.compiled`) and
+`engine.replay_compiled`; the numpy engines are `engine.replay_layer_lru` and
+`engine.replay_pool`, and what they share is in `engine.replay_common`.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from engine import compiled, replay_compiled
 from engine.hit_curves import static_step_counts
 from engine.policy import Candidate, Eviction, Kind
 from engine.replay_common import _Histograms, _Plan, _Ticks, _Trace
@@ -225,6 +236,9 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
         else:
             batches.setdefault((plan.pooled, plan.width), []).append(plan)
     n_layers, k = ids.shape[1:]
+    lru = [plan for batch in batches.values() for plan in batch]
+    if lru and _use_compiled(ids, predicted, lru):
+        return _run_compiled(ids, predicted, lru, stepwise, results, progress)
     for (pooled, width), batch in list(batches.items()):
         # Pools too small for the token-at-a-time replay, or too few for its per-token
         # numpy work to pay: one step at a time.
@@ -254,6 +268,40 @@ def _run_plans(ids, predicted, plans: list[_Plan], progress) -> dict[tuple, tupl
         runner.run(_Ticks(progress, i, runs))
         for j, plan in enumerate(batch):
             results[plan.key] = runner.result(j)
+    return results
+
+
+def _use_compiled(ids, predicted, plans: list[_Plan]) -> bool:
+    """Whether the LRU `plans` go to the compiled loops (engine.replay_compiled)."""
+    if not compiled.available():
+        return False
+    n_experts = plans[0].popularity.shape[1]
+    return replay_compiled.fits(ids, predicted, n_experts, max(plan.width for plan in plans))
+
+
+def _run_compiled(ids, predicted, lru: list[_Plan], stepwise: list[_Plan], results: dict, progress) -> dict:
+    """`_run_plans` with every LRU plan compiled: per-layer caches in one batch (each
+    distinct layer cache once), pools in another; score caches step by step."""
+    guesses = replay_compiled._Guesses(ids, predicted, max(plan.width for plan in lru))
+    engines = [
+        engine(guesses, batch)
+        for engine, batch in (
+            (replay_compiled._CompiledLayerLru, [plan for plan in lru if not plan.pooled]),
+            (replay_compiled._CompiledPool, [plan for plan in lru if plan.pooled]),
+        )
+        if batch
+    ]
+    groups: dict[int, list[_Plan]] = {}
+    for plan in stepwise:
+        groups.setdefault(plan.width, []).append(plan)
+    runs = 1 + len(groups)
+    replay_compiled.run_engines(engines, ids.shape[0], _Ticks(progress, 0, runs))
+    for engine in engines:
+        for j, plan in enumerate(engine.plans):
+            results[plan.key] = engine.result(j)
+    for i, (width, group) in enumerate(groups.items(), start=1):
+        for plan, result in zip(group, _run_stepwise(_Trace(ids, predicted, width), group, _Ticks(progress, i, runs))):
+            results[plan.key] = result
     return results
 
 

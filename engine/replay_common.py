@@ -55,6 +55,11 @@ class _Ticks:
         if self.progress is not None and t % self.EVERY == 0:
             self.progress(self.index * n_tokens + t, self.runs * n_tokens, "replaying")
 
+    def reached(self, t: int, n_tokens: int) -> None:
+        """t tokens replayed, reported whatever t (the end of a chunk of tokens)."""
+        if self.progress is not None:
+            self.progress(self.index * n_tokens + t, self.runs * n_tokens, "replaying")
+
 
 class _Histograms:
     """The state counts [L, k+1, P+1] of several replays, from per-step hits and

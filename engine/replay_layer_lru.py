@@ -20,25 +20,35 @@ from engine.residency import popularity_order
 
 
 class _LayerLru:
-    """Per-layer LRU caches of several candidates, one numpy row per (candidate, layer).
+    """Per-layer LRU caches of several candidates, one numpy row per distinct cache.
 
     A row's cache sees, per token, first the prefetch issued by the layer before,
     then its own routing; rows never interact, so each phase is a handful of array
     operations over all rows. Recency is a last-use stamp per (row, expert), unique
-    within a row; evicting is taking the smallest stamps.
+    within a row; evicting is taking the smallest stamps. A layer's cache depends only
+    on its layer, capacity and admissions (and the popularity it starts from; the
+    prediction width is the batch's), so candidates and budgets that share one share
+    its row (engine.replay_compiled says why); `plan_rows[p, l]` is plan p's row of layer l.
     """
 
     def __init__(self, trace: _Trace, plans: list[_Plan]):
         self.trace = trace
         n_layers, k, width = trace.n_layers, trace.k, trace.width
         n_experts = plans[0].popularity.shape[1]
-        n_rows = len(plans) * n_layers
+        distinct: dict[tuple, int] = {}
+        self.plan_rows = np.array([
+            [distinct.setdefault((id(plan.popularity), layer, capacity, tuple(plan.admit.tolist())), len(distinct))
+             for layer, capacity in enumerate(plan.slots.tolist())]
+            for plan in plans
+        ], dtype=np.intp).reshape(len(plans), n_layers)
+        keys = list(distinct)
+        n_rows = len(keys)
         self.n_experts = n_experts
         rows = np.arange(n_rows)
-        self.layer = rows % n_layers
+        self.layer = np.array([key[1] for key in keys], dtype=np.intp)
         self.row_base = (rows * n_experts)[:, None]  # flat index of (row, expert 0)
-        self.capacity = np.concatenate([plan.slots for plan in plans]).astype(np.int64)
-        admit = np.repeat(np.stack([plan.admit for plan in plans]), n_layers, axis=0)  # [rows, k+1]
+        self.capacity = np.array([key[2] for key in keys], dtype=np.int64)
+        admit = np.array([key[3] for key in keys], dtype=np.int64).reshape(n_rows, k + 1)
         self.admit_flat = admit.ravel()
         self.admit_base = rows * (k + 1)
         self.stride = 2 * width + 2 * k  # stamps per token
@@ -48,8 +58,9 @@ class _LayerLru:
         self.sink = n_rows * n_experts
         self.stamp = np.full(n_rows * n_experts + 1, self.absent, dtype=dtype)
         self.prefetched = np.zeros(n_rows * n_experts + 1, dtype=bool)
-        for j, plan in enumerate(plans):
-            self._fill(j, plan)
+        popularity = {id(plan.popularity): plan.popularity for plan in plans}
+        for r, (source, layer, capacity, _) in enumerate(keys):
+            self._fill(r, popularity[source], layer, capacity)
         # Rows that receive prefetch: every layer but the first, of prefetching plans.
         self.pre_rows = rows[(self.layer >= 1) & (width > 0)]
         self.pre_layer = self.layer[self.pre_rows] - 1  # the layer that predicts for them
@@ -61,18 +72,15 @@ class _LayerLru:
         self.histograms = _Histograms(len(plans), n_layers, k, width)
         # Copies into each row this token, then put where the histogram wants them:
         # with the layer that issued them, the one before.
-        self.copies_in = np.zeros((len(plans), n_layers), dtype=np.int16)
+        self.copies_in = np.zeros(n_rows, dtype=np.int16)
         self.admitted = np.zeros(n_rows, dtype=np.int64)
         self.used = np.zeros(n_rows, dtype=np.int64)
 
-    def _fill(self, j: int, plan: _Plan) -> None:
-        """Most popular first; the i-th most popular gets stamp -(i+1) (older = smaller)."""
-        n_layers, n_experts = plan.popularity.shape
-        order = popularity_order(plan.popularity)
-        rank = np.arange(n_experts)[None, :]
-        keep = rank < plan.slots[:, None]
-        flat = (j * n_layers + np.arange(n_layers))[:, None] * n_experts + order
-        self.stamp[flat[keep]] = -(rank + 1).repeat(n_layers, 0)[keep]
+    def _fill(self, r: int, popularity: np.ndarray, layer: int, capacity: int) -> None:
+        """Row r holds its layer's `capacity` most popular experts, the most popular
+        newest: the i-th most popular gets stamp -(i+1) (older = smaller)."""
+        order = popularity_order(popularity[layer : layer + 1])[0, :capacity]
+        self.stamp[r * self.n_experts + order] = -(np.arange(capacity) + 1)
 
     def run(self, tick: _Ticks) -> None:
         trace, histograms = self.trace, self.histograms
@@ -82,8 +90,8 @@ class _LayerLru:
             i = histograms.slot(t)
             if trace.width and self.pre_rows.size:
                 self._prefetch(t, base)
-                histograms.copies[i, :, :-1] = self.copies_in[:, 1:]
-            histograms.hits[i] = self._route(t, base + 2 * trace.width).reshape(histograms.hits.shape[1:])
+                histograms.copies[i, :, :-1] = self.copies_in[self.plan_rows[:, 1:]]
+            histograms.hits[i] = self._route(t, base + 2 * trace.width)[self.plan_rows]
             histograms.token_done(t)
         histograms.finish(trace.n_tokens)
 
@@ -102,7 +110,7 @@ class _LayerLru:
             new = np.where(wanted & (np.cumsum(wanted, axis=1) <= n_copy[:, None]), keys, self.sink)
             self.stamp[new] = base + keys.shape[1] + column
             self.prefetched[new] = True
-        self.copies_in.reshape(-1)[rows] = n_copy
+        self.copies_in[rows] = n_copy
 
     def _route(self, t: int, base: int) -> np.ndarray:
         """The routing phase of token t; returns each row's hits."""
@@ -145,5 +153,5 @@ class _LayerLru:
 
     def result(self, j: int) -> tuple[np.ndarray, int, int]:
         """(counts, admissions, prefetch used) of plan j."""
-        rows = slice(j * self.trace.n_layers, (j + 1) * self.trace.n_layers)
+        rows = self.plan_rows[j]
         return self.histograms.of(j), int(self.admitted[rows].sum()), int(self.used[rows].sum())

@@ -1,12 +1,12 @@
 """Every way of replaying a candidate against the plain reference (tests/replay_reference.py).
 
 Four implementations must give the reference's counts, admissions and prefetch used,
-exactly, for every candidate kind: `replay`/`replay_many` (lookups and the vectorised
-engines, batched and shared between candidates and budgets), `replay_stepwise` (the
-step-wise residency of engine/residency.py, which the slow paths run), and the
-executor's `ResidencyPlan`, whose steps are checked here against a slot table kept
-as the executor keeps its own. On random traces, and on real routing when
-../shared/traces is present.
+exactly, for every candidate kind: `replay`/`replay_many` (lookups, the compiled LRU
+loops or without numba the vectorised numpy engines, batched and shared between
+candidates and budgets), `replay_stepwise` (the step-wise residency of
+engine/residency.py, which the slow paths run), and the executor's `ResidencyPlan`,
+whose steps are checked here against a slot table kept as the executor keeps its own.
+On random traces, and on real routing when ../shared/traces is present.
 """
 
 from __future__ import annotations
@@ -25,13 +25,22 @@ from tests.replay_reference import every_candidate, random_case, reference_repla
 STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
 
 
-@pytest.fixture(params=["batched", "steps"])
+@pytest.fixture(params=["compiled", "batched", "steps"])
 def pool_path(request, monkeypatch):
-    """Run a test with LRU pools replayed a token at a time with numpy (`_PoolLru`), then
-    one step at a time (the step-wise residency); replay picks by how many pools and layers."""
+    """Run a test with the LRU caches replayed by the compiled loops (numba, a few tokens
+    a chunk; skipped without numba), then without them (COPE_NO_NUMBA=1): the numpy
+    engines, with LRU pools replayed a token at a time (`_PoolLru`), then one step at a
+    time (the step-wise residency); replay picks by how many pools and layers."""
     import engine.replay
+    import engine.replay_compiled
 
-    monkeypatch.setattr(engine.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
+    if request.param == "compiled":
+        pytest.importorskip("numba", reason="numba is not installed: the numpy replays run instead")
+        monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
+        monkeypatch.setattr(engine.replay_compiled, "CHUNK", 7)
+    else:
+        monkeypatch.setenv("COPE_NO_NUMBA", "1")
+        monkeypatch.setattr(engine.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
     return request.param
 
 
@@ -111,7 +120,7 @@ def test_every_candidate_matches_the_reference_on_small_traces(seed, pool_path):
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = every_candidate(predicted is not None)
     stats = [replay(ids, predicted, c, setup) for c in candidates]
-    if pool_path == "steps":
+    if pool_path != "batched":  # the step-wise replay and the plan are checked on the batched run
         assert_same(ids, predicted, setup, candidates, stats)
         return
     # Once per trace: every kind, standalone ones too, every way.
@@ -127,7 +136,7 @@ def test_batched_replays_match_the_reference_on_medium_traces(seed, pool_path):
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = [c for c in every_candidate(predicted is not None) if c.eviction is not Eviction.SCORE or seed < 2]
     stats = replay_many(ids, predicted, [(c, setup) for c in candidates])
-    if pool_path == "steps":
+    if pool_path != "batched":
         assert_same(ids, predicted, setup, candidates, stats)
     else:
         assert_every_way_the_same(ids, predicted, setup, candidates, stats)
@@ -272,7 +281,9 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
         assert_same(trace.expert_ids, trace.predicted_ids, setup, [candidate], [estimate.stats])
 
 
-def test_budget_sweep_is_advise_at_each_budget():
+def test_budget_sweep_is_advise_at_each_budget(pool_path):
+    # The compiled path replays each per-layer cache once for all budgets; the others
+    # replay each budget's plans.
     from engine.advise import advise, sweep_budgets
     from engine.memory import GIB
 

@@ -1,0 +1,357 @@
+"""The compiled inner loops (numba) of the LRU replays and the hit curves.
+
+The LRU loops apply the step rules of `engine.residency.StepwiseResidency` to LRU
+caches (`engine.residency_caches.LruCache`), one step at a time and in the same order,
+so they give the same counts by construction rather than by a cleverer method (the
+equivalence tests check them against the plain reference all the same). The curve
+loops compute what `engine.hit_curves`' numpy code computes, one access at a time.
+
+Only `engine.compiled.kernels()` imports this module, after checking that numba can be
+imported, so the rest of engine/ never needs numba.
+
+An LRU cache is a doubly linked list over its keys, least recently used first:
+nxt[key] and prv[key], with a sentinel S = the number of keys (nxt[S] is the least
+recently used, prv[S] the most recent), and a flag byte per key: RESIDENT, and
+PREFETCHED on top of it for a copied guess not yet hit. A hit, an eviction and an
+insertion are O(1). The list operations are written out in each loop rather than
+called: numba compiles the calls, but the pool loop ran about a quarter slower so.
+
+Each loop takes the indices of the rows (caches, pairs, layers) it runs and releases
+the GIL, so `engine.compiled.in_parallel` runs disjoint parts on every core from
+Python threads: numba's own parallel loops took about three times as long to compile.
+
+Compiled once per machine: `cache=True` keeps the machine code beside this file (or,
+where that is not writable, in numba's cache folder in the user's home); where no cache
+location is writable, the functions compile in every process instead of failing.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+RESIDENT, PREFETCHED = 1, 2
+
+
+def _jit(fn):
+    """numba.njit, releasing the GIL, with an on-disk cache where one can be written."""
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
+        return numba.njit(nogil=True)(fn)
+
+
+# --- the trace as the loops read it --------------------------------------------------
+
+
+@_jit
+def first_guesses(pred):
+    """uint8 [T, L, W]: 1 where a guess is the first of its value in its row (a step
+    drops repeated guesses; the first of a prefix is the first of the whole row)."""
+    n_tokens, n_layers, width = pred.shape
+    first = np.zeros(pred.shape, dtype=np.uint8)
+    for t in range(n_tokens):
+        for l in range(n_layers):
+            for i in range(width):
+                seen = False
+                for j in range(i):
+                    if pred[t, l, j] == pred[t, l, i]:
+                        seen = True
+                        break
+                if not seen:
+                    first[t, l, i] = 1
+    return first
+
+
+# --- LRU lists -------------------------------------------------------------------------
+
+
+@_jit
+def fill(newest_first, lengths, nxt, prv, flags):
+    """List r holds newest_first[r, :lengths[r]], the first the most recent."""
+    s = flags.shape[1]
+    for r in range(lengths.shape[0]):
+        nx, pv, fl = nxt[r], prv[r], flags[r]
+        nx[s] = s
+        pv[s] = s
+        for i in range(lengths[r] - 1, -1, -1):
+            key = newest_first[r, i]
+            if fl[key] == 0:
+                last = pv[s]
+                nx[last] = key
+                pv[key] = last
+                nx[key] = s
+                pv[s] = key
+                fl[key] = RESIDENT
+
+
+@_jit
+def same_cache(nxt, prv, flags, a, b):
+    """Whether lists a and b hold the same keys in the same order with the same flags:
+    from then on, under the same rules, they do the same."""
+    s = flags.shape[1]
+    x, y = nxt[a, s], nxt[b, s]
+    while x != s and y != s:
+        if x != y or flags[a, x] != flags[b, y]:
+            return False
+        x, y = nxt[a, x], nxt[b, y]
+    return x == s and y == s
+
+
+# --- per-layer caches: one (layer, capacity, admissions, width) row at a time ----------
+
+
+@_jit
+def layer_rows(rows, ids, pred, first, layer, capacity, admit, width, nxt, prv, flags, t0, t1, hits, copies,
+               admitted, used):
+    """Tokens t0..t1-1 of per-layer LRU caches, one row per cache.
+
+    Layer-major: ids [L, T, k], pred [L, T, W] (layer l's guesses for l + 1, expert ids),
+    first [L, T, W]. Row r is layer[r]'s cache with capacity[r] slots, admitting
+    admit[r, h] misses after h hits, receiving the first width[r] guesses of the layer
+    before. A row sees, per token, the copies of the step before (step (t, l - 1)'s
+    phase 3), then its own step's hits and admissions; nothing else touches it, so the
+    rows can run in parallel (`rows`: the ones this call runs). Out: hits[r, t - t0], copies[r, t - t0] (copied into the row
+    during the step before); admissions and prefetched hits added to admitted[r], used[r].
+    """
+    k = ids.shape[2]
+    s = flags.shape[1]
+    for r in rows:
+        l, cap = layer[r], capacity[r]
+        w = width[r] if l > 0 else 0
+        nx, pv, fl, adm = nxt[r], prv[r], flags[r], admit[r]
+        route = ids[l]
+        guess, fresh = pred[max(l - 1, 0)], first[max(l - 1, 0)]
+        misses = np.empty(k, dtype=ids.dtype)  # the expert ids' own type: no conversions
+        wanted = np.empty(max(w, 1), dtype=pred.dtype)
+        n_admitted = n_used = 0
+        for t in range(t0, t1):
+            n_copy = 0
+            if w > 0:  # the guesses of the layer before: kept, then copied
+                kept = n_wanted = 0
+                for i in range(w):
+                    if fresh[t, i]:
+                        e = guess[t, i]
+                        if fl[e]:
+                            after, before = nx[e], pv[e]  # to the most recent end
+                            nx[before] = after
+                            pv[after] = before
+                            last = pv[s]
+                            nx[last] = e
+                            pv[e] = last
+                            nx[e] = s
+                            pv[s] = e
+                            kept += 1
+                        else:
+                            wanted[n_wanted] = e
+                            n_wanted += 1
+                n_copy = max(min(cap - kept, n_wanted), 0)
+                for i in range(n_copy):
+                    victim = nx[s]  # evict the least recent
+                    after = nx[victim]
+                    nx[s] = after
+                    pv[after] = s
+                    fl[victim] = 0
+                    e = wanted[i]  # copy in as the most recent
+                    last = pv[s]
+                    nx[last] = e
+                    pv[e] = last
+                    nx[e] = s
+                    pv[s] = e
+                    fl[e] = RESIDENT | PREFETCHED
+            copies[r, t - t0] = n_copy
+            h = n_miss = 0  # the step: hits in routing order
+            for j in range(k):
+                e = route[t, j]
+                f = fl[e]
+                if f:
+                    after, before = nx[e], pv[e]
+                    nx[before] = after
+                    pv[after] = before
+                    last = pv[s]
+                    nx[last] = e
+                    pv[e] = last
+                    nx[e] = s
+                    pv[s] = e
+                    h += 1
+                    if f & PREFETCHED:
+                        n_used += 1
+                        fl[e] = RESIDENT
+                else:
+                    misses[n_miss] = e
+                    n_miss += 1
+            hits[r, t - t0] = h
+            n_admit = min(adm[h], cap - h)  # then the first misses admitted
+            if n_admit > 0:
+                for i in range(min(n_admit, n_miss)):
+                    victim = nx[s]
+                    after = nx[victim]
+                    nx[s] = after
+                    pv[after] = s
+                    fl[victim] = 0
+                    e = misses[i]
+                    if fl[e] == 0:  # LruCache.insert is setdefault
+                        last = pv[s]
+                        nx[last] = e
+                        pv[e] = last
+                        nx[e] = s
+                        pv[s] = e
+                        fl[e] = RESIDENT
+                n_admitted += n_admit
+        admitted[r] += n_admitted
+        used[r] += n_used
+
+
+@_jit
+def pair_counts(part, hits, copies, n, pairs, counts):
+    """Add the first n tokens of a chunk to the state counts [Q, k+1, W+1] of each pair
+    q of rows (pairs[q] = (row of layer l, row of layer l + 1 or -1)): a step of layer l
+    has the first row's hits and the copies the second received (none without one)."""
+    for q in part:
+        r, nr = pairs[q, 0], pairs[q, 1]
+        if nr >= 0:
+            for i in range(n):
+                counts[q, hits[r, i], copies[nr, i]] += 1
+        else:
+            for i in range(n):
+                counts[q, hits[r, i], 0] += 1
+
+
+# --- pools: one cache for every layer ---------------------------------------------------
+
+
+@_jit
+def pool_steps(pools, ids, pred, first, n_experts, capacity, admit, width, nxt, prv, flags, t0, t1, counts,
+               admitted, used):
+    """Tokens t0..t1-1 of the LRU pools numbered in `pools`, every step in order.
+
+    Token-major: ids [T, L, k], pred [T, L, W], first [T, L, W]; keys are
+    layer * E + expert. Pool p: capacity[p] slots, admit[p], width[p]; state counts go
+    to counts[p, l, h, copies]. A step's copies are capped by the slots that its kept
+    guesses, hits and admissions leave."""
+    n_layers, k = ids.shape[1], ids.shape[2]
+    s = flags.shape[1]
+    for p in pools:
+        cap, w = capacity[p], width[p]
+        nx, pv, fl, adm, cnt = nxt[p], prv[p], flags[p], admit[p], counts[p]
+        misses = np.empty(k, dtype=np.int64)
+        wanted = np.empty(max(w, 1), dtype=np.int64)
+        n_admitted = n_used = 0
+        for t in range(t0, t1):
+            for l in range(n_layers):
+                base = l * n_experts
+                h = n_miss = 0
+                for j in range(k):  # hits in routing order
+                    key = base + ids[t, l, j]
+                    f = fl[key]
+                    if f:
+                        after, before = nx[key], pv[key]
+                        nx[before] = after
+                        pv[after] = before
+                        last = pv[s]
+                        nx[last] = key
+                        pv[key] = last
+                        nx[key] = s
+                        pv[s] = key
+                        h += 1
+                        if f & PREFETCHED:
+                            n_used += 1
+                            fl[key] = RESIDENT
+                    else:
+                        misses[n_miss] = key
+                        n_miss += 1
+                n_admit = max(min(adm[h], cap - h), 0)  # the first misses admitted
+                for i in range(min(n_admit, n_miss)):
+                    victim = nx[s]
+                    after = nx[victim]
+                    nx[s] = after
+                    pv[after] = s
+                    fl[victim] = 0
+                    key = misses[i]
+                    if fl[key] == 0:
+                        last = pv[s]
+                        nx[last] = key
+                        pv[key] = last
+                        nx[key] = s
+                        pv[s] = key
+                        fl[key] = RESIDENT
+                n_admitted += n_admit
+                n_copy = 0
+                if w > 0 and l + 1 < n_layers:  # guesses for the next layer
+                    kept = n_wanted = 0
+                    for i in range(w):
+                        if first[t, l, i]:
+                            key = base + n_experts + pred[t, l, i]
+                            if fl[key]:
+                                after, before = nx[key], pv[key]
+                                nx[before] = after
+                                pv[after] = before
+                                last = pv[s]
+                                nx[last] = key
+                                pv[key] = last
+                                nx[key] = s
+                                pv[s] = key
+                                kept += 1
+                            else:
+                                wanted[n_wanted] = key
+                                n_wanted += 1
+                    n_copy = max(min(cap - kept - h - n_admit, n_wanted), 0)
+                    for i in range(n_copy):
+                        victim = nx[s]
+                        after = nx[victim]
+                        nx[s] = after
+                        pv[after] = s
+                        fl[victim] = 0
+                        key = wanted[i]
+                        last = pv[s]
+                        nx[last] = key
+                        pv[key] = last
+                        nx[key] = s
+                        pv[s] = key
+                        fl[key] = RESIDENT | PREFETCHED
+                cnt[l, h, n_copy] += 1
+        admitted[p] += n_admitted
+        used[p] += n_used
+
+
+# --- hit curves (engine.hit_curves) ----------------------------------------------------
+
+
+@_jit
+def static_starts(layers, ids, ranks, starts):
+    """starts[l, C, h] (h = 1..k) += steps of layer l whose h-th smallest depth
+    (popularity rank + 1) is C: `engine.hit_curves.static_step_counts`' bincount."""
+    n_tokens, n_layers, k = ids.shape
+    depth = np.empty(k, dtype=np.int64)
+    for t in range(n_tokens):  # token-major, as ids is laid out
+        for l in layers:
+            for j in range(k):  # insertion sort: k is small
+                d = ranks[l, ids[t, l, j]] + 1
+                i = j
+                while i > 0 and depth[i - 1] > d:
+                    depth[i] = depth[i - 1]
+                    i -= 1
+                depth[i] = d
+            for h in range(k):
+                starts[l, depth[h], h + 1] += 1
+
+
+@_jit
+def lru_depths(layers, ids, initial, depth_counts):
+    """depth_counts[l, d] += accesses of layer l at batch stack depth d
+    (`engine.hit_curves.lru_hit_curves`): 1 + the experts used more recently, counted
+    before the step's own updates; the step's experts then most recent in routing
+    order. initial [L, E]: the stamps before the first step (all below 0)."""
+    n_tokens, n_layers, k = ids.shape
+    n_experts = initial.shape[1]
+    stamp = initial.copy()
+    for t in range(n_tokens):  # token-major, as ids is laid out
+        for l in layers:
+            for j in range(k):
+                mine = stamp[l, ids[t, l, j]]
+                above = 0
+                for e in range(n_experts):
+                    above += stamp[l, e] > mine
+                depth_counts[l, above + 1] += 1
+            for j in range(k):
+                stamp[l, ids[t, l, j]] = t * k + j
