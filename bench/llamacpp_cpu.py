@@ -152,7 +152,8 @@ class Row:
 
 def read_figures(detect_json: str) -> dict[str, float]:
     """The measured read bandwidths in `cope detect --json`'s output: one thread, every core."""
-    cpu = json.loads(detect_json).get("platform", json.loads(detect_json)).get("cpu", {})
+    doc = json.loads(detect_json)
+    cpu = doc.get("platform", doc).get("cpu", {})
     out = {}
     for label, name in (("one thread", "thread_bandwidth_bytes_per_s"), ("every core", "mem_bandwidth_bytes_per_s")):
         fact = cpu.get(name) or {}

@@ -243,6 +243,9 @@ class CombinedCostModel:
         self._estimated: set[tuple[str, int, int, int]] = set()
         self._preset: set[tuple[str, int, int, int]] = set()  # GPU lanes (or all) from a preset
         self._measured_prefetch: set[tuple[str, int, int, int, int]] = set()  # (execution, hits, p, top_k, threads)
+        # The same profile priced with the probe's own CPU kernel, which the whole steps ran
+        # (None: `atomic` already prices that kernel).
+        self._probed = atomic.as_probed() if getattr(atomic, "llama_cpp", None) is not None else None
 
     def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
         execution = Execution(execution)
@@ -251,10 +254,9 @@ class CombinedCostModel:
         # A step timed whole ran the probe's CPU kernel: scale it as the composition moves
         # when its CPU experts run llama.cpp's (1 where the step has no CPU experts).
         as_llama = np.ones(top_k + 1)
-        probed = getattr(self.atomic, "as_probed", None)
-        if getattr(self.atomic, "llama_cpp", None) is not None and probed is not None:
-            raw = probed().state_costs(execution, threads, top_k, prefetch_budget).total_s
-            as_llama = np.divide(base.total_s, raw, out=np.ones(top_k + 1), where=np.asarray(raw) > 0)
+        if self._probed is not None:
+            raw = np.asarray(self._probed.state_costs(execution, threads, top_k, prefetch_budget).total_s)
+            as_llama = np.divide(base.total_s, raw, out=as_llama, where=raw > 0)
         for h in range(top_k + 1):
             state = (execution.value, h, top_k, threads)
             m = self.profile.find(

@@ -79,3 +79,28 @@ def test_validation_prices_the_probes_kernel_and_advice_llama_cpps(runs):
         assert all_cpu(advice) < all_cpu(executor)
     with pytest.raises(ValueError, match="kernels"):
         build_cost_model(Fidelity.ATOMIC, request, profile, kernels="torch")
+
+
+def test_a_whole_step_timed_on_the_probes_kernel_is_scaled_to_llama_cpps(runs):
+    """A measured all-CPU step (h = 0) moves by what the conversion does to the composed
+    step; an all-GPU one (h = k) has no CPU experts and stays as measured."""
+    from engine.measured_cost import CombinedCostModel
+    from engine.profile import Measurement
+
+    request = runs[0][0]
+    k = request.model.top_k
+    profile = probe_profile("Q8_0")
+    raw = AtomicCostModel(profile, n_blocks=request.model.n_blocks)
+    timed = {0: 0.050, k: 0.004}  # seconds, as a timed step would record them
+    steps = [Measurement("schedule", {"execution": "sequential", "hits": h, "misses": k - h, "prefetches": 0,
+                                      "threads": 1}, t, 0.0, 5) for h, t in timed.items()]
+    with_steps = profile.merged(steps)
+    lane = LlamaCppCpuLane(2.0, 1e15, float(request.model.expert_bytes(request.quant)))
+    as_llama = AtomicCostModel(with_steps, n_blocks=request.model.n_blocks, llama_cpp=lane)
+    combined = CombinedCostModel(with_steps, as_llama).state_costs("sequential", 1, k, 0).total_s
+    composed = as_llama.state_costs("sequential", 1, k, 0).total_s
+    probed = raw.state_costs("sequential", 1, k, 0).total_s
+    assert combined[0] == pytest.approx(timed[0] * composed[0] / probed[0]) and combined[0] < timed[0]
+    assert combined[k] == pytest.approx(timed[k])
+    unconverted = CombinedCostModel(with_steps, raw).state_costs("sequential", 1, k, 0).total_s
+    assert unconverted[0] == pytest.approx(timed[0])
