@@ -10,14 +10,21 @@
 2. Writes a GGUF with Qwen3-30B-A3B's real shapes (hidden 2048, 128 experts of 768, top-8,
    32 query and 4 KV heads of 128, vocabulary 151936) but random weights and `--blocks`
    blocks (bench/synthetic_gguf.py), F16, then quantizes it to each of `--quants`.
-3. Runs `llama-bench -m FILE -ngl 0 -p 0 -n 64 -t 1,2 -r 3 -o json` on each file.
-4. Runs `cope calibrate` on each file with the built llama-bench (the calibrated fidelity
-   then has this machine's constants for that model and quantization).
+3. Runs `llama-bench -m FILE -ngl 0 -p 0 -n 64 -t 1,2 -r 1 -o json` on each file, in
+   `--rounds` rounds (default 3) taken in turn over the files, so that the machine's drift
+   (a shared VM's speed moves by 10-25% within minutes) falls on every configuration alike;
+   a configuration's figure is the median of its rounds, and its spread is printed.
+4. Runs `cope calibrate` on each file with the built llama-bench after the first round (the
+   calibrated fidelity then has this machine's constants for that model and quantization),
+   and `cope verify --gpu none --candidate cpu-only` after the second: the exported all-CPU
+   command measured beside its estimate. Both measure the same configurations again: their
+   figures join the spread.
 5. Prices the same file and flags with `cope estimate` at every fidelity and prints
-   predicted beside measured tokens/s, with the error; then the total time. First of all it
-   runs `cope detect`, which measures and stores this machine's read bandwidth (one thread,
-   every core): the CPU lanes are planned from it. Last, per file, `cope verify --gpu none
-   --candidate cpu-only`: the exported all-CPU command measured beside its estimate.
+   predicted beside measured tokens/s, with the error, each fidelity's worst error against
+   its target (calibrated 5%, combined 10%, analytic 25%) and the largest spread, which a
+   target below it cannot be told from; then the total time. First of all it runs `cope
+   detect`, which measures and stores this machine's read bandwidth (one thread, every
+   core): the CPU lanes are planned from it.
 
 Not run by the tests (it takes minutes). Timing depends on what else the machine runs:
 say so when you quote its figures.
@@ -31,6 +38,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -48,7 +56,9 @@ SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 MODEL = "qwen3-30b-a3b"
 N_GEN = 64
-REPETITIONS = 3
+ROUNDS = 3  # measurement rounds, in turn over the files
+REPETITIONS = 1  # llama-bench -r, a round
+ERROR_TARGETS = {"calibrated": 0.05, "combined": 0.10, "analytic": 0.25}  # the largest |error| each may have
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF",
                "-DGGML_VULKAN=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF")
@@ -146,8 +156,23 @@ def model_files(binaries: dict[str, Path], work: Path, blocks: int, quants: list
 class Row:
     quant: str
     threads: int
-    measured: BenchTest
+    rounds: tuple[BenchTest, ...]  # this configuration's llama-bench test, a round each
+    others: dict[str, float]  # the same configuration measured by cope calibrate / cope verify
     predicted: dict[str, float | str]  # fidelity -> tokens/s, or why there is none
+
+    @property
+    def measured_ts(self) -> float:
+        return statistics.median(t.avg_ts for t in self.rounds)
+
+    @property
+    def spread(self) -> float:
+        """(largest - smallest) / median of every measurement of this configuration."""
+        every = [t.avg_ts for t in self.rounds] + list(self.others.values())
+        return (max(every) - min(every)) / self.measured_ts
+
+    def error(self, fidelity: str) -> float | None:
+        p = self.predicted[fidelity]
+        return (p - self.measured_ts) / self.measured_ts if isinstance(p, float) else None
 
 
 def read_figures(detect_json: str) -> dict[str, float]:
@@ -162,17 +187,18 @@ def read_figures(detect_json: str) -> dict[str, float]:
     return out
 
 
-def verify_cpu_only(bench: Path, path: Path, threads: int) -> str:
+def verify_cpu_only(bench: Path, path: Path, threads: int) -> tuple[str, float | None]:
     """`cope verify --gpu none --candidate cpu-only` on `path`: the exported all-CPU command run
-    by llama-bench beside its estimate, end to end; one line."""
+    by llama-bench beside its estimate, end to end: (one line, the measured tokens/s)."""
     say(f"cope verify --gpu none --candidate cpu-only ({path.name}, {threads} threads)")
     rc, out, err = cope("verify", "--gpu", "none", "--candidate", "cpu-only", "--llama-bench", str(bench),
                         "--model-path", str(path), "--model", str(path), "--threads", str(threads), "--json")
     if rc != 0 or not out.strip():
-        return f"cope verify failed: {(err.strip().splitlines() or ['no output'])[-1]}"
+        return f"cope verify failed: {(err.strip().splitlines() or ['no output'])[-1]}", None
     [run] = json.loads(out)["runs"]
     return (f"predicted {run['predicted_tokens_per_s']:.2f} tok/s, measured {run['measured_tokens_per_s']:.2f} "
-            f"± {run['measured_stddev_tokens_per_s']:.2f} ({run['error']:+.1%}): {run['command']}")
+            f"± {run['measured_stddev_tokens_per_s']:.2f} ({run['error']:+.1%}): {run['command']}",
+            float(run["measured_tokens_per_s"]))
 
 
 def bench_command(bench: Path, path: Path, threads: str) -> list[str]:
@@ -180,11 +206,11 @@ def bench_command(bench: Path, path: Path, threads: str) -> list[str]:
             "-r", str(REPETITIONS), "-o", "json"]
 
 
-def measure(bench: Path, path: Path, threads: list[int]) -> list[BenchTest]:
+def measure(bench: Path, path: Path, threads: list[int], round_no: int) -> list[BenchTest]:
     argv = bench_command(bench, path, ",".join(str(t) for t in threads))
-    say("$ " + " ".join(argv))
+    say(f"round {round_no}: $ " + " ".join(argv))
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    path.with_suffix(".llama-bench.json").write_text(done.stdout)  # the raw output, kept beside the file
+    path.with_suffix(f".llama-bench-{round_no}.json").write_text(done.stdout)  # the raw output, kept beside the file
     return decode_tests(parse_bench_output(done.stdout, where=str(bench)))
 
 
@@ -198,12 +224,19 @@ def cope(*words: str) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def calibrate(bench: Path, path: Path, threads: int) -> str:
+def calibrate(bench: Path, path: Path, threads: int) -> tuple[str, dict[int, float]]:
+    """`cope calibrate` on `path`: (a summary, its measured tokens/s by threads)."""
     say(f"cope calibrate --gguf {path.name} --threads {threads}")
-    rc, out, err = cope("calibrate", "--gguf", str(path), "--llama-bench", str(bench), "--threads", str(threads))
+    rc, out, err = cope("calibrate", "--gguf", str(path), "--llama-bench", str(bench), "--threads", str(threads),
+                        "--json")
     if rc != 0:
-        return f"cope calibrate failed: {err.strip().splitlines()[-1]}"
-    return out
+        return f"cope calibrate failed: {(err.strip().splitlines() or ['no output'])[-1]}", {}
+    doc = json.loads(out)
+    fitted = ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in doc["constants"].items())
+    runs = "; ".join(f"{r['name']} ({r['threads']} t) {r['tokens_per_s']:.2f} ± {r['stddev_tokens_per_s']:.2f}"
+                     for r in doc["runs"])
+    text = f"fitted {fitted}; measured {runs}; stored in {doc['path']}"
+    return text, {int(r["threads"]): float(r["tokens_per_s"]) for r in doc["runs"] if not r["uses_gpu"]}
 
 
 def price(path: Path, threads: int, fidelity: str, probe_budget_s: float) -> float | str:
@@ -221,17 +254,42 @@ def price(path: Path, threads: int, fidelity: str, probe_budget_s: float) -> flo
 
 
 def table(rows: list[Row], fidelities: list[str]) -> str:
-    head = f"{'quant':<7} {'threads':>7} {'llama-bench tok/s':>18}" + "".join(f" {f:>20}" for f in fidelities)
+    head = (f"{'quant':<7} {'threads':>7} {'llama-bench tok/s':>18} {'spread':>7}"
+            + "".join(f" {f:>20}" for f in fidelities))
     lines = [head]
     for r in rows:
         cells = []
         for f in fidelities:
-            p = r.predicted[f]
-            cells.append(f"{p:8.2f} ({(p - r.measured.avg_ts) / r.measured.avg_ts:+6.1%})" if isinstance(p, float)
-                         else "-")
-        lines.append(f"{r.quant:<7} {r.threads:>7} {f'{r.measured.avg_ts:.2f} ± {r.measured.stddev_ts:.2f}':>18}"
+            p, e = r.predicted[f], r.error(f)
+            cells.append(f"{p:8.2f} ({e:+6.1%})" if e is not None else "-")
+        rounds = "/".join(f"{t.avg_ts:.1f}" for t in r.rounds)
+        lines.append(f"{r.quant:<7} {r.threads:>7} {r.measured_ts:>8.2f} {f'({rounds})':>9} {r.spread:>7.1%}"
                      + "".join(f" {c:>20}" for c in cells))
     return "\n".join(lines)
+
+
+def threads_text(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+def verdicts(rows: list[Row], fidelities: list[str]) -> list[str]:
+    """Each fidelity's worst error against its target, and the largest spread: a target
+    below the machine's own spread cannot be told from its noise."""
+    noisiest = max(rows, key=lambda r: r.spread)
+    lines = [f"largest spread: {noisiest.spread:.1%} ({noisiest.quant}, {threads_text(noisiest.threads)}: rounds "
+             + ", ".join(f"{t.avg_ts:.2f}" for t in noisiest.rounds)
+             + "".join(f", {k} {v:.2f}" for k, v in noisiest.others.items()) + ")"]
+    for f in fidelities:
+        errors = [(abs(e), r) for r in rows if (e := r.error(f)) is not None]
+        if not errors:
+            continue
+        worst, r = max(errors, key=lambda x: x[0])
+        target = ERROR_TARGETS.get(f)
+        judged = "" if target is None else (f" (target {target:.0%}: {'met' if worst <= target else 'not met'}"
+                                            + ("; below the largest spread" if target < noisiest.spread else "")
+                                            + ")")
+        lines.append(f"{f}: worst error {worst:.1%} ({r.quant}, {threads_text(r.threads)}){judged}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sdist", help=f"the {SDIST} source distribution (default: pip download into the cache)")
     ap.add_argument("--blocks", type=int, default=6, help="blocks of the synthetic model (default 6)")
     ap.add_argument("--threads", default="1,2", help="llama-bench -t (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"measurement rounds (default {ROUNDS})")
     ap.add_argument("--quants", default="Q8_0,Q4_K_M")
     ap.add_argument("--fidelities", default="analytic,atomic,combined,calibrated")
     ap.add_argument("--probe-budget", type=float, default=120.0, help="seconds of probes for atomic/combined")
@@ -260,24 +319,34 @@ def main(argv: list[str] | None = None) -> int:
     binaries = build(extract_llama_cpp(args.sdist, work), work)
     built_at = time.monotonic() - start
     files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
+    rounds: dict[str, list[list[BenchTest]]] = {q: [] for q in files}
+    calibrations: dict[str, tuple[str, dict[int, float]]] = {}
+    verified: dict[str, tuple[str, float | None]] = {}
+    for round_no in range(1, args.rounds + 1):
+        for q, path in files.items():
+            rounds[q].append(measure(binaries["llama-bench"], path, threads, round_no))
+        if round_no == 1 and "calibrated" in fidelities:  # calibrate and verify inside the measured window
+            calibrations = {q: calibrate(binaries["llama-bench"], p, max(threads)) for q, p in files.items()}
+        if round_no == min(2, args.rounds):
+            verified = {q: verify_cpu_only(binaries["llama-bench"], p, max(threads)) for q, p in files.items()}
     rows: list[Row] = []
-    calibrations = {}
-    verified: dict[str, str] = {}
     for q, path in files.items():
-        tests = measure(binaries["llama-bench"], path, threads)
-        if "calibrated" in fidelities:
-            calibrations[q] = calibrate(binaries["llama-bench"], path, max(threads))
-        verified[q] = verify_cpu_only(binaries["llama-bench"], path, max(threads))
-        for test in tests:
+        for i, test in enumerate(rounds[q][0]):
+            others = {}
+            if test.n_threads in calibrations.get(q, ("", {}))[1]:
+                others["calibrate"] = calibrations[q][1][test.n_threads]
+            if test.n_threads == max(threads) and verified.get(q, ("", None))[1] is not None:
+                others["verify"] = verified[q][1]
             predicted = {}
             for f in fidelities:
                 say(f"cope estimate --fidelity {f} ({q}, {test.n_threads} threads)")
                 predicted[f] = price(path, test.n_threads, f, args.probe_budget)
-            rows.append(Row(q, test.n_threads, test, predicted))
-    first = rows[0].measured if rows else None
+            rows.append(Row(q, test.n_threads, tuple(r[i] for r in rounds[q]), others, predicted))
+    first = rows[0].rounds[0] if rows else None
     print(f"llama.cpp {first.build_commit if first else '?'} (build {first.build_number if first else '?'}), "
           f"{first.cpu_info if first else '?'}; {MODEL} shapes, {args.blocks} blocks, random weights; "
-          f"llama-bench -ngl 0 -p 0 -n {N_GEN} -r {REPETITIONS}")
+          f"llama-bench -ngl 0 -p 0 -n {N_GEN} -r {REPETITIONS}, {args.rounds} rounds (median; spread: "
+          f"(largest - smallest) / median of the rounds, calibrate's and verify's runs of the same configuration)")
     print("read bandwidth (cope detect): " + (", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in reads.items())
                                               or "not measured"))
     print(table(rows, fidelities))
@@ -285,16 +354,19 @@ def main(argv: list[str] | None = None) -> int:
         for f, p in r.predicted.items():
             if not isinstance(p, float):
                 print(f"{r.quant} {r.threads} threads, {f}: {p}")
-    for q, line in verified.items():
+    for line in verdicts(rows, fidelities) if rows else []:
+        print(line)
+    for q, (line, _) in verified.items():
         print(f"cope verify, {q}: {line}")
-    for q, text in calibrations.items():
-        print(f"\ncope calibrate on the {q} file:\n{text}")
+    for q, (text, _) in calibrations.items():
+        print(f"cope calibrate, {q}: {text}")
     elapsed = time.monotonic() - start
     print(f"time: {elapsed / 60:.1f} min in all ({built_at / 60:.1f} min to have the binaries)")
     if args.json:
         doc = {"read_bytes_per_s": reads,
-               "rows": [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured.avg_ts,
-                         "measured_stddev": r.measured.stddev_ts, "predicted": r.predicted} for r in rows]}
+               "rows": [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured_ts,
+                         "rounds_tokens_per_s": [t.avg_ts for t in r.rounds], "others_tokens_per_s": r.others,
+                         "spread": r.spread, "predicted": r.predicted} for r in rows]}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

@@ -64,6 +64,20 @@ def published_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def rows_from_args(script: str) -> tuple[list[dict[str, str]], str | None] | None:
+    """The --csv rows and the --json path of a script that prices the calibration rows;
+    None (said on stderr) when the CSV is not there."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
+    parser.add_argument("--csv", default=str(CSV))
+    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    args = parser.parse_args()
+    path = Path(args.csv)
+    if not path.exists():
+        print(f"{script}: {path} not found (the calibration data lives beside the checkout)", file=sys.stderr)
+        return None
+    return published_rows(path), args.json
+
+
 def tokens_per_s(text: str) -> float | None:
     """A published figure: a number, or the midpoint of a range "a-b"; None for "~x"."""
     text = text.strip()
@@ -198,23 +212,18 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", default=str(CSV))
-    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
-    args = parser.parse_args()
-    path = Path(args.csv)
-    if not path.exists():
-        print(f"published.py: {path} not found (the calibration data lives beside the checkout)", file=sys.stderr)
+    given = rows_from_args("published.py")
+    if given is None:
         return 2
-    rows_csv = published_rows(path)
+    rows_csv, json_out = given
     summary = report(price_all(rows_csv), SKIPPED, len(rows_csv))
     # The prompt-processing figures of the rows that publish one (bench/published_prefill.py).
     from bench.published_prefill import price_all as price_prompts, report as report_prompts
 
     print("\nPrompt processing (prompt tok/s):")
     summary["prompt_processing"] = report_prompts(price_prompts(rows_csv))
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+    if json_out:
+        Path(json_out).write_text(json.dumps(summary, indent=1, default=str))
     return 0 if not math.isnan(summary["mape_stated"]) else 1
 
 

@@ -13,7 +13,6 @@ GPU) and the CPU-only rows apart, and the order within each -ub sweep.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.published import CSV, mape, prepared, published_rows, tokens_per_s  # noqa: E402
+from bench.published import mape, prepared, rows_from_args, tokens_per_s  # noqa: E402
 from bench.published_rows import PROMPT_RUNS, ROWS, UBATCH_SWEEPS, PromptRun, Row  # noqa: E402
 from cope_tui.options import SYNTHETIC_TOKENS, PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
@@ -161,18 +160,13 @@ def report(priced: list[PricedPrompt]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", default=str(CSV))
-    parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
-    args = parser.parse_args()
-    path = Path(args.csv)
-    if not path.exists():
-        print(f"published_prefill.py: {path} not found (the calibration data lives beside the checkout)",
-              file=sys.stderr)
+    given = rows_from_args("published_prefill.py")
+    if given is None:
         return 2
-    s = report(price_all(published_rows(path)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(s, indent=1, default=str))
+    rows_csv, json_out = given
+    s = report(price_all(rows_csv))
+    if json_out:
+        Path(json_out).write_text(json.dumps(s, indent=1, default=str))
     return 0
 
 

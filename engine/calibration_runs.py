@@ -77,7 +77,7 @@ def cpu_runs(model_path: str, threads: int) -> list[CalibrationRun]:
     if threads < 1:
         raise ValueError(f"threads must be positive, got {threads}")
     cpu_only = flag_args("llama-bench", "gpu_layers", 0)
-    return [CalibrationRun("cpu-only" if t == threads else f"cpu-only-{t}t", f"everything on the CPU, {t} threads",
+    return [CalibrationRun("cpu-only" if t == threads else f"cpu-only-{t}t", f"everything on the CPU, {t} thread{'s' if t > 1 else ''}",
                            bench_argv(model_path, t, cpu_only), t, False)
             for t in cpu_thread_counts(threads)]
 

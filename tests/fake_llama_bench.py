@@ -38,6 +38,7 @@ class FakeMachine:
     gpu: bool = False
     output: str = "json"  # "json" | "garbage" | "fail"
     busy_above: int = 0  # runs with more threads than this are 3x slower (other work on the cores); 0: none
+    jitter_above: int | None = None  # runs with more threads than this vary by 40% over their repetitions
     # the model, from the weights' shapes
     shared_bytes: list[float] = field(default_factory=list)
     expert_bytes: list[float] = field(default_factory=list)  # k active experts of each block
@@ -106,6 +107,7 @@ t += sum(a != b for a, b in zip(devices, devices[1:])) * spec["sync_s"] / 2
 if spec["busy_above"] and threads > spec["busy_above"]:
     t *= 3.0
 ts = 1.0 / t
+stddev = 0.4 * ts if spec["jitter_above"] is not None and threads > spec["jitter_above"] else 0.0
 test = {"build_commit": "fake123", "build_number": 4242, "cpu_info": "Fake CPU", "gpu_info": "Fake GPU" if spec["gpu"] else "",
         "backends": "CUDA" if spec["gpu"] else "CPU", "model_filename": value("-m"), "model_type": "qwen3moe ?B F32",
         "model_size": 1000, "model_n_params": 250, "n_batch": 2048, "n_ubatch": 512, "n_threads": threads,
@@ -115,7 +117,7 @@ test = {"build_commit": "fake123", "build_number": 4242, "cpu_info": "Fake CPU",
         "lazy_mode": "auto", "embeddings": False, "no_op_offload": 0, "no_host": False, "repack": True,
         "fit_target": 0, "fit_min_ctx": 0, "n_prompt": n_prompt, "n_gen": n_gen, "n_depth": 0,
         "test_time": "2026-11-30T20:00:00Z", "avg_ns": int(n_gen * t * 1e9), "stddev_ns": 0, "avg_ts": ts,
-        "stddev_ts": 0.0, "samples_ns": [int(n_gen * t * 1e9)], "samples_ts": [ts]}
+        "stddev_ts": stddev, "samples_ns": [int(n_gen * t * 1e9)], "samples_ts": [ts]}
 print(json.dumps([test], indent=2))
 '''
 

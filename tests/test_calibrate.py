@@ -71,6 +71,25 @@ def test_a_run_slower_with_more_threads_is_not_fitted_and_says_the_machine_was_b
     assert cal.runs[0].fitted_tokens_per_s == pytest.approx(cal.runs[0].tokens_per_s, rel=0.01)
 
 
+def test_a_run_whose_repetitions_disagree_is_not_fitted_and_all_of_them_noisy_is_one_line(tmp_path, cache, gguf,
+                                                                                            capsys):
+    path, facts = gguf
+    truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_block_overhead_s=300e-6, jitter_above=1, **facts)
+    cal = _calibrate(path, write_fake(tmp_path, truth), 2).calibration
+    assert [r.name for r in cal.runs] == ["cpu-only-1t"]
+    reason = dict(cal.skipped)["cpu-only"]
+    assert "repetitions varied" in reason and "quiet" in reason
+    assert cal.runs[0].stddev_tokens_per_s == 0.0
+
+    noisy = write_fake(tmp_path, FakeMachine(jitter_above=0, **facts))  # every run
+    from cope_tui.cli import main
+
+    rc = main(["calibrate", "--gguf", str(path), "--llama-bench", str(noisy), "--threads", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("cope: ") and "no llama-bench run could be used" in err[-1]
+
+
 def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf, monkeypatch):
     from dataclasses import replace
 

@@ -81,3 +81,22 @@ def test_a_real_llama_bench_json_is_read():
     for t in tests:
         assert t.n_gen == 64 and t.n_prompt == 0 and t.n_gpu_layers == 0 and t.avg_ts > 0
         assert t.backends == "CPU" and not t.has_gpu_backend and t.build_commit
+
+
+def test_a_configuration_is_the_median_of_its_rounds_and_its_spread_counts_every_measurement():
+    from dataclasses import replace
+
+    from bench.llamacpp_cpu import Row, verdicts
+
+    test = decode_tests(parse_bench_output(GOLDEN.read_text()))[0]
+    rounds = tuple(replace(test, avg_ts=ts) for ts in (20.0, 25.0, 22.0))
+    noisy = Row("Q4_K_M", 1, rounds, {"calibrate": 24.0}, {"calibrated": 26.0, "analytic": 23.1})
+    steady = Row("Q8_0", 1, tuple(replace(test, avg_ts=ts) for ts in (17.0, 17.1, 17.2)), {},
+                 {"calibrated": 17.1, "analytic": 16.0})
+    assert noisy.measured_ts == 22.0
+    assert noisy.spread == pytest.approx((25.0 - 20.0) / 22.0)
+    assert noisy.error("calibrated") == pytest.approx(4.0 / 22.0)
+    lines = verdicts([noisy, steady], ["calibrated", "analytic"])
+    assert lines[0].startswith("largest spread: 22.7% (Q4_K_M, 1 thread")
+    assert lines[1] == "calibrated: worst error 18.2% (Q4_K_M, 1 thread) (target 5%: not met; below the largest spread)"
+    assert lines[2] == "analytic: worst error 6.4% (Q8_0, 1 thread) (target 25%: met)"

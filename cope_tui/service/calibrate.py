@@ -144,7 +144,9 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         progress(len(done), total, "fitting")
     if not done:
         raise CopeInputError(f"no llama-bench run finished: {'; '.join(s.reason for s in skipped)}", path=gguf)
-    done = _consistent(done, skipped)
+    done = _consistent(_steady(done, skipped), skipped)
+    if not done:
+        raise CopeInputError(f"no llama-bench run could be used: {'; '.join(s.reason for s in skipped)}", path=gguf)
     has_gpu = any(run.uses_gpu for run, _ in done)
     fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
     key, cpu_name = machine if machine is not None else this_machine()
@@ -164,6 +166,24 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
 
 
 BUSY_MARGIN = 0.9  # a run this much slower than one with fewer threads contradicts the model
+# Repetitions of one run on a quiet machine agree within a few percent (measured: 0.5-4%);
+# this much spread means other work took the cores in some of them.
+NOISY_SPREAD = 0.15  # standard deviation over mean
+
+
+def _steady(done: list[tuple[CalibrationRun, BenchTest]],
+            skipped: list[SkippedRun]) -> list[tuple[CalibrationRun, BenchTest]]:
+    """The runs whose repetitions agree; each one dropped is kept in `skipped` with why."""
+    out = []
+    for run, test in done:
+        if test.avg_ts > 0 and test.stddev_ts / test.avg_ts <= NOISY_SPREAD:
+            out.append((run, test))
+            continue
+        skipped.append(SkippedRun(run.name, run.what,
+                                  f"not used: its repetitions varied by {test.stddev_ts:.2f} around "
+                                  f"{test.avg_ts:.2f} tok/s: other work was holding the CPU's cores; "
+                                  "calibrate again when the machine is quiet"))
+    return out
 
 
 def _consistent(done: list[tuple[CalibrationRun, BenchTest]],
