@@ -85,6 +85,32 @@ def tensor_shapes(s: GgufShape) -> Iterator[tuple[str, tuple[int, ...], type]]:
         yield p + "ffn_down_exps.weight", (e, h, f), np.float16
 
 
+def add_metadata(w, s, *, name: str, file_type: int, top_k: int | None = None, context: int = CONTEXT,  # type: ignore[no-untyped-def]
+                 rope_base: float = ROPE_BASE, rms_eps: float = RMS_EPS) -> None:
+    """Every metadata key llama.cpp's qwen3moe loader reads, on the `gguf.GGUFWriter` `w`,
+    for shape `s` (any object with GgufShape's fields; `top_k` in place of its own), and
+    the tokenizer "none" (no tokens: prompts are token ids)."""
+    top_k = s.top_k if top_k is None else top_k
+    w.add_name(name)
+    w.add_file_type(file_type)
+    w.add_context_length(context)
+    w.add_embedding_length(s.hidden)
+    w.add_block_count(s.n_blocks)
+    w.add_feed_forward_length(s.expert_ff * top_k)
+    w.add_expert_feed_forward_length(s.expert_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.head_dim)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_expert_count(s.n_experts)
+    w.add_expert_used_count(top_k)
+    w.add_vocab_size(s.vocab)
+    w.add_tokenizer_model("none")
+
+
 def write_random_gguf(path: str | Path, s: GgufShape, *, seed: int = 0, name: str = "COPE synthetic Qwen3 MoE") -> Path:
     """Write the GGUF; weights are N(0, 0.02) (norms 1 +- 0.1), tiled from one random pool."""
     import gguf
@@ -93,24 +119,7 @@ def write_random_gguf(path: str | Path, s: GgufShape, *, seed: int = 0, name: st
     pool = rng.normal(0.0, 0.02, size=POOL).astype(np.float32)
     path = Path(path)
     w = gguf.GGUFWriter(str(path), ARCH)
-    w.add_name(name)
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    w.add_context_length(CONTEXT)
-    w.add_embedding_length(s.hidden)
-    w.add_block_count(s.n_blocks)
-    w.add_feed_forward_length(s.expert_ff * s.top_k)
-    w.add_expert_feed_forward_length(s.expert_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.head_dim)
-    w.add_rope_freq_base(ROPE_BASE)
-    w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_expert_count(s.n_experts)
-    w.add_expert_used_count(s.top_k)
-    w.add_vocab_size(s.vocab)
-    w.add_tokenizer_model("none")
+    add_metadata(w, s, name=name, file_type=int(gguf.LlamaFileType.MOSTLY_F16))
     shapes = list(tensor_shapes(s))
     for tname, shape, dtype in shapes:
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize

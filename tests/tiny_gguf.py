@@ -150,27 +150,13 @@ def write_gguf(path: str | Path, weights: dict[str, np.ndarray], *, top_k: int =
     """Write `weights` as a qwen3moe GGUF llama.cpp can load (F32, tokenizer "none")."""
     import gguf
 
+    from bench.synthetic_gguf import add_metadata
+
     s = shape_of(weights)
     path = Path(path)
     w = gguf.GGUFWriter(str(path), ARCH)
-    w.add_name(name)
-    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
-    w.add_context_length(CONTEXT)
-    w.add_embedding_length(s.hidden)
-    w.add_block_count(s.n_blocks)
-    w.add_feed_forward_length(s.expert_ff * top_k)
-    w.add_expert_feed_forward_length(s.expert_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.head_dim)
-    w.add_rope_freq_base(rope_base)
-    w.add_layer_norm_rms_eps(rms_eps)
-    w.add_expert_count(s.n_experts)
-    w.add_expert_used_count(top_k)
-    w.add_vocab_size(s.vocab)
-    w.add_tokenizer_model("none")
+    add_metadata(w, s, name=name, file_type=int(gguf.LlamaFileType.ALL_F32), top_k=top_k, context=CONTEXT,
+                 rope_base=rope_base, rms_eps=rms_eps)
     for tensor_name, array in weights.items():
         w.add_tensor(tensor_name, np.ascontiguousarray(array, dtype=np.float32))
     w.write_header_to_file()
