@@ -210,3 +210,30 @@ def test_the_cpu_only_plan_is_verified_as_llama_bench_runs_it(bench, capsys):
     assert "empty context" in doc["notes"][0]
     code, _ = bench("ok", "--gpu", "none", "--candidate", "all-cpu")
     assert code == EXIT_INPUT and "the one plan is cpu-only" in capsys.readouterr().err
+
+
+def test_the_export_is_priced_at_the_depth_llama_bench_decodes_from(bench, capsys):
+    """The same placements as the plan (the KV cache reserved for its context), each step
+    attending to the 32 tokens llama-bench's 64-token decode test attends to on average:
+    faster than the plan's figure at half of its 8192-token context, and exactly what the
+    ranking gives at that depth."""
+    from dataclasses import replace
+
+    from cope_tui.options import PlanChoices
+    from cope_tui.service.advice import plan
+    from engine.advise import advise
+    from engine.analytic_cost import AnalyticCostModel
+
+    code, _ = bench("ok", "--candidate", "partition-last", "--json")
+    assert code == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    predicted = {r["candidate"]: r["predicted_tokens_per_s"] for r in doc["runs"]}
+    planned = plan(PlanChoices(tokens=100, cpu="desktop-ddr5"))
+    assert planned.pricing.fidelity.value == "analytic"
+    at_depth = replace(planned.rec.request, attention_tokens=32)
+    priced = advise(at_depth, AnalyticCostModel(at_depth.model, at_depth.quant, at_depth.platform,
+                                                context_tokens=at_depth.context_tokens, attention_tokens=32))
+    for candidate, figure in predicted.items():
+        assert figure > planned.rec.estimate_of(candidate).tokens_per_s
+        assert figure == pytest.approx(priced.estimate_of(candidate).tokens_per_s, rel=1e-9)
+    assert "empty context" in doc["notes"][0] and "(analytic)" in doc["notes"][0]

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         advice = advice_from_args(args)
         request = advice.rec.request
-        report = verify(advice.rec, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
+        report = verify(advice, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
                         time_limit_s=args.time_limit)
     if args.json:
         from cope_tui.commands.output import write_json

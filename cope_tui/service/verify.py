@@ -13,10 +13,14 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from engine.advise import Recommendation
 from engine.export import Export, export_for, flag_args
 from engine.runtimes.llamacpp_flags import spelled_for_build
+
+if TYPE_CHECKING:
+    from cope_tui.service.advice import Advice
 
 BENCH_GEN_TOKENS = 64
 BENCH_REPETITIONS = 3
@@ -104,15 +108,32 @@ class VerifyReport:
         return next((r for r in self.rows if r.result.problem), None)
 
 
-def depth_note(context_tokens: int) -> str:
-    return (f"llama-bench decodes {BENCH_GEN_TOKENS} tokens from an empty context; the estimate prices "
-            f"attention at the planned context of {context_tokens} tokens")
+def depth_note(fidelity: str) -> str:
+    return (f"llama-bench decodes {BENCH_GEN_TOKENS} tokens from an empty context, and the estimate prices "
+            f"that ({fidelity})")
 
 
-def verify(rec: Recommendation, candidate_id: str, *, bench: str, model_path: str, runtime: str = "stock",
+def at_bench_depth(advice: "Advice") -> Recommendation:
+    """The advice's ranking priced as llama-bench runs its exports: the same plan (the KV
+    cache reserved for the planned context, so the same placements) with each decode step
+    attending to what llama-bench's decode test attends to from an empty context, at the
+    fidelity the advice was priced with."""
+    from cope_tui.service.pricing import choose_cost_model  # noqa: PLC0415
+    from engine.advise import advise  # noqa: PLC0415
+
+    request = advice.rec.request
+    attended = BENCH_GEN_TOKENS // 2
+    if request.attention_tokens == attended:
+        return advice.rec
+    request = replace(request, attention_tokens=attended)
+    return advise(request, choose_cost_model(request, fidelity=advice.pricing.fidelity.value).cost_model)
+
+
+def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, runtime: str = "stock",
            time_limit_s: float = 600.0) -> VerifyReport:
     """Run llama-bench on the export of `candidate_id` and on the baseline partition,
-    within `time_limit_s` for both."""
+    within `time_limit_s` for both; each beside its estimate as llama-bench runs it."""
+    rec = advice.rec
     chosen = rec.estimate_of(candidate_id)
     extra = (flag_args("llama-bench", "n_prompt", 0) + flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS)
              + flag_args("llama-bench", "repetitions", BENCH_REPETITIONS) + flag_args("llama-bench", "output", "json"))
@@ -121,16 +142,17 @@ def verify(rec: Recommendation, candidate_id: str, *, bench: str, model_path: st
     baseline = rec.baseline()
     if baseline.candidate.id != exported.exported_id:
         jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path)))
+    priced = at_bench_depth(advice)
     deadline = time.monotonic() + time_limit_s
     help_text = bench_help(bench)
     rows = []
     for role, export in jobs:
         argv = spelled_for_build([*export.argv, *extra], help_text)
         result = run_bench(bench, argv, export.env_dict, deadline - time.monotonic())
-        predicted = rec.estimate_of(export.exported_id).tokens_per_s
+        predicted = priced.estimate_of(export.exported_id).tokens_per_s
         shown = replace(export, argv=(bench, *argv[1:])).display()
         rows.append(VerifyRow(role, export.exported_id, predicted, result, shown))
-    return VerifyReport(exported, tuple(rows), (depth_note(rec.request.context_tokens),))
+    return VerifyReport(exported, tuple(rows), (depth_note(priced.cost_model.fidelity),))
 
 
 CPU_ONLY = "cpu-only"
@@ -163,5 +185,4 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
     predicted = price.tokens_per_s
     shown = " ".join([bench, *argv[1:]])
     return VerifyReport(export, (VerifyRow("exported", CPU_ONLY, predicted, result, shown),),
-                        (f"llama-bench decodes {BENCH_GEN_TOKENS} tokens from an empty context, and the estimate "
-                         f"prices that ({cost_model.fidelity})",))
+                        (depth_note(cost_model.fidelity),))
