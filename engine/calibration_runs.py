@@ -59,10 +59,11 @@ def run_request(request: AdviseRequest, command: LlamaCommand) -> AdviseRequest:
     return replace(request, **command_settings(command, request))
 
 
-def bench_argv(model_path: str, threads: int, placement: list[str]) -> tuple[str, ...]:
+def bench_argv(model_path: str, threads: int, placement: list[str],
+               repetitions: int = BENCH_REPETITIONS) -> tuple[str, ...]:
     words = ["llama-bench", *flag_args("llama-bench", "model", model_path),
              *flag_args("llama-bench", "n_prompt", 0), *flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS),
-             *flag_args("llama-bench", "repetitions", BENCH_REPETITIONS), *flag_args("llama-bench", "output", "json"),
+             *flag_args("llama-bench", "repetitions", repetitions), *flag_args("llama-bench", "output", "json"),
              *flag_args("llama-bench", "threads", threads), *placement]
     return tuple(words)
 
@@ -73,29 +74,32 @@ def cpu_thread_counts(threads: int) -> list[int]:
     return [t for i, t in enumerate(counts) if t >= 1 and t not in counts[:i]]
 
 
-def cpu_runs(model_path: str, threads: int) -> list[CalibrationRun]:
+def cpu_runs(model_path: str, threads: int, repetitions: int = BENCH_REPETITIONS) -> list[CalibrationRun]:
     if threads < 1:
         raise ValueError(f"threads must be positive, got {threads}")
     cpu_only = flag_args("llama-bench", "gpu_layers", 0)
     return [CalibrationRun("cpu-only" if t == threads else f"cpu-only-{t}t", f"everything on the CPU, {t} thread{'s' if t > 1 else ''}",
-                           bench_argv(model_path, t, cpu_only), t, False)
+                           bench_argv(model_path, t, cpu_only, repetitions), t, False)
             for t in cpu_thread_counts(threads)]
 
 
-def gpu_runs(request: AdviseRequest, model_path: str, threads: int) -> list[CalibrationRun]:
+def gpu_runs(request: AdviseRequest, model_path: str, threads: int,
+             repetitions: int = BENCH_REPETITIONS) -> list[CalibrationRun]:
     model = request.model
     ngl = flag_args("llama-bench", "gpu_layers", max(ALL_LAYERS, model.n_blocks + 1))
-    runs = [CalibrationRun("all-on-gpu", "every block and expert on the GPU", bench_argv(model_path, threads, ngl),
+    runs = [CalibrationRun("all-on-gpu", "every block and expert on the GPU", bench_argv(model_path, threads, ngl, repetitions),
                            threads, True)]
     half = model.n_moe_layers // 2
     if half >= 1:
         below = model.moe_blocks[half - 1] + 1  # -ncmoe N: the experts of blocks i < N
         runs.append(CalibrationRun(
             "half-experts-on-cpu", f"the experts of {half} of {model.n_moe_layers} MoE layers on the CPU",
-            bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", below)), threads, True))
+            bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", below), repetitions), threads,
+            True))
     runs.append(CalibrationRun(
         "experts-on-cpu", "every routed expert on the CPU, the rest on the GPU",
-        bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", model.n_blocks)), threads, True))
+        bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", model.n_blocks), repetitions),
+        threads, True))
     return runs
 
 

@@ -88,6 +88,19 @@ def test_a_run_whose_repetitions_disagree_is_not_fitted_and_all_of_them_noisy_is
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1].startswith("cope: ") and "no llama-bench run could be used" in err[-1]
+    assert "--repetitions" in err[-1]
+
+
+def test_repetitions_reach_llama_bench_and_one_is_refused(tmp_path, cache, gguf, capsys):
+    path, facts = gguf
+    cal = _calibrate(path, write_fake(tmp_path, FakeMachine(**facts)), 2, repetitions=5).calibration
+    for run in cal.runs:
+        assert run.argv[run.argv.index("-r") + 1] == "5"
+    from cope_tui.cli import main
+
+    rc = main(["calibrate", "--gguf", str(path), "--llama-bench", str(write_fake(tmp_path, FakeMachine(**facts))),
+               "--repetitions", "1"])
+    assert rc == 2 and "--repetitions: at least 2" in capsys.readouterr().err
 
 
 def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf, monkeypatch):

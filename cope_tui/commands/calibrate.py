@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: the CPU's physical cores)")
     p.add_argument("--run-timeout", type=float, default=300.0, metavar="S",
                    help="seconds one llama-bench run may take (default 300)")
+    p.add_argument("--repetitions", type=int, metavar="N",
+                   help="llama-bench -r, a run (default 2; more steady the fit on a busy machine)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(run=run)
 
@@ -32,12 +34,14 @@ def _say(done: int, total: int, label: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cope_tui.service.calibrate import calibrate, find_llama_bench
+    from engine.calibration_runs import BENCH_REPETITIONS
     from engine.errors import CopeInputError
 
     if args.threads is not None and args.threads < 1:
         raise CopeInputError(f"--threads must be positive, got {args.threads}")
     bench = find_llama_bench(args.llama_bench)
-    report = calibrate(args.gguf, bench=bench, threads=args.threads, run_timeout_s=args.run_timeout, progress=_say)
+    report = calibrate(args.gguf, bench=bench, threads=args.threads, run_timeout_s=args.run_timeout,
+                       repetitions=args.repetitions or BENCH_REPETITIONS, progress=_say)
     if args.json:
         from cope_tui.commands.output import write_json
         from engine.calibration_io import to_dict

@@ -23,7 +23,7 @@ from typing import Callable
 from cope_tui.options import PlanChoices
 from engine.calibration import Calibration, MeasuredRun
 from engine.calibration_io import Found, find_calibration, save_calibration
-from engine.calibration_runs import CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
+from engine.calibration_runs import BENCH_REPETITIONS, CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
 from engine.errors import CopeInputError
 from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output
 from engine.progress import Progress, check_cancel
@@ -95,6 +95,7 @@ def run_llama_bench(bench: str, run: CalibrationRun, *, timeout_s: float,
 
 
 def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_s: float = RUN_TIMEOUT_S,
+              repetitions: int = BENCH_REPETITIONS,
               progress: Progress | None = None, cancel: threading.Event | None = None,
               detect_gpu: Callable | None = None, machine: tuple[str, str] | None = None,
               now: _dt.datetime | None = None, root: str | os.PathLike | None = None) -> CalibrateReport:
@@ -104,13 +105,15 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
 
     if run_timeout_s <= 0:
         raise CopeInputError(f"--run-timeout must be positive, got {run_timeout_s:g}")
+    if repetitions < 2:
+        raise CopeInputError(f"--repetitions: at least 2 (their spread shows a busy machine), got {repetitions}")
     if not os.path.isfile(gguf):
         raise CopeInputError("--gguf: no such file", path=gguf)
     gpu = _detect_gpu(detect_gpu)
     gpu_usable = gpu.vram_bytes.known and gpu.mem_bandwidth_bytes_per_s.known
     request = build_request(PlanChoices(model=gguf, threads=threads, tokens=40), detect_gpu=lambda: gpu)
     t = request.threads
-    planned_cpu, skipped = check_fits(request, cpu_runs(gguf, t))
+    planned_cpu, skipped = check_fits(request, cpu_runs(gguf, t, repetitions))
     if not planned_cpu:
         raise CopeInputError(f"--gguf: cannot calibrate with it: {skipped[0].reason}", path=gguf)
     done: list[tuple[CalibrationRun, BenchTest]] = []
@@ -127,7 +130,7 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
     measure(planned_cpu[0])
     first = done[0][1] if done else None
     if first is not None and first.has_gpu_backend and gpu_usable:
-        fits, too_big = check_fits(request, gpu_runs(request, gguf, t))
+        fits, too_big = check_fits(request, gpu_runs(request, gguf, t, repetitions))
         skipped.extend(too_big)
         total += len(fits)
         for run in fits:
@@ -182,7 +185,7 @@ def _steady(done: list[tuple[CalibrationRun, BenchTest]],
         skipped.append(SkippedRun(run.name, run.what,
                                   f"not used: its repetitions varied by {test.stddev_ts:.2f} around "
                                   f"{test.avg_ts:.2f} tok/s: other work was holding the CPU's cores; "
-                                  "calibrate again when the machine is quiet"))
+                                  "calibrate again when the machine is quiet (or with more --repetitions)"))
     return out
 
 
