@@ -116,6 +116,23 @@ def test_compiled_lru_equals_the_stepwise_residency_on_arbitrary_slots(seed, num
     assert_same_results(compiled_of(ids, predicted, plans), stepwise_of(ids, predicted, plans), seed)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_keys_past_uint16_take_uint32_and_stay_exact(seed, numba_on, monkeypatch):
+    # Pools of models with 65,535 or more (layer, expert) keys index by uint32; the
+    # small cases here are forced onto that path.
+    assert replay_compiled.key_type(65_534) is np.uint16 and replay_compiled.key_type(65_535) is np.uint32
+    monkeypatch.setattr(replay_compiled, "key_type", lambda n_keys: np.uint32)
+    ids, predicted, popularity, _, _, _ = random_case(300 + seed, medium=True)
+    if predicted is None:
+        predicted = np.zeros(ids.shape, dtype=np.int16)
+    predicted = predicted.copy()
+    predicted[:, -1] = -1
+    plans = random_plans(np.random.default_rng(seed), popularity, ids.shape[2], predicted.shape[2], 8)
+    got = compiled_of(ids, predicted, plans)
+    assert replay_compiled._Guesses(ids, predicted, 1).ids.dtype == np.uint32
+    assert_same_results(got, stepwise_of(ids, predicted, plans), seed)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(seed, numba_on):
     ids, predicted, popularity, total, budget, admit = random_case(100 + seed, medium=seed % 2 == 0)
