@@ -17,8 +17,13 @@ insertion are O(1). The list operations are written out in each loop rather than
 called: numba compiles the calls, but the pool loop ran about a quarter slower so.
 Keys, links and expert ids are unsigned (`engine.replay_compiled.key_type`): numba
 adds a wrap-around test to every signed index, and the list operations are chains of
-indexing (without: 150 rather than 100 ns per per-layer step, 195 rather than 160 per
-pool step, on the 16,000-token budget sweep of bench/replay.py).
+indexing (without: 150 rather than 100 ns per per-layer step, 195 rather than 120 per
+pool step, on the 16,000-token budget sweep of bench/replay.py). Tried there and not
+kept, all slower: last-use positions with a lazily cleaned FIFO queue instead of the
+list (a hit one append, but evictions skip stale entries and the queue is compacted:
+140 ns per layer step, 190-260 per pool step), several rows advanced a token at a time
+(160), a step's hits appended as one chain (105), next and previous links side by side
+(108 and 180).
 
 Each loop takes the indices of the rows (caches, pairs, layers) it runs and releases
 the GIL, so `engine.compiled.in_parallel` runs disjoint parts on every core from
