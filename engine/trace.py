@@ -151,8 +151,13 @@ class RoutingTrace:
     def popularity(self) -> np.ndarray:
         """Routing counts per layer and expert: int64 [L, n_experts]."""
         n_layers, n_experts = self.n_layers, self.meta.n_experts
-        flat = self.expert_ids.astype(np.int64) + (np.arange(n_layers) * n_experts)[None, :, None]
-        counts = np.bincount(flat.ravel(), minlength=n_layers * n_experts)
+        offsets = (np.arange(n_layers, dtype=np.int64) * n_experts)[None, :, None]
+        counts = np.zeros(n_layers * n_experts, dtype=np.int64)
+        # 4,096 tokens at a time: one flat int64 copy of a long trace (50 MB for 16,000
+        # tokens of 48 layers x top-8) cost about 0.1 s in page faults inside advise.
+        for start in range(0, self.expert_ids.shape[0], 4096):
+            flat = self.expert_ids[start:start + 4096] + offsets
+            counts += np.bincount(flat.ravel(), minlength=n_layers * n_experts)
         return counts.reshape(n_layers, n_experts)
 
     def slice_tokens(self, start: int, stop: int) -> "RoutingTrace":

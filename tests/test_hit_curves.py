@@ -201,6 +201,30 @@ def test_nonuniform_lru_follows_the_curves_on_real_deepseek_routing(shared_trace
         assert nonuniform.hits_per_layer().sum() >= uniform.hits_per_layer().sum()
 
 
+@pytest.mark.shared_traces
+def test_nonuniform_lru_on_the_whole_deepseek_trace_gives_k_slots_and_hits_at_least_uniform(shared_traces):
+    # The split `cope advise` makes (curves and popularity from the first half of the
+    # tokens, replay of the second), at totals from 6.5 to 48.5 slots per layer: the
+    # curves on the whole profile (on its last 1,024 tokens nonuniform hit less than
+    # uniform at 377, 429 and 481 slots; bench/deepseek_allocation.py prints them all).
+    from engine.traces.moe_beyond import read_moe_beyond_csv_dir
+
+    trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond")
+    profile, replayed = trace.split(0.5)
+    popularity = profile.popularity()
+    n_layers, k = replayed.n_layers, replayed.top_k
+    curves = lru_hit_curves(profile.expert_ids, popularity)
+    totals = (169, 377, 429, 481, 845, 1261)
+    assert min(totals) >= k * n_layers
+    jobs = [(replace_allocation(STAGE_LRU, allocation), ReplaySetup(popularity, total, 0, None, curves))
+            for total in totals for allocation in (Allocation.UNIFORM, Allocation.NONUNIFORM)]
+    stats = replay_many(replayed.expert_ids, None, jobs)
+    for total, uniform, nonuniform in zip(totals, stats[::2], stats[1::2]):
+        assert uniform.slots_per_layer.sum() == nonuniform.slots_per_layer.sum() == total
+        assert nonuniform.slots_per_layer.min() >= k, total
+        assert nonuniform.hits_per_layer().sum() >= uniform.hits_per_layer().sum(), total
+
+
 def replace_allocation(candidate, allocation):
     from dataclasses import replace
 

@@ -116,6 +116,23 @@ def test_compiled_lru_equals_the_stepwise_residency_on_arbitrary_slots(seed, num
     assert_same_results(compiled_of(ids, predicted, plans), stepwise_of(ids, predicted, plans), seed)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_keys_past_uint16_take_uint32_and_stay_exact(seed, numba_on, monkeypatch):
+    # Pools of models with 65,535 or more (layer, expert) keys index by uint32; the
+    # small cases here are forced onto that path.
+    assert replay_compiled.key_type(65_534) is np.uint16 and replay_compiled.key_type(65_535) is np.uint32
+    monkeypatch.setattr(replay_compiled, "key_type", lambda n_keys: np.uint32)
+    ids, predicted, popularity, _, _, _ = random_case(300 + seed, medium=True)
+    if predicted is None:
+        predicted = np.zeros(ids.shape, dtype=np.int16)
+    predicted = predicted.copy()
+    predicted[:, -1] = -1
+    plans = random_plans(np.random.default_rng(seed), popularity, ids.shape[2], predicted.shape[2], 8)
+    got = compiled_of(ids, predicted, plans)
+    assert replay_compiled._Guesses(ids, predicted, 1).ids.dtype == np.uint32
+    assert_same_results(got, stepwise_of(ids, predicted, plans), seed)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(seed, numba_on):
     ids, predicted, popularity, total, budget, admit = random_case(100 + seed, medium=seed % 2 == 0)
@@ -236,11 +253,28 @@ def test_compiled_hit_curves_equal_the_numpy_ones(seed, monkeypatch):
     if not NUMBA:
         pytest.skip("numba is not installed: the numpy curves run instead")
     ids, _, popularity, _, _, _ = random_case(200 + seed, medium=seed % 2 == 0)
-    got = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60)
+    got = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60), \
+        lru_hit_curves(ids, popularity)
     monkeypatch.setenv("COPE_NO_NUMBA", "1")
-    want = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60)
+    want = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60), \
+        lru_hit_curves(ids, popularity)
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_compiled_lru_curve_equals_the_numpy_one_past_a_renumbering(monkeypatch):
+    # The compiled curve keeps int16 last-use stamps and renumbers them every 4,000
+    # steps of top-8; the numpy one restarts them every 128 tokens. 9,000 tokens cross
+    # both, and steps that route an expert twice (at its last place) are kept too.
+    if not NUMBA:
+        pytest.skip("numba is not installed: the numpy curves run instead")
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 24, size=(9000, 2, 8)) % (rng.integers(6, 25, size=(9000, 2, 1)))
+    popularity = rng.integers(0, 5, size=(2, 24))
+    got = lru_hit_curves(ids, popularity)
+    monkeypatch.setenv("COPE_NO_NUMBA", "1")
+    want = lru_hit_curves(ids, popularity)
+    assert np.array_equal(got, want) and got[:, -1].tolist() == [9000 * 8] * 2
 
 
 def test_cope_no_numba_turns_the_compiled_path_off(monkeypatch):

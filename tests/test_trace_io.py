@@ -562,3 +562,14 @@ def test_llama_csv_with_a_header_line_is_read(tmp_path, header):
     only = write(tmp_path / "only.csv", header + "\n")
     with pytest.raises(CopeInputError, match="only a header line"):
         read_llama_moe_trace_csv(only, **SHAPE)
+
+
+def test_popularity_counts_every_routed_expert_of_a_long_trace():
+    # Counted a few thousand tokens at a time: a trace longer than one piece, ending
+    # inside the last, gives the plain per-layer counts.
+    rng = np.random.default_rng(2)
+    ids = np.argsort(rng.random((9_001, 3, 12)), axis=2)[:, :, :2].astype(np.int16)  # 2 distinct per token
+    meta = TraceMeta(model="m", source="test", origin="synthetic", n_experts=12, moe_blocks=(0, 1, 2))
+    counts = RoutingTrace(expert_ids=ids, meta=meta).popularity()
+    want = np.stack([np.bincount(ids[:, layer].ravel(), minlength=12) for layer in range(3)])
+    assert counts.dtype == np.int64 and np.array_equal(counts, want) and counts.sum() == 9_001 * 3 * 2
