@@ -60,35 +60,29 @@ def test_cpu_only_calibration_recovers_the_thread_rate_and_block_overhead(tmp_pa
     assert (cal.build_commit, cal.build_number, cal.backends) == ("fake123", 4242, "CPU")
 
 
-def test_a_run_slower_with_more_threads_is_not_fitted_and_says_the_machine_was_busy(tmp_path, cache, gguf):
+@pytest.mark.parametrize("load, why", [({"busy_above": 1}, "slower than"), ({"jitter_above": 1}, "repetitions varied")],
+                         ids=["slower-with-more-threads", "repetitions-disagree"])
+def test_a_run_that_measured_a_busy_machine_is_not_fitted_and_says_so(tmp_path, cache, gguf, load, why):
     path, facts = gguf
-    truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_block_overhead_s=300e-6, busy_above=1, **facts)
+    truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_block_overhead_s=300e-6, **load, **facts)
     cal = _calibrate(path, write_fake(tmp_path, truth), 2).calibration
     assert [r.name for r in cal.runs] == ["cpu-only-1t"]
     reason = dict(cal.skipped)["cpu-only"]
-    assert "slower than" in reason and "quiet" in reason
+    assert why in reason and "quiet" in reason
     assert set(cal.constants.values) == {"cpu_thread_bytes_per_s"}  # one run: one constant
     assert cal.runs[0].fitted_tokens_per_s == pytest.approx(cal.runs[0].tokens_per_s, rel=0.01)
 
 
-def test_a_run_whose_repetitions_disagree_is_not_fitted_and_all_of_them_noisy_is_one_line(tmp_path, cache, gguf,
-                                                                                            capsys):
-    path, facts = gguf
-    truth = FakeMachine(cpu_thread_bytes_per_s=2e8, cpu_block_overhead_s=300e-6, jitter_above=1, **facts)
-    cal = _calibrate(path, write_fake(tmp_path, truth), 2).calibration
-    assert [r.name for r in cal.runs] == ["cpu-only-1t"]
-    reason = dict(cal.skipped)["cpu-only"]
-    assert "repetitions varied" in reason and "quiet" in reason
-    assert cal.runs[0].stddev_tokens_per_s == 0.0
-
-    noisy = write_fake(tmp_path, FakeMachine(jitter_above=0, **facts))  # every run
+def test_when_every_run_is_noisy_calibrate_says_so_in_one_line(tmp_path, gguf, cache, capsys):
     from cope_tui.cli import main
 
+    path, facts = gguf
+    noisy = write_fake(tmp_path, FakeMachine(jitter_above=0, **facts))  # every run
     rc = main(["calibrate", "--gguf", str(path), "--llama-bench", str(noisy), "--threads", "2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1].startswith("cope: ") and "no llama-bench run could be used" in err[-1]
-    assert "--repetitions" in err[-1]
+    assert "repetitions varied" in err[-1] and "--repetitions" in err[-1]
 
 
 def test_repetitions_reach_llama_bench_and_one_is_refused(tmp_path, cache, gguf, capsys):

@@ -148,8 +148,9 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
     if not done:
         raise CopeInputError(f"no llama-bench run finished: {'; '.join(s.reason for s in skipped)}", path=gguf)
     done = _consistent(_steady(done, skipped), skipped)
-    if not done:
-        raise CopeInputError(f"no llama-bench run could be used: {'; '.join(s.reason for s in skipped)}", path=gguf)
+    if not done:  # every run measured other work: say why of the first
+        first = next(s for s in skipped if s.reason.startswith("not used"))
+        raise CopeInputError(f"no llama-bench run could be used ({first.name}: {first.reason})", path=gguf)
     has_gpu = any(run.uses_gpu for run, _ in done)
     fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
     key, cpu_name = machine if machine is not None else this_machine()
