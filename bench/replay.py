@@ -6,6 +6,7 @@
     python bench/replay.py --numpy      # without the compiled loops (COPE_NO_NUMBA=1)
     python bench/replay.py --compile    # the first call compiles (an empty numba cache)
     python bench/replay.py --repeat N   # warm calls per case (default 3; 1 with --numpy)
+    python bench/replay.py --breakdown  # also: thread-seconds of the compiled LRU work by kind
 
 
 Workload: the default `cope advise` setting (Qwen3-30B-A3B, 48 MoE layers, 128
@@ -24,6 +25,8 @@ candidate's histogram covers tokens x layers steps, whether it was replayed, sha
 read off a fixed residency), and the warm median as a fraction of its target.
 `--score` adds `advise --eviction lru,score`, whose score caches run on the step-wise
 residency of engine/residency.py; it has no target. Measures only; asserts nothing.
+`--breakdown` times, in one more call of each case, the compiled LRU tasks by kind (per-layer
+cache rows and pools): thread-seconds summed over the threads, and how many caches ran.
 Other work on the machine slows these figures: run it on a quiet one, more than once.
 """
 
@@ -35,6 +38,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -116,10 +120,54 @@ def main() -> None:
         repeat = int(args[args.index("--repeat") + 1])
     print(engine_line() + (" (an empty numba cache: the first call compiles)" if "--compile" in args else ""))
     for tokens in lengths:
-        run(tokens, repeat, score="--score" in args and tokens == 1000)  # score caches: the short trace only
+        run(tokens, repeat, score="--score" in args and tokens == 1000,  # score caches: the short trace only
+            breakdown="--breakdown" in args)
 
 
-def run(tokens: int, repeat: int, *, score: bool) -> None:
+def thread_seconds(call) -> str:  # type: ignore[no-untyped-def]
+    """`call()` with the compiled engines' tasks timed: thread-seconds and caches by kind."""
+    from engine import replay_compiled
+
+    spent: dict[str, float] = {}
+    caches: dict[str, str] = {}
+    lock = threading.Lock()  # the tasks run on several threads
+    kinds = {replay_compiled._CompiledLayerLru: ("layer rows", lambda e: f"{e.n_rows} caches"),
+             replay_compiled._CompiledPool: ("pools", lambda e: f"{len(e.plans)} pools, "
+                                                                f"{len(set(e.leader.tolist()))} of them leaders")}
+    originals = {cls: cls.tasks for cls in kinds}
+
+    def timed_tasks(cls):  # type: ignore[no-untyped-def]
+        label, size = kinds[cls]
+
+        def tasks(self, t0: int, t1: int) -> list:
+            caches[label] = size(self)
+
+            def timed(task):  # type: ignore[no-untyped-def]
+                def run() -> None:
+                    start = time.perf_counter()
+                    task()
+                    with lock:
+                        spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+                return run
+            return [timed(task) for task in originals[cls](self, t0, t1)]
+        return tasks
+
+    try:
+        for cls in kinds:
+            cls.tasks = timed_tasks(cls)
+        start = time.perf_counter()
+        call()
+        wall = time.perf_counter() - start
+    finally:
+        for cls, tasks in originals.items():
+            cls.tasks = tasks
+    if not spent:
+        return f"{wall:.3f} s, no compiled LRU work"
+    parts = ", ".join(f"{label} {spent[label]:.2f} thread-s ({caches[label]})" for label in spent)
+    return f"{wall:.3f} s wall; {parts}"
+
+
+def run(tokens: int, repeat: int, *, score: bool, breakdown: bool = False) -> None:
     advise_target_s, sweep_target_s = TARGETS_S[tokens]
     request, cost_model = workload(tokens)
     trace = request.trace
@@ -135,6 +183,11 @@ def run(tokens: int, repeat: int, *, score: bool) -> None:
     first, warm, n = timed(lambda: sweep_budgets(request, cost_model, budgets), repeat)
     label = f"sweep ({len(budgets)} budgets, {SWEEP_GIB[0]}..{SWEEP_GIB[-1]} GiB)"
     report(label, first, warm, n, steps_per_candidate, sweep_target_s)
+
+    if breakdown:
+        for label, call in (("advise", lambda: advise(request, cost_model)),
+                            ("sweep", lambda: sweep_budgets(request, cost_model, budgets))):
+            print(f"{'':<30} {label}: " + thread_seconds(call))
 
     if score:
         scored = replace(request, evictions=(Eviction.LRU, Eviction.SCORE))
