@@ -168,28 +168,33 @@ def render_command_estimate(est: CommandEstimate) -> str:
     if not yours.runs:
         lines += [f"Your command {yours.refusal}", f"               ({yours.detail})"]
     else:
+        ranked = f"  (rank {est.rank} of {est.of})" if est.rank is not None else ""
         lines += [
             f"Your command:  {yours.detail}",
             f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
-            f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB  (rank {est.rank} of {est.of})",
+            f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB{ranked}",
         ]
         pp = yours.prefill
         if pp is not None:
             fit = "" if pp.fits else "  (its compute buffer does not fit the VRAM left: llama.cpp would fail)"
             lines.append(f"               pp{pp.prompt_tokens}: {pp.tokens_per_s:8.1f} prompt tok/s at -ub {pp.ubatch} "
                          f"-b {pp.batch} ({pp.prompt_s:.2f} s; copies {pp.copy_s:.2f} s){fit}")
-    speed = f"  ({est.speedup:.2f}x yours)" if yours.runs else ""
-    lines += [
-        f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",
-        f"               {best.tpot_s * 1e3:8.2f} ms/token  {best.tokens_per_s:7.1f} tok/s  "
-        f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{speed}",
-    ]
+    if best is None:
+        lines.append(f"COPE's best:   none at these settings: {est.no_ranking}")
+    else:
+        speed = f"  ({est.speedup:.2f}x yours)" if est.speedup is not None else ""
+        lines += [
+            f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",
+            f"               {best.tpot_s * 1e3:8.2f} ms/token  {best.tokens_per_s:7.1f} tok/s  "
+            f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{speed}",
+        ]
     near = est.nearest_runnable
     if near is not None:
         mine = f"  ({yours.tpot_s / near.tpot_s:.2f}x yours)" if yours.runs else ""
         lines.append(f"Runs on llama.cpp: {near.candidate.id}: {near.tpot_s * 1e3:.2f} ms/token  "
                      f"{near.tokens_per_s:.1f} tok/s{mine}")
-    lines += ["", "Command for COPE's best:", *("  " + line for line in render_export(est.export).splitlines())]
+    if est.export is not None:
+        lines += ["", "Command for COPE's best:", *("  " + line for line in render_export(est.export).splitlines())]
     if est.command.unknown:
         lines += ["", "Flags not modelled (listed, not used): " + "  ".join(est.command.unknown)]
     notes = est.notes + est.ranking_notes

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.cost_model import CostModel, StateCosts
 from engine.cost_models import CostModelDescription
-from engine.errors import CopeInputError
+from engine.errors import BudgetTooSmall, CopeInputError
 from engine.estimate import Estimate, price
 from engine.hit_curves import lru_hit_curves
 from engine.memory import GIB, MemoryPlan, plan_memory
@@ -218,7 +218,7 @@ def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
         context_tokens=request.context_tokens,
     )
     if not memory.fits_at_all:
-        raise CopeInputError(
+        raise BudgetTooSmall(
             f"a VRAM budget of {memory.vram_budget_bytes / GIB:.1f} GiB cannot hold the non-expert "
             f"weights, KV cache and runtime buffers ({memory.fixed_bytes / GIB:.1f} GiB); "
             "raise --vram-budget or lower --context"

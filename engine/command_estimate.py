@@ -85,14 +85,15 @@ class CommandEstimate:
     request: AdviseRequest  # what it was priced with (the command's settings)
     maps_to: str  # the candidate kind the placement is (partition-first, ..., "layer set", "cpu only")
     yours: CommandPrice
-    best: Estimate  # COPE's best at the same settings
+    best: Estimate | None  # COPE's best at the same settings (None: no ranking, `no_ranking` says why)
     rank: int | None  # where the command would rank among the candidates, 1 = fastest (None: not priced)
     of: int  # candidates ranked
-    export: Export  # the command of COPE's best, with the command's binary and model file
+    export: Export | None  # the command of COPE's best, with the command's binary and model file
     nearest_runnable: Estimate | None  # when the best cannot run on stock llama.cpp: the nearest that can
     notes: tuple[str, ...]  # about the command and how it was priced
     ranking_notes: tuple[str, ...]  # every assumption and caveat of the ranking it was priced beside
     cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
+    no_ranking: str | None = None  # why there is no ranking at the command's settings
 
     @property
     def stages(self) -> bool:
@@ -100,7 +101,10 @@ class CommandEstimate:
         return self.maps_to.endswith("(stage)")
 
     @property
-    def speedup(self) -> float:
+    def speedup(self) -> float | None:
+        """How many times faster COPE's best is than the command (None: either is unpriced)."""
+        if self.best is None or not self.yours.runs:
+            return None
         return self.yours.tpot_s / self.best.tpot_s
 
 
@@ -108,6 +112,27 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     """Price `command`'s placement with `rec`'s request (already at the command's
     settings) and `cost_model`."""
     request = rec.request
+    yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
+    export = export_for(rec, rec.best, model_path=command.model_path, binary=command.tool)
+    nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
+    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
+    return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
+                           export, nearest, notes, tuple(rec.notes), blocks)
+
+
+def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,
+                        no_ranking: str) -> CommandEstimate:
+    """`command` priced with no ranking beside it (`no_ranking`: why there is none, e.g. a
+    budget that cannot hold the context's KV cache): usually "would not run", with its
+    arithmetic."""
+    yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
+    return CommandEstimate(command, request, _maps_to(placement, stage), yours, None, None, 0, None, None, notes, (),
+                           blocks, no_ranking)
+
+
+def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand):  # type: ignore[no-untyped-def]
+    """(the command's price, its placement, whether it stages CPU experts, notes, the
+    blocks whose experts it keeps on the CPU)."""
     model = request.model
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     placement = placement_of(command, model, has_gpu=has_gpu)
@@ -117,13 +142,8 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
                      "(give that file as the model to price it instead)")
     stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
     yours = _price(request, cost_model, placement, command, stage)
-    binary = command.tool
-    export = export_for(rec, rec.best, model_path=command.model_path, binary=binary)
-    nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
-    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
     blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
-    return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
-                           export, nearest, tuple(notes), tuple(rec.notes), blocks)
+    return yours, placement, stage, tuple(notes), blocks
 
 
 def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand) -> CommandPrice:

@@ -49,3 +49,10 @@ class CopeInputError(Exception):
     def relabelled(self, path: str | None, *, line: int | None = None) -> "CopeInputError":
         """The same problem, said of another place (e.g. the Hub file a cached copy came from)."""
         return CopeInputError(self.message, path=path, line=line)
+
+
+class BudgetTooSmall(CopeInputError):
+    """The VRAM budget cannot hold what every candidate keeps on the GPU (the non-expert
+    weights, the KV cache of the context, the runtime's buffers): nothing can be ranked. A
+    command can still be priced alone (it would not run there, or it runs on a GPU larger
+    than the budget)."""

@@ -84,6 +84,25 @@ def test_a_command_that_overflows_vram_would_not_run_and_says_why(capsys):
     assert "Your command would not run: it needs" in capsys.readouterr().out
 
 
+def test_a_context_no_candidate_fits_still_prices_the_command_alone(capsys):
+    """-c 200000 on a 16 GiB card: the KV cache alone overflows it, so nothing can be
+    ranked; the command is still answered, "would not run" with its arithmetic, exit 0."""
+    words = ["llama-server", "-m", "q.gguf", "-ngl", "99", "--cpu-moe", "-c", "200000"]
+    flags = ["--model", "qwen3-30b-a3b", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb", "--tokens", "20"]
+    assert main(["estimate", "--json", *flags, "--", *words]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["yours"]["runs"] is False and doc["yours"]["refusal"].startswith("would not run: it needs ")
+    needed = doc["yours"]["vram_used_bytes"]
+    kv = 48 * 2 * 4 * 128 * 2 * 200_000  # blocks x (K, V) x KV heads x head dim x f16 bytes x tokens
+    assert kv < needed < kv + 3 * GIB and doc["yours"]["vram_total_bytes"] == 16 * GIB
+    assert doc["best"] is None and doc["export"] is None and doc["speedup_of_best"] is None
+    assert "cannot hold the non-expert weights, KV cache" in doc["no_ranking"]
+    assert main(["estimate", *flags, "--", *words]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "Your command would not run: it needs" in out and "COPE's best:   none at these settings: " in out
+    assert "Command for COPE's best" not in out
+
+
 def test_more_than_one_gpu_is_refused_not_mispriced():
     for line in ("llama-server -m q.gguf -ts 1,1", "llama-server -m q.gguf -sm row",
                  r"llama-server -m q.gguf -ot 'blk\.[0-9]\.=CUDA0' -ot 'blk\.1[0-9]\.=CUDA1'"):

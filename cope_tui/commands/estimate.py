@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_from_args, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
 
 
@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.service.advice import estimate_command
-    from engine.errors import CopeInputError
+    from cope_tui.service.advice import estimate_command, estimate_without_ranking
+    from engine.errors import BudgetTooSmall, CopeInputError
     from engine.llama_args import parse_llama_command
     from engine.model_names import model_from_file_name
 
@@ -57,14 +57,19 @@ def run(args: argparse.Namespace) -> int:
                 print(f"cope: {note}", file=sys.stderr)
         else:
             raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
-    advice = advice_from_args(args, context=command.context or None, threads=command.threads, model=model_arg,
-                              quant=quant)
-    est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
-                           probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
+    settings = dict(context=command.context or None, threads=command.threads, model=model_arg, quant=quant)
+    try:
+        advice = advice_from_args(args, **settings)
+    except BudgetTooSmall as exc:  # no candidate fits at the command's context: price the command alone
+        est = estimate_without_ranking(choices_from_args(args, **settings), command, exc.message,
+                                       fidelity=args.fidelity, probe_budget_s=args.probe_budget_s)
+    else:
+        est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
+                               probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
     if args.json:
         from cope_tui.commands.output import write_json
 
-        yours, best = est.yours, est.best
+        best = est.best
         write_json({
             "command": {
                 "argv": words, "tool": command.tool, "model_path": command.model_path,
@@ -75,10 +80,12 @@ def run(args: argparse.Namespace) -> int:
                 "unknown_flags": list(command.unknown),
             },
             "yours": _yours_dict(est),
-            "best": {"id": best.candidate.id, "tpot_s": best.tpot_s, "tokens_per_s": best.tokens_per_s,
-                     "vram_used_bytes": best.vram_used_bytes},
-            "speedup_of_best": est.speedup if yours.runs else None,
-            "export": est.export.to_dict(),
+            "best": None if best is None else {"id": best.candidate.id, "tpot_s": best.tpot_s,
+                                               "tokens_per_s": best.tokens_per_s,
+                                               "vram_used_bytes": best.vram_used_bytes},
+            "no_ranking": est.no_ranking,
+            "speedup_of_best": est.speedup,
+            "export": None if est.export is None else est.export.to_dict(),
             "notes": list(est.notes + est.ranking_notes),
         })
         return EXIT_OK

@@ -16,9 +16,9 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
 from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets
-from engine.command_estimate import CommandEstimate, command_settings, price_command
+from engine.command_estimate import CommandEstimate, command_settings, price_command, price_command_alone
 from engine.cost_model import CostModel
-from engine.errors import CopeInputError
+from engine.errors import BudgetTooSmall, CopeInputError
 from engine.llama_args import LlamaCommand, parse_llama_command
 from engine.memory import GIB
 from engine.platform import plans_without_gpu, usable_threads
@@ -145,13 +145,27 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
     kept = fidelity or (advice.pricing.fidelity.value
                         if advice.pricing.fidelity.value in ("analytic", "calibrated") else None)
     pricing = choose_cost_model(moved, fidelity=kept, probe_budget_s=probe_budget_s, progress=progress, cancel=cancel)
-    redone = advise_with(moved, pricing, progress=progress, cancel=cancel)
+    try:
+        redone = advise_with(moved, pricing, progress=progress, cancel=cancel)
+    except BudgetTooSmall as exc:  # nothing ranks at the command's settings: the command alone
+        alone = price_command_alone(moved, pricing.cost_model, command, exc.message)
+        return replace(alone, notes=first + alone.notes)
     result = price_command(redone.rec, redone.cost_model, command)
     said = ", ".join(f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"
     if pricing.fidelity is not advice.pricing.fidelity:
         note += f"; priced {pricing.reason}"
     return replace(result, notes=first + (note,) + result.notes)
+
+
+def estimate_without_ranking(choices: PlanChoices, command: LlamaCommand, no_ranking: str, *,
+                             fidelity: str | None = None, probe_budget_s: float = 60.0) -> CommandEstimate:
+    """`command` priced alone where no candidate can be ranked at its settings
+    (`no_ranking` says why: the budget cannot hold its context's KV cache, ...)."""
+    request = build_request(choices)
+    request = replace(request, **command_settings(command, request))
+    pricing = choose_cost_model(request, fidelity=fidelity, probe_budget_s=probe_budget_s)
+    return price_command_alone(request, pricing.cost_model, command, no_ranking)
 
 
 _SETTING_NAMES = {"threads": "threads", "context_tokens": "context", "attention_tokens": "attended tokens",

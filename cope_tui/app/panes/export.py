@@ -43,18 +43,23 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
     text.append("Your command maps to ", style="bold")
     text.append(f"{result.maps_to}: {yours.detail}\n")
     if yours.runs:
+        faster = f" ({result.rank - 1} of {result.of} candidates are faster)" if result.rank is not None else ""
         text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, VRAM "
-                    f"{yours.vram_used_bytes / GIB:.2f} GiB ({result.rank - 1} of {result.of} candidates are faster)\n")
+                    f"{yours.vram_used_bytes / GIB:.2f} GiB{faster}\n")
     else:
         text.append(f"  {yours.refusal}\n", style="bold red")
     text.append("COPE's best: ", style="bold")
-    text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
-    text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
-                f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
-    if yours.runs and result.speedup >= 1.0:
-        text.append(f"COPE's best is {result.speedup:.2f}x faster than your command\n", style="bold green")
-    elif yours.runs:
-        text.append(f"Your command is {1 / result.speedup:.2f}x faster than COPE's best\n", style="bold yellow")
+    if best is None:
+        text.append(f"none at these settings: {result.no_ranking}\n")
+    else:
+        text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
+        text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
+                    f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
+    speedup = result.speedup
+    if speedup is not None and speedup >= 1.0:
+        text.append(f"COPE's best is {speedup:.2f}x faster than your command\n", style="bold green")
+    elif speedup is not None:
+        text.append(f"Your command is {1 / speedup:.2f}x faster than COPE's best\n", style="bold yellow")
     near = result.nearest_runnable
     if near is not None:
         mine = f" ({yours.tpot_s / near.tpot_s:.2f}x your command)" if yours.runs else ""
