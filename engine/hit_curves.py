@@ -56,6 +56,7 @@ from engine import compiled
 
 _STAMP_ROOM = 16_000  # experts + 2k the compiled curve's int16 stamps leave room for
 
+
 def popularity_order(popularity: np.ndarray) -> np.ndarray:
     """[L, E] expert ids per layer, most popular first (ties: lower id first)."""
     return np.argsort(-popularity, axis=1, kind="stable")
