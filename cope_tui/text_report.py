@@ -156,6 +156,12 @@ def render_export(export: Export, *, side_files_written: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _priced_lines(label: str, what: str, tpot_s: float, vram_bytes: int, after: str) -> list[str]:
+    """A priced line pair of `cope estimate`: what, then its speed and VRAM."""
+    return [f"{label}{what}",
+            f"{'':15}{tpot_s * 1e3:8.2f} ms/token  {1 / tpot_s:7.1f} tok/s  VRAM {vram_bytes / GIB:.2f} GiB{after}"]
+
+
 def render_command_estimate(est: CommandEstimate) -> str:
     """What `cope estimate` prints: your command, COPE's best, the command of the best."""
     req = est.request
@@ -168,12 +174,9 @@ def render_command_estimate(est: CommandEstimate) -> str:
     if not yours.runs:
         lines += [f"Your command {yours.refusal}", f"               ({yours.detail})"]
     else:
-        ranked = f"  (rank {est.rank} of {est.of})" if est.rank is not None else ""
-        lines += [
-            f"Your command:  {yours.detail}",
-            f"               {yours.tpot_s * 1e3:8.2f} ms/token  {yours.tokens_per_s:7.1f} tok/s  "
-            f"VRAM {yours.vram_used_bytes / GIB:.2f} GiB{ranked}",
-        ]
+        ranked = ("" if est.rank is None else f"  (slower than all {est.of} candidates)" if est.rank > est.of
+                  else f"  (rank {est.rank} of {est.of})")
+        lines += _priced_lines("Your command:  ", yours.detail, yours.tpot_s, yours.vram_used_bytes, ranked)
         pp = yours.prefill
         if pp is not None:
             fit = "" if pp.fits else "  (its compute buffer does not fit the VRAM left: llama.cpp would fail)"
@@ -183,11 +186,8 @@ def render_command_estimate(est: CommandEstimate) -> str:
         lines.append(f"COPE's best:   none at these settings: {est.no_ranking}")
     else:
         speed = f"  ({est.speedup:.2f}x yours)" if est.speedup is not None else ""
-        lines += [
-            f"COPE's best:   {best.candidate.id}: {best.candidate.describe()}",
-            f"               {best.tpot_s * 1e3:8.2f} ms/token  {best.tokens_per_s:7.1f} tok/s  "
-            f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{speed}",
-        ]
+        lines += _priced_lines("COPE's best:   ", f"{best.candidate.id}: {best.candidate.describe()}", best.tpot_s,
+                               best.vram_used_bytes, speed)
     near = est.nearest_runnable
     if near is not None:
         mine = f"  ({yours.tpot_s / near.tpot_s:.2f}x yours)" if yours.runs else ""
