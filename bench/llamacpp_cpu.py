@@ -304,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-f16", action="store_true", help="keep the F16 file after quantizing")
     ap.add_argument("--json", metavar="OUT", help="write the rows as JSON too")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds: at least 1, not {args.rounds}")
     start = time.monotonic()
     threads = [int(t) for t in args.threads.split(",")]
     quants = [q.strip() for q in args.quants.split(",") if q.strip()]
@@ -331,12 +333,14 @@ def main(argv: list[str] | None = None) -> int:
             verified = {q: verify_cpu_only(binaries["llama-bench"], p, max(threads)) for q, p in files.items()}
     rows: list[Row] = []
     for q, path in files.items():
+        calibrated_ts = calibrations[q][1] if q in calibrations else {}
+        verified_ts = verified[q][1] if q in verified else None
         for i, test in enumerate(rounds[q][0]):
             others = {}
-            if test.n_threads in calibrations.get(q, ("", {}))[1]:
-                others["calibrate"] = calibrations[q][1][test.n_threads]
-            if test.n_threads == max(threads) and verified.get(q, ("", None))[1] is not None:
-                others["verify"] = verified[q][1]
+            if test.n_threads in calibrated_ts:
+                others["calibrate"] = calibrated_ts[test.n_threads]
+            if test.n_threads == max(threads) and verified_ts is not None:
+                others["verify"] = verified_ts
             predicted = {}
             for f in fidelities:
                 say(f"cope estimate --fidelity {f} ({q}, {test.n_threads} threads)")

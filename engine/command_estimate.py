@@ -149,10 +149,7 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand)
 def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand) -> CommandPrice:
     """`command`'s own price, without the ranking beside it (the request already at the
     command's settings): what bench/published.py compares with published runs."""
-    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
-    placement = placement_of(command, request.model, has_gpu=has_gpu)
-    stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
-    return _price(request, cost_model, placement, command, stage)
+    return _yours(request, cost_model, command)[0]
 
 
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,

@@ -231,6 +231,16 @@ class ScoreCache:
 # --- random traces ------------------------------------------------------------------------
 
 
+def uniform_routing(seed: int, n_tokens: int, n_layers: int, n_experts: int, k: int, width: int,
+                    most: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids [T, L, k], guesses [T, L, width], popularity [L, E] in 0..most-1): k distinct
+    experts a step drawn alike, guesses uniform (repeats and misses included)."""
+    rng = np.random.default_rng(seed)
+    ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
+    predicted = rng.integers(0, n_experts, size=(n_tokens, n_layers, width)).astype(np.int16)
+    return ids, predicted, rng.integers(0, most, size=(n_layers, n_experts))
+
+
 def random_case(seed: int, *, medium: bool = False):
     """(ids, predicted or None, popularity, total_slots, prefetch_budget, ready-first split).
 

@@ -24,7 +24,7 @@ from engine.hit_curves import lru_hit_curves, static_step_counts
 from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replay import ReplaySetup, replay_many, replay_stepwise
 from engine.replay_common import _Plan, _Ticks, _Trace
-from tests.replay_reference import every_candidate, random_case
+from tests.replay_reference import every_candidate, random_case, uniform_routing
 
 try:
     import numba  # noqa: F401
@@ -148,11 +148,8 @@ def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(see
 def test_small_pools_and_caches_below_k_match(numba_on):
     # Pools smaller than a step's guesses plus its experts (copies cut short), and
     # per-layer caches smaller than k, which the numpy pool engine leaves to the step-wise one.
-    rng = np.random.default_rng(4)
-    n_tokens, n_layers, n_experts, k = 120, 5, 12, 4
-    ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
-    predicted = rng.integers(0, n_experts, size=(n_tokens, n_layers, 6)).astype(np.int16)
-    popularity = rng.integers(0, 9, size=(n_layers, n_experts))
+    n_layers, k = 5, 4
+    ids, predicted, popularity = uniform_routing(4, 120, n_layers, 12, k, 6, 9)
     for total in (0, 1, k - 1, k + 2, 6 + k - 1, n_layers * (k - 1)):
         setup = ReplaySetup(popularity, total, 6, np.array([2, 2, 1, 0, 0]))
         jobs = [(c, setup) for c in LRU_KINDS]
@@ -165,11 +162,7 @@ def test_small_pools_and_caches_below_k_match(numba_on):
 def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(numba_on):
     # Uniform and nonuniform pools of one total start apart and converge under heavy
     # churn; the later one stops and takes its remaining counts from the first.
-    rng = np.random.default_rng(8)
-    n_tokens, n_layers, n_experts, k = 300, 4, 16, 4
-    ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
-    predicted = rng.integers(0, n_experts, size=(n_tokens, n_layers, 3)).astype(np.int16)
-    popularity = rng.integers(0, 30, size=(n_layers, n_experts))
+    ids, predicted, popularity = uniform_routing(8, 300, 4, 16, 4, 3, 30)
     setup = ReplaySetup(popularity, 24, 3, None)
     candidates = [Candidate(Kind.MATRIX, Residency.POOL, Execution.STAGE, allocation, Eviction.LRU, prefetch=True)
                   for allocation in Allocation]
@@ -177,7 +170,7 @@ def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(numba_on):
     assert not np.array_equal(plans[0].slots, plans[1].slots) and plans[0].slots.sum() == plans[1].slots.sum()
     guesses = replay_compiled._Guesses(ids, predicted, 3)
     pools = replay_compiled._CompiledPool(guesses, plans)
-    replay_compiled.run_engines([pools], n_tokens, _Ticks(None, 0, 1))
+    replay_compiled.run_engines([pools], len(ids), _Ticks(None, 0, 1))
     assert 1 in pools.joined  # the second followed the first for part of the trace
     for j, candidate in enumerate(candidates):
         want = replay_stepwise(ids, predicted, candidate, setup)

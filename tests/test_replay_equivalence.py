@@ -20,7 +20,7 @@ import pytest
 from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replay import ReplaySetup, replay, replay_many, replay_stepwise
 from engine.residency import ResidencyPlan
-from tests.replay_reference import every_candidate, random_case, reference_replay
+from tests.replay_reference import every_candidate, random_case, reference_replay, uniform_routing
 
 STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
 
@@ -177,11 +177,8 @@ def test_pool_lru_with_many_evictions_a_token_matches_the_reference(pool_path):
 def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
     # The replays fold their per-step counts every 256 tokens, and the decayed scores
     # are computed ahead 256 tokens at a time.
-    rng = np.random.default_rng(11)
-    n_tokens, n_layers, n_experts, k = 600, 4, 16, 3
-    ids = np.argsort(rng.gumbel(size=(n_tokens, n_layers, n_experts)), axis=2)[:, :, :k].astype(np.int16)
-    predicted = rng.integers(0, n_experts, size=(n_tokens, n_layers, k)).astype(np.int16)
-    popularity = rng.integers(0, 20, size=(n_layers, n_experts))
+    k = 3
+    ids, predicted, popularity = uniform_routing(11, 600, 4, 16, k, k, 20)
     setup = ReplaySetup(popularity, 30, k, np.array([2, 1, 1, 0]))
     candidates = [
         Candidate(Kind.MATRIX, residency, execution, Allocation.NONUNIFORM, eviction, prefetch=True)
