@@ -170,7 +170,7 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
 
 
 BUSY_MARGIN = 0.9  # a run this much slower than one with fewer threads contradicts the model
-# Repetitions of one run on a quiet machine agree within a few percent (measured: 0.5-4%);
+# Repetitions of one run on a quiet machine agree within a few percent (measured: 0.3-4%);
 # this much spread means other work took the cores in some of them.
 NOISY_SPREAD = 0.15  # standard deviation over mean
 
