@@ -3,7 +3,7 @@
     python bench/fit_published.py
 
 The constants COPE cannot read off a spec sheet (how much of the memory bandwidth a
-quantized mat-vec reaches on each device, what one CPU thread streams, the fixed
+quantized mat-vec reaches on each device, what one CPU thread streams for its core's peak, the fixed
 latencies of a block, a token and a hand-over) are fitted together to the decode speeds
 of the rows of ../shared/calibration/published-decode.csv whose hardware is stated
 (bench/published_rows.py), minimising the mean squared log ratio of estimated to
@@ -28,9 +28,9 @@ from bench.published import CSV, price_all, published_rows  # noqa: E402
 from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 # The constants the fit moves (in log space, so each stays positive), and where it starts.
-FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_s", "gpu_block_overhead_s",
+FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_mac", "gpu_block_overhead_s",
           "cpu_block_overhead_s", "token_fixed_s")
-START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficiency=0.5, cpu_thread_bytes_per_s=8e9,
+START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficiency=0.5, cpu_thread_bytes_per_mac=0.03,
                             gpu_block_overhead_s=20e-6, token_fixed_s=200e-6)
 BOUNDS = {"gpu_bandwidth_efficiency": (0.6, 0.9), "cpu_bandwidth_efficiency": (0.1, 1.0)}
 
@@ -91,7 +91,9 @@ def main() -> int:
     print("fitted constants (engine/analytic_cost.py AnalyticAssumptions):")
     for f in fields(AnalyticAssumptions):
         mark = "  fitted" if f.name in FITTED else ""
-        print(f"  {f.name} = {getattr(best, f.name):.6g}{mark}")
+        value = getattr(best, f.name)
+        shown = "None (a machine's own, where measured)" if value is None else f"{value:.6g}"
+        print(f"  {f.name} = {shown}{mark}")
     ratios = [(p.row.index, p.ratio) for p in price_all(rows_csv, best) if p.row.stated and p.ratio is not None]
     print(f"rows fitted: {len(ratios)}; mean squared log ratio {np.mean(np.log([r for _, r in ratios]) ** 2):.5f}")
     print("ratios: " + ", ".join(f"{i}: {r:.2f}" for i, r in ratios))

@@ -12,9 +12,15 @@ hand-over of the hidden state between the devices). The pieces:
 - the output head and sampling once per token;
 - a hand-over each time the token's work changes device (`sync_s`: half each way).
 
-The CPU streams weights at `threads x cpu_thread_bytes_per_s`, at most
+The CPU streams weights at `cores x` what one thread's mat-vec streams, at most
 `cpu_bandwidth_efficiency x` the memory's theoretical peak: decode stops gaining from
-threads once DRAM is saturated. Where `cope detect` measured this machine (a read stream
+threads once DRAM is saturated, and a second thread on a core adds nothing (the two share
+its vector units). Below saturation a thread is bound by its core's arithmetic (unpacking
+the quants, the int8 dot products): it streams `cpu_thread_bytes_per_mac` bytes a second
+for each int8 multiply-accumulate a second of its core's peak (`engine.cpu_compute`:
+the microarchitecture's MACs a cycle at the vendor's base clock), so a 2 GHz Skylake-SP
+core streams less than a 4.5 GHz Zen 4 one, and a many-core server can be bound by its
+cores before its twelve channels. Where `cope detect` measured this machine (a read stream
 by one thread, and by every core), both come from the measurements instead
 (`machine_assumptions`): one thread of llama.cpp's quantized mat-vec streams
 `measured_thread_share` of the one-thread read (it is partly compute-bound there), and the
@@ -31,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.cost_model import Lanes, StateCosts, compose_state_costs, compose_step
+from engine.cpu_compute import core_compute, cores_used
 from engine.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 from engine.platform import CpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.policy import Execution
@@ -45,8 +52,8 @@ KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 2
 
 
 # bench/fit_local.py (docs/accuracy.md, "measured against llama.cpp on this machine")
-MEASURED_THREAD_SHARE = 0.627
-MEASURED_READ_SHARE = 0.776
+MEASURED_THREAD_SHARE = 0.637
+MEASURED_READ_SHARE = 0.797
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,18 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.600  # fitted, held to 0.6-0.9 (docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.574  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_s: float = 9.08e9  # fitted: what one thread streams before the memory saturates
+    cpu_bandwidth_efficiency: float = 0.703  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.0404  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    # What one thread streams below saturation, on this machine, where `cope detect` measured
+    # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
+    cpu_thread_bytes_per_s: float | None = None
     gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
-    gpu_block_overhead_s: float = 93.1e-6  # fitted: a block's other kernels (norms, rope, attention, router)
+    gpu_block_overhead_s: float = 96.4e-6  # fitted: a block's other kernels (norms, rope, attention, router)
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 131e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 177e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 7.9e-6  # fitted (small): sampling, embedding lookup, graph launch
+    token_fixed_s: float = 438e-6  # fitted (small): sampling, embedding lookup, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
@@ -112,6 +122,7 @@ class AnalyticCostModel:
         if not cpu_bw.known:
             cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
         self.cpu_bytes_per_s = float(cpu_bw.value)
+        self.cpu_thread_bytes_per_s = thread_bytes_per_s(self.a, platform.cpu)
 
     # --- bandwidths -------------------------------------------------------------
     @property
@@ -119,9 +130,9 @@ class AnalyticCostModel:
         return self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency
 
     def cpu_stream_bytes_per_s(self, threads: int) -> float:
-        """What `threads` threads stream for quantized mat-vecs: linear in threads until
-        the memory saturates (more threads never slower)."""
-        return min(max(threads, 1) * self.a.cpu_thread_bytes_per_s,
+        """What `threads` threads stream for quantized mat-vecs: linear in the cores they
+        run on until the memory saturates (more threads never slower)."""
+        return min(cores_used(self.platform.cpu, threads) * self.cpu_thread_bytes_per_s,
                    self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency)
 
     # --- single lanes ---------------------------------------------------------
@@ -201,10 +212,20 @@ class AnalyticCostModel:
                 "cpu_bytes_per_s": self.cpu_bytes_per_s,
                 "h2d_bytes_per_s": self.h2d_bytes_per_s,
                 "expert_bytes": self.expert_bytes,
+                "cpu_thread_bytes_per_s": self.cpu_thread_bytes_per_s,
                 "attention_tokens": self.attention_tokens,
                 "assumptions": asdict(self.a),
             },
         )
+
+
+def thread_bytes_per_s(a: AnalyticAssumptions, cpu: CpuSpec) -> float:
+    """What one thread of llama.cpp's quantized mat-vec streams on `cpu` below saturation:
+    the machine's measured or calibrated figure, else the global fit's share of its core's
+    int8 peak."""
+    if a.cpu_thread_bytes_per_s is not None:
+        return a.cpu_thread_bytes_per_s
+    return a.cpu_thread_bytes_per_mac * core_compute(cpu).macs_per_s
 
 
 def machine_assumptions(cpu: "CpuSpec", base: AnalyticAssumptions = AnalyticAssumptions()) -> AnalyticAssumptions:

@@ -75,11 +75,12 @@ class LaneConstants:
         return tuple(f.name for f in fields(AnalyticAssumptions) if f.name not in done)
 
 
-def global_constants(cpu_bytes_per_s: float, gpu_bytes_per_s: float,
+def global_constants(cpu_bytes_per_s: float, gpu_bytes_per_s: float, cpu_thread_bytes_per_s: float,
                      base: AnalyticAssumptions = AnalyticAssumptions()) -> dict[str, float]:
-    """Every lane constant as the global fit gives it on a machine with these bandwidths."""
+    """Every lane constant as the global fit gives it on a machine with these bandwidths
+    and this rate of one thread (`engine.analytic_cost.thread_bytes_per_s`)."""
     return {
-        "cpu_thread_bytes_per_s": base.cpu_thread_bytes_per_s,
+        "cpu_thread_bytes_per_s": cpu_thread_bytes_per_s,
         "cpu_block_overhead_s": base.cpu_block_overhead_s,
         "gpu_block_overhead_s": base.gpu_block_overhead_s,
         "sync_s": base.sync_s,

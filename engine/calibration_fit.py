@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.advise import AdviseRequest
-from engine.analytic_cost import AnalyticCostModel
+from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel
 from engine.calibration import LANE_CONSTANTS, LaneConstants, global_constants
 from engine.calibration_runs import CalibrationRun, run_request
 from engine.llama_placement import placement_cost, placement_of
@@ -55,9 +55,11 @@ class _Runs:
             at = run_request(request, command)
             self.items.append((at, placement_of(command, at.model, has_gpu=has_gpu and run.uses_gpu)))
         platform = request.platform
-        probe = AnalyticCostModel(request.model, request.quant, platform, context_tokens=request.context_tokens)
+        probe = AnalyticCostModel(request.model, request.quant, platform, context_tokens=request.context_tokens,
+                                  assumptions=AnalyticAssumptions())
         self.cpu_bytes_per_s = probe.cpu_bytes_per_s
         self.gpu_bytes_per_s = probe.gpu_bytes_per_s
+        self.cpu_thread_bytes_per_s = probe.cpu_thread_bytes_per_s  # the global fit's, on this CPU
 
     def tpot_s(self, values: dict[str, float]) -> np.ndarray:
         a = LaneConstants(values).assumptions(self.cpu_bytes_per_s, self.gpu_bytes_per_s)
@@ -77,7 +79,7 @@ def fit_lanes(request: AdviseRequest, runs: list[CalibrationRun], measured_token
         raise ValueError("fit_lanes needs one measured speed per run, and at least one run")
     model = _Runs(request, runs, has_gpu)
     names = list(LANE_CONSTANTS)
-    start = global_constants(model.cpu_bytes_per_s, model.gpu_bytes_per_s)
+    start = global_constants(model.cpu_bytes_per_s, model.gpu_bytes_per_s, model.cpu_thread_bytes_per_s)
     x0 = np.log([start[n] for n in names])
     target = -np.log(np.asarray(measured_tokens_per_s, dtype=float))  # log tpot
 

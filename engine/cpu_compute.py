@@ -39,9 +39,14 @@ class CoreCompute:
     source: str  # where the figures come from, or what was assumed
 
     @property
+    def macs_per_s(self) -> float:
+        """int8 multiply-accumulates a second of one core at its peak."""
+        return self.int8_macs_per_cycle * self.clock_hz
+
+    @property
     def flops_per_s(self) -> float:
         """FLOP/s of one core (a multiply-accumulate counted as two operations, as model FLOPs are)."""
-        return 2.0 * self.int8_macs_per_cycle * self.clock_hz
+        return 2.0 * self.macs_per_s
 
     def rate_flops_per_s(self, no_vnni_factor: float = 1.0) -> float:
         """FLOP/s one core reaches the peak of in quantized matmuls: a core without VNNI times

@@ -12,6 +12,7 @@ import pytest
 
 from cope_tui.cli import main
 from cope_tui.options import PlanChoices
+from engine.analytic_cost import AnalyticAssumptions
 from engine.calibration_io import find_calibration, from_dict, load_calibration, to_dict
 from engine.errors import CopeInputError
 from engine.llama_bench_json import parse_bench_output
@@ -164,7 +165,7 @@ def test_pricing_uses_this_machines_calibration_and_says_so(tmp_path, cache, ggu
     assert "this machine's calibration" in advice.pricing.reason
     assert advice.cost_model.a.cpu_thread_bytes_per_s == pytest.approx(2e8, rel=0.03)
     # the calibration's CPU-only run was measured on a machine without a GPU: only CPU constants apply
-    assert advice.cost_model.a.gpu_block_overhead_s == pytest.approx(93.1e-6)
+    assert advice.cost_model.a.gpu_block_overhead_s == pytest.approx(AnalyticAssumptions().gpu_block_overhead_s)
     analytic = plan(PlanChoices(model=str(path), threads=2, gpu=GPU, tokens=40, fidelity="analytic"))
     assert analytic.pricing.fidelity.value == "analytic"
 

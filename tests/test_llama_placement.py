@@ -4,6 +4,7 @@ than one GPU, commands that would not fit, and the cost model's monotonic proper
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shlex
 
 import numpy as np
@@ -14,6 +15,7 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
 from engine.analytic_cost import AnalyticCostModel
+from engine.cpu_presets import get_cpu_preset
 from engine.llama_args import parse_llama_command
 from engine.llama_placement import placement_cost, placement_memory, placement_of
 from engine.memory import GIB
@@ -144,9 +146,36 @@ def test_more_cpu_layers_are_never_faster_more_threads_never_slower_and_threads_
     per_thread = [model.cpu_expert_s(t) for t in range(1, 65)]
     assert all(a >= b for a, b in zip(per_thread, per_thread[1:]))
     # Saturated: once the threads stream what the memory gives, more threads change nothing.
-    limit = model.cpu_bytes_per_s * model.a.cpu_bandwidth_efficiency / model.a.cpu_thread_bytes_per_s
+    limit = model.cpu_bytes_per_s * model.a.cpu_bandwidth_efficiency / model.cpu_thread_bytes_per_s
     past = int(np.ceil(limit)) + 1
     assert model.cpu_expert_s(past) == model.cpu_expert_s(past + 16) < model.cpu_expert_s(1)
+
+
+def test_a_thread_streams_what_its_core_computes_and_a_second_thread_on_a_core_adds_nothing():
+    """Below saturation the CPU lane follows the core's int8 peak (MACs a cycle x clock), and
+    counts cores, not hardware threads."""
+    from engine.analytic_cost import AnalyticAssumptions
+    from engine.cpu_compute import core_compute
+
+    request = build_request(FAST)
+    rates = {}
+    for cpu in ("ryzen-9-7950x", "xeon-gold-6138", "threadripper-pro-5965wx"):
+        platform = replace(request.platform, cpu=get_cpu_preset(cpu))
+        model = AnalyticCostModel(request.model, request.quant, platform, context_tokens=4096)
+        rates[cpu] = model.cpu_thread_bytes_per_s
+        assert rates[cpu] == pytest.approx(AnalyticAssumptions().cpu_thread_bytes_per_mac
+                                           * core_compute(platform.cpu).macs_per_s)
+        cores = int(platform.cpu.physical_cores.value)
+        assert model.cpu_stream_bytes_per_s(2) == pytest.approx(2 * rates[cpu])  # linear below saturation
+        assert model.cpu_stream_bytes_per_s(cores) == model.cpu_stream_bytes_per_s(2 * cores)  # SMT adds nothing
+    # Zen 4 at 4.5 GHz with VNNI (64 MACs a cycle) against Skylake-SP at 2.0 GHz without (32).
+    assert rates["ryzen-9-7950x"] / rates["xeon-gold-6138"] == pytest.approx(64 * 4.5 / (32 * 2.0))
+    assert rates["ryzen-9-7950x"] > rates["threadripper-pro-5965wx"] > rates["xeon-gold-6138"]
+    # A machine's own figure (measured or calibrated) stands in for the core's.
+    platform = replace(request.platform, cpu=get_cpu_preset("xeon-gold-6138"))
+    own = AnalyticCostModel(request.model, request.quant, platform, context_tokens=4096,
+                            assumptions=AnalyticAssumptions(cpu_thread_bytes_per_s=3e9))
+    assert own.cpu_thread_bytes_per_s == 3e9
 
 
 def test_placement_memory_counts_what_each_side_holds():
