@@ -26,7 +26,9 @@ kept, all slower: last-use positions with a lazily cleaned FIFO queue instead of
 list (a hit one append, but evictions skip stale entries and the queue is compacted:
 140 ns per layer step, 190-260 per pool step), several rows advanced a token at a time
 (160), a step's hits appended as one chain (105), next and previous links side by side
-(108 and 180).
+(108 and 180); and (2026-12-01) a step's routed experts and guesses split into hits and
+misses without branches, then moved: 7.3 rather than 6.5 thread-seconds of layer rows
+on that sweep.
 
 Each loop takes the indices of the rows (caches, pairs, layers) it runs and releases
 the GIL, so `engine.compiled.in_parallel` runs disjoint parts on every core from
