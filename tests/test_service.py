@@ -278,3 +278,23 @@ def test_changing_threads_prices_from_the_nearest_measured_count_without_probing
     at_5 = advice.cost_model.state_costs(Execution.SEQUENTIAL, 5, k, 0).total_s
     at_2 = same.cost_model.state_costs(Execution.SEQUENTIAL, 2, k, 0).total_s
     assert list(at_5) == list(at_2)
+
+
+def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be():
+    """A thread's decode rate rests on the core's int8 peak: where COPE has no figures for
+    the CPU, the plan says what it assumed; a preset, or a measured one-thread read, says nothing."""
+    from dataclasses import replace
+
+    from cope_tui.service.request import core_assumption
+    from engine.cpu_presets import get_cpu_preset
+    from engine.platform import Fact
+
+    from engine.memory_spec import parse_memory_spec
+
+    custom = build_request(PlanChoices(cpu="Mystery CPU", memory=parse_memory_spec("ddr5-6000x2"), threads=8,
+                                       gpu="rtx-4060-ti-16gb"))
+    assert any(n.startswith("assumed CPU core: no compute figures") and "3 GHz" in n for n in custom.notes)
+    preset = build_request(PlanChoices(cpu="ryzen-9-7950x", gpu="rtx-4060-ti-16gb"))
+    assert not any("CPU core" in n for n in preset.notes)
+    measured = replace(custom.platform.cpu, thread_bandwidth_bytes_per_s=Fact.measured(15e9, "read, one thread"))
+    assert core_assumption(measured) is None and core_assumption(get_cpu_preset("xeon-gold-6138")) is None

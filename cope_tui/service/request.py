@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanChoices, check_choices
 from engine.advise import AdviseRequest
+from engine.cpu_compute import core_compute
 from engine.errors import CopeInputError
 from engine.memory import GIB
-from engine.platform import NO_GPU, GpuSpec, Platform, get_gpu_preset, no_gpu, plans_without_gpu, usable_threads
+from engine.platform import NO_GPU, CpuSpec, GpuSpec, Platform, get_gpu_preset, no_gpu, plans_without_gpu, usable_threads
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
@@ -112,8 +113,24 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
         gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
     cpu = plan_cpu(args, detect_cpu)  # --cpu, --memory, --ram-bandwidth; else this machine (a stored measurement)
     assumed.extend(cpu.assumed)
+    core = core_assumption(cpu.cpu)
+    if core:
+        assumed.append(core)
     notes.extend(cpu.notes)
     return Platform(gpu=gpu, cpu=cpu.cpu)
+
+
+def core_assumption(cpu: CpuSpec) -> str | None:
+    """What was assumed of the CPU's cores where a CPU thread's decode rate rests on it
+    (engine.analytic_cost.thread_bytes_per_s): a CPU with no compute figures, and no
+    one-thread read measured by `cope detect`."""
+    one = cpu.thread_bandwidth_bytes_per_s
+    if one.known and one.basis == "measured":
+        return None
+    source = core_compute(cpu).source
+    if not source.startswith("assumed: "):
+        return None
+    return f"CPU core: {source.removeprefix('assumed: ')}; a CPU thread's decode rate follows it (cope detect measures it)"
 
 
 def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-untyped-def]
