@@ -96,8 +96,28 @@ def cpu_model_id(cpu: CpuSpec) -> str | None:
     return model.preset_id if model is not None else None
 
 
+# int8 MACs a cycle of ggml's 256-bit dot by the ISA a CPU's flags show (the asset's
+# microarchitectures say how): one vpdpbusd on either of two pipes with VNNI (Zen 4/5,
+# Sapphire Rapids, Alder Lake's P-cores); vpmaddubsw + vpmaddwd on two pipes without
+# (Zen 2/3, Skylake; Haswell has one, 16: an upper bound there).
+MACS_PER_CYCLE_BY_ISA = {"AVX-512 VNNI": 64, "AVX2 VNNI": 64, "AVX-512": 32, "AVX2": 32}
+
+
 def core_compute(cpu: CpuSpec) -> CoreCompute:
-    return core_compute_of(cpu_model_id(cpu))
+    """The preset's figures; for a CPU no preset knows, what was detected of it (its flags'
+    ISA, its base clock), the rest assumed and said so."""
+    preset_id = cpu_model_id(cpu)
+    isa = cpu.vector_isa
+    if preset_id in _table()["cpus"] or not isa.known or isa.value not in MACS_PER_CYCLE_BY_ISA:
+        return core_compute_of(preset_id)
+    macs = MACS_PER_CYCLE_BY_ISA[str(isa.value)]
+    what = f"{isa.value} ({macs} int8 MACs a cycle, {isa.note})"
+    clock = cpu.base_clock_hz
+    if clock.known:
+        return CoreCompute(str(isa.value), macs, float(clock.value),  # type: ignore[arg-type]
+                           f"detected: {what} at {float(clock.value) / 1e9:.2f} GHz ({clock.note})")  # type: ignore[arg-type]
+    return CoreCompute(str(isa.value), macs, FALLBACK_CLOCK_HZ,
+                       f"assumed: {FALLBACK_CLOCK_HZ / 1e9:g} GHz (no base clock detected) for the detected {what}")
 
 
 def cores_used(cpu: CpuSpec, threads: int) -> int:

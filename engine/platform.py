@@ -161,6 +161,10 @@ class CpuSpec:
     # What ONE thread reads from memory (measured by `cope detect`): at a few threads the
     # CPU lane is bound by this rather than by the memory's total.
     thread_bandwidth_bytes_per_s: Fact = field(default=_NOT_SAID)
+    # A core's compute where no preset gives it (engine.cpu_compute): the widest int8 dot
+    # product its flags offer ("AVX2", "AVX2 VNNI", "AVX-512", "AVX-512 VNNI") and its base clock.
+    vector_isa: Fact = field(default=_NOT_SAID)
+    base_clock_hz: Fact = field(default=_NOT_SAID)
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)

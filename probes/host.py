@@ -74,6 +74,30 @@ def cpuinfo_physical_cores(text: str, allowed: set[int] | None = None) -> int | 
     return len(pairs) or None
 
 
+def cpuinfo_vector_isa(text: str) -> str | None:
+    """The widest int8 dot product ggml's x86 kernels use on this CPU, from the first
+    "flags" line: "AVX-512 VNNI" (with AVX-512 VL), "AVX2 VNNI", "AVX-512", "AVX2"; None
+    without AVX2 or without a flags line (ARM kernels)."""
+    for block in cpuinfo_blocks(text):
+        flags = set(block.get("flags", "").split())
+        if not flags:
+            continue
+        if {"avx512_vnni", "avx512vl"} <= flags:
+            return "AVX-512 VNNI"
+        if "avx_vnni" in flags:
+            return "AVX2 VNNI"
+        if "avx512f" in flags:
+            return "AVX-512"
+        return "AVX2" if "avx2" in flags else None
+    return None
+
+
+def model_name_clock_hz(name: str) -> float | None:
+    """The base clock an Intel model name states ("... CPU @ 2.00GHz"), or None."""
+    m = re.search(r"@\s*(\d+(?:\.\d+)?)\s*GHz", name, flags=re.IGNORECASE)
+    return float(m.group(1)) * 1e9 if m else None
+
+
 def cpuinfo_sockets(text: str) -> int | None:
     """Distinct "physical id"s over the logical CPUs, or None when the file gives none."""
     ids = {b["physical id"] for b in cpuinfo_blocks(text) if "physical id" in b}
@@ -229,5 +253,27 @@ def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
         mem_bandwidth_bytes_per_s=Fact.unknown(BANDWIDTH_UNKNOWN_NOTE),
         numa_nodes=numa,
         sockets=sockets,
+        vector_isa=_vector_isa(cpuinfo, cpuinfo_path),
+        base_clock_hz=_base_clock(name, sys_),
     )
     return with_memory_facts(cpu, detect_memory(int(sockets.value), sys_, dmidecode))  # type: ignore[arg-type]
+
+
+def _vector_isa(cpuinfo: str | None, path: Path) -> Fact:
+    isa = cpuinfo_vector_isa(cpuinfo) if cpuinfo is not None else None
+    if isa is None:
+        return Fact.unknown(f"{path} unreadable or without the AVX2 flags ggml's x86 kernels use")
+    return Fact.detected(isa, f"the flags in {path}")
+
+
+def _base_clock(name: str, sys_: Path) -> Fact:
+    """The base clock: cpufreq's base_frequency (intel_pstate, amd-pstate), else the model
+    name's "@ X GHz"; not the current frequency, which moves with load."""
+    path = sys_ / "devices" / "system" / "cpu" / "cpu0" / "cpufreq" / "base_frequency"
+    text = _read(path)
+    if text is not None and text.strip().isdigit() and int(text) > 0:
+        return Fact.detected(int(text) * 1e3, f"{path} (kHz)")
+    clock = model_name_clock_hz(name)
+    if clock:
+        return Fact.detected(clock, f"the model name {name!r}")
+    return Fact.unknown(f"no {path} and no clock in the model name")

@@ -24,6 +24,7 @@ from probes.host import (
     count_numa_nodes,
     cpuinfo_model_name,
     cpuinfo_physical_cores,
+    cpuinfo_vector_isa,
     detect_cpu,
     meminfo_bytes,
 )
@@ -359,6 +360,43 @@ def test_cpuinfo_without_core_ids():
     assert cpuinfo_physical_cores(CPUINFO_ARM) is None
     assert cpuinfo_model_name(CPUINFO_ARM) is None
     assert cpuinfo_physical_cores("") is None
+
+
+@pytest.mark.parametrize("flags, isa", [
+    ("fpu sse2 avx avx2 fma", "AVX2"),
+    ("avx2 avx512f avx512bw avx512vl", "AVX-512"),  # Skylake-SP: no VNNI
+    ("avx2 avx512f avx512vl avx512_vnni", "AVX-512 VNNI"),  # Zen 4, Sapphire Rapids
+    ("avx2 avx_vnni", "AVX2 VNNI"),  # Alder Lake
+    ("avx2 avx512f avx512_vnni", "AVX-512"),  # VNNI without VL: not the 256-bit form ggml uses
+    ("sse2 avx", None),
+])
+def test_the_vector_isa_comes_from_the_flags(flags, isa):
+    assert cpuinfo_vector_isa(f"processor\t: 0\nflags\t\t: {flags}\n") == isa
+    assert cpuinfo_vector_isa(CPUINFO_ARM) is None
+
+
+def test_a_detected_cpu_no_preset_knows_is_priced_by_its_flags_and_base_clock(tmp_path):
+    """Neither name is a preset: the core's MACs a cycle follow the flags, the clock the
+    model name or cpufreq's base_frequency, and the decode lane follows the core."""
+    from engine.cpu_compute import core_compute
+
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    flags = "flags\t\t: avx2 avx512f avx512vl avx512_vnni\n"
+    (proc / "cpuinfo").write_text(CPUINFO_2S_HT.replace("Gold 6130 ", "Gold 9999 ").replace("cpu cores", flags + "cpu cores"))
+    (proc / "meminfo").write_text(MEMINFO)
+    cpu = detect_cpu(proc, tmp_path / "sys")
+    core = core_compute(cpu)
+    assert (cpu.vector_isa.value, cpu.base_clock_hz.value) == ("AVX-512 VNNI", 2.1e9)
+    assert (core.int8_macs_per_cycle, core.clock_hz) == (64, 2.1e9) and core.source.startswith("detected: ")
+    freq = tmp_path / "sys" / "devices" / "system" / "cpu" / "cpu0" / "cpufreq"
+    freq.mkdir(parents=True)
+    (freq / "base_frequency").write_text("3500000\n")
+    assert core_compute(detect_cpu(proc, tmp_path / "sys")).clock_hz == 3.5e9
+    (proc / "cpuinfo").write_text(CPUINFO_2S_HT.replace(" @ 2.10GHz", "").replace("cpu cores", "flags\t\t: avx2\ncpu cores"))
+    (freq / "base_frequency").unlink()
+    bare = core_compute(detect_cpu(proc, tmp_path / "sys"))
+    assert (bare.int8_macs_per_cycle, bare.clock_hz) == (32, 3e9) and bare.source.startswith("assumed: 3 GHz")
 
 
 def test_meminfo_parser():
