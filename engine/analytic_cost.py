@@ -74,7 +74,7 @@ class AnalyticAssumptions:
     cpu_block_overhead_s: float = 177e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 438e-6  # fitted (small): sampling, embedding lookup, graph launch
+    token_fixed_s: float = 438e-6  # fitted, loosely (0.1-0.44 ms fit about as well): sampling, embedding, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
