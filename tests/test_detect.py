@@ -480,3 +480,13 @@ def test_nvml_alone_names_the_card_fills_its_preset_and_judges_the_installed_tor
     # The torch installed here is a CPU-only build: said without loading it, with the fix.
     assert g.cuda_problem is not None and g.cuda_problem.kind == "cpu-build"
     assert "CPU-only build" in g.cuda_problem.message and "pip install torch --index-url" in g.cuda_problem.fix
+
+
+def test_detect_shows_each_figure_in_its_unit():
+    from cope_tui.commands.detect import _format_fact
+
+    assert _format_fact("base_clock_hz", 3.5e9) == "3.50 GHz"
+    assert _format_fact("mem_bandwidth_bytes_per_s", 61.44e9) == "61.4 GB/s"
+    assert _format_fact("ram_bytes", 64 * 1024**3) == "64.0 GiB"
+    assert _format_fact("vector_isa", "AVX-512 VNNI") == "AVX-512 VNNI"
+    assert _format_fact("base_clock_hz", None) == "unknown"

@@ -62,6 +62,8 @@ def _format_fact(name: str, value: object) -> str:
             return f"{value / 1e9:.1f} GB/s"
         if name.endswith("_bytes"):
             return f"{value / 1024**3:.1f} GiB"
+        if name.endswith("_hz"):
+            return f"{value / 1e9:.2f} GHz"
         if isinstance(value, float):
             return f"{value:.3g}"
     return str(value)
