@@ -37,6 +37,7 @@ class CoreCompute:
     int8_macs_per_cycle: int
     clock_hz: float
     source: str  # where the figures come from, or what was assumed
+    assumed: str = ""  # what of them was assumed rather than known ("": nothing)
 
     @property
     def macs_per_s(self) -> float:
@@ -72,17 +73,19 @@ def core_compute_of(preset_id: str | None) -> CoreCompute:
     data = _table()
     entry = data["cpus"].get(preset_id or "")
     if entry is None:
-        return CoreCompute("AVX2", FALLBACK_MACS_PER_CYCLE, FALLBACK_CLOCK_HZ,
-                           f"assumed: no compute figures for CPU {preset_id or '(no preset)'}: a 256-bit AVX2 core "
-                           f"without VNNI ({FALLBACK_MACS_PER_CYCLE} int8 MACs a cycle) at "
-                           f"{FALLBACK_CLOCK_HZ / 1e9:g} GHz")
+        what = (f"no compute figures for CPU {preset_id or '(no preset)'}: a 256-bit AVX2 core without VNNI "
+                f"({FALLBACK_MACS_PER_CYCLE} int8 MACs a cycle) at {FALLBACK_CLOCK_HZ / 1e9:g} GHz")
+        return CoreCompute("AVX2", FALLBACK_MACS_PER_CYCLE, FALLBACK_CLOCK_HZ, f"assumed: {what}", what)
     arch = data["microarchitectures"][entry["microarchitecture"]]
+    assumed = ""
     if "base_clock_hz" in entry:
         clock, clock_how = float(entry["base_clock_hz"]), entry["clock_source"]
     else:
+        assumed = f"no recorded base clock for the {arch['name']} of {preset_id}: {FALLBACK_CLOCK_HZ / 1e9:g} GHz"
         clock, clock_how = FALLBACK_CLOCK_HZ, f"assumed: no recorded base clock, {FALLBACK_CLOCK_HZ / 1e9:g} GHz"
     return CoreCompute(arch["isa"], int(arch["int8_macs_per_cycle"]), clock,
-                       f"{arch['name']}, {arch['int8_macs_per_cycle']} int8 MACs a cycle ({arch['how']}); {clock_how}")
+                       f"{arch['name']}, {arch['int8_macs_per_cycle']} int8 MACs a cycle ({arch['how']}); {clock_how}",
+                       assumed)
 
 
 def cpu_model_id(cpu: CpuSpec) -> str | None:
@@ -96,11 +99,12 @@ def cpu_model_id(cpu: CpuSpec) -> str | None:
     return model.preset_id if model is not None else None
 
 
-# int8 MACs a cycle of ggml's 256-bit dot by the ISA a CPU's flags show (the asset's
-# microarchitectures say how): one vpdpbusd on either of two pipes with VNNI (Zen 4/5,
-# Sapphire Rapids, Alder Lake's P-cores); vpmaddubsw + vpmaddwd on two pipes without
-# (Zen 2/3, Skylake; Haswell has one, 16: an upper bound there).
-MACS_PER_CYCLE_BY_ISA = {"AVX-512 VNNI": 64, "AVX2 VNNI": 64, "AVX-512": 32, "AVX2": 32}
+def macs_per_cycle_of_isa(isa: str) -> int | None:
+    """int8 MACs a cycle of ggml's 256-bit dot on a core whose flags show `isa`: the most
+    of the asset's microarchitectures with that ISA (64 with VNNI, 32 without; Haswell's
+    16 makes it an upper bound there), None for an ISA the asset has no core of."""
+    macs = [int(a["int8_macs_per_cycle"]) for a in _table()["microarchitectures"].values() if a["isa"] == isa]
+    return max(macs) if macs else None
 
 
 def core_compute(cpu: CpuSpec) -> CoreCompute:
@@ -108,16 +112,16 @@ def core_compute(cpu: CpuSpec) -> CoreCompute:
     ISA, its base clock), the rest assumed and said so."""
     preset_id = cpu_model_id(cpu)
     isa = cpu.vector_isa
-    if preset_id in _table()["cpus"] or not isa.known or isa.value not in MACS_PER_CYCLE_BY_ISA:
+    macs = macs_per_cycle_of_isa(str(isa.value)) if isa.known else None
+    if preset_id in _table()["cpus"] or macs is None:
         return core_compute_of(preset_id)
-    macs = MACS_PER_CYCLE_BY_ISA[str(isa.value)]
     what = f"{isa.value} ({macs} int8 MACs a cycle, {isa.note})"
     clock = cpu.base_clock_hz
     if clock.known:
         return CoreCompute(str(isa.value), macs, float(clock.value),  # type: ignore[arg-type]
                            f"detected: {what} at {float(clock.value) / 1e9:.2f} GHz ({clock.note})")  # type: ignore[arg-type]
-    return CoreCompute(str(isa.value), macs, FALLBACK_CLOCK_HZ,
-                       f"assumed: {FALLBACK_CLOCK_HZ / 1e9:g} GHz (no base clock detected) for the detected {what}")
+    assumed = f"{FALLBACK_CLOCK_HZ / 1e9:g} GHz (no base clock detected) for the detected {what}"
+    return CoreCompute(str(isa.value), macs, FALLBACK_CLOCK_HZ, f"assumed: {assumed}", assumed)
 
 
 def cores_used(cpu: CpuSpec, threads: int) -> int:

@@ -296,5 +296,8 @@ def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be():
     assert any(n.startswith("assumed CPU core: no compute figures") and "3 GHz" in n for n in custom.notes)
     preset = build_request(PlanChoices(cpu="ryzen-9-7950x", gpu="rtx-4060-ti-16gb"))
     assert not any("CPU core" in n for n in preset.notes)
+    # A preset whose base clock the asset does not record: the clock is assumed, and said.
+    unclocked = build_request(PlanChoices(cpu="ryzen-9-9950x", gpu="rtx-4060-ti-16gb"))
+    assert any(n.startswith("assumed CPU core: no recorded base clock") for n in unclocked.notes)
     measured = replace(custom.platform.cpu, thread_bandwidth_bytes_per_s=Fact.measured(15e9, "read, one thread"))
     assert core_assumption(measured) is None and core_assumption(get_cpu_preset("xeon-gold-6138")) is None

@@ -121,16 +121,14 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
 
 
 def core_assumption(cpu: CpuSpec) -> str | None:
-    """What was assumed of the CPU's cores where a CPU thread's decode rate rests on it
-    (engine.analytic_cost.thread_bytes_per_s): a CPU with no compute figures, and no
+    """What was assumed of the CPU's cores (no preset, no recorded base clock) where a CPU
+    thread's decode rate rests on it (engine.analytic_cost.thread_bytes_per_s): no
     one-thread read measured by `cope detect`."""
     one = cpu.thread_bandwidth_bytes_per_s
     if one.known and one.basis == "measured":
         return None
-    source = core_compute(cpu).source
-    if not source.startswith("assumed: "):
-        return None
-    return f"CPU core: {source.removeprefix('assumed: ')}; a CPU thread's decode rate follows it (cope detect measures it)"
+    assumed = core_compute(cpu).assumed
+    return f"CPU core: {assumed}; a CPU thread's decode rate follows it (cope detect measures it)" if assumed else None
 
 
 def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-untyped-def]
