@@ -26,7 +26,10 @@ read off a fixed residency), and the warm median as a fraction of its target.
 `--score` adds `advise --eviction lru,score`, whose score caches run on the step-wise
 residency of engine/residency.py; it has no target. Measures only; asserts nothing.
 `--breakdown` times, in one more call of each case, the compiled LRU tasks by kind (per-layer
-cache rows and pools): thread-seconds summed over the threads, and how many caches ran.
+cache rows and pools) and by admission rule (none admitted, every miss, capped as
+ready-first caps it): thread-seconds summed over the threads, and how many caches ran.
+What only a step-by-step replay can count (engine/hit_curves.py says which caches) sets a
+floor on the sweep: its thread-seconds over the cores.
 Other work on the machine slows these figures: run it on a quiet one, more than once.
 """
 
@@ -42,6 +45,8 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
@@ -124,37 +129,60 @@ def main() -> None:
             breakdown="--breakdown" in args)
 
 
+def admission_rule(admit: np.ndarray) -> str:
+    """What a cache admits after a step's misses, from its row of misses admitted per hits."""
+    k = len(admit) - 1
+    if not admit.any():
+        return "none admitted"
+    if np.array_equal(admit, k - np.arange(k + 1)):
+        return "every miss"
+    return "capped (ready-first)"
+
+
 def thread_seconds(call) -> str:  # type: ignore[no-untyped-def]
-    """`call()` with the compiled engines' tasks timed: thread-seconds and caches by kind."""
+    """`call()` with the compiled engines' tasks timed: thread-seconds and caches by kind
+    (per-layer rows, pools) and by admission rule. A task of rows is split by rule, so
+    each runs as its own task here (the same work, in smaller pieces)."""
     from engine import replay_compiled
+    from engine.compiled import kernels
 
-    spent: dict[str, float] = {}
-    caches: dict[str, str] = {}
+    spent: dict[tuple[str, str], float] = {}
+    caches: dict[tuple[str, str], set[int]] = {}
     lock = threading.Lock()  # the tasks run on several threads
-    kinds = {replay_compiled._CompiledLayerLru: ("layer rows", lambda e: f"{e.n_rows} caches"),
-             replay_compiled._CompiledPool: ("pools", lambda e: f"{len(e.plans)} pools, "
-                                                                f"{len(set(e.leader.tolist()))} of them leaders")}
-    originals = {cls: cls.tasks for cls in kinds}
 
-    def timed_tasks(cls):  # type: ignore[no-untyped-def]
-        label, size = kinds[cls]
+    def timed(key: tuple[str, str], members: list[int], task):  # type: ignore[no-untyped-def]
+        caches.setdefault(key, set()).update(members)
 
-        def tasks(self, t0: int, t1: int) -> list:
-            caches[label] = size(self)
+        def run() -> None:
+            start = time.perf_counter()
+            task()
+            with lock:
+                spent[key] = spent.get(key, 0.0) + time.perf_counter() - start
+        return run
 
-            def timed(task):  # type: ignore[no-untyped-def]
-                def run() -> None:
-                    start = time.perf_counter()
-                    task()
-                    with lock:
-                        spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
-                return run
-            return [timed(task) for task in originals[cls](self, t0, t1)]
+    layer_cls, pool_cls = replay_compiled._CompiledLayerLru, replay_compiled._CompiledPool
+    originals = {layer_cls: layer_cls.tasks, pool_cls: pool_cls.tasks}
+
+    def layer_tasks(self, t0: int, t1: int) -> list:  # type: ignore[no-untyped-def]
+        run, (ids, pred, first), lists = kernels().layer_rows, self.layer_major, self.lists
+        tasks = []
+        for rows in self.row_parts:
+            by_rule: dict[str, list[int]] = {}
+            for r in rows.tolist():
+                by_rule.setdefault(admission_rule(self.admit[r]), []).append(r)
+            for rule, members in by_rule.items():
+                part = np.array(members, dtype=rows.dtype)
+                tasks.append(timed(("layer rows", rule), members, lambda part=part: run(
+                    part, ids, pred, first, self.layer, self.capacity, self.admit, self.row_width, lists.nxt,
+                    lists.prv, lists.flags, t0, t1, self.hits, self.copies, self.admitted, self.used)))
         return tasks
 
+    def pool_tasks(self, t0: int, t1: int) -> list:  # type: ignore[no-untyped-def]
+        return [timed(("pools", admission_rule(self.admit[j])), [j], task)
+                for j, task in zip(self.active, originals[pool_cls](self, t0, t1))]
+
     try:
-        for cls in kinds:
-            cls.tasks = timed_tasks(cls)
+        layer_cls.tasks, pool_cls.tasks = layer_tasks, pool_tasks
         start = time.perf_counter()
         call()
         wall = time.perf_counter() - start
@@ -163,8 +191,19 @@ def thread_seconds(call) -> str:  # type: ignore[no-untyped-def]
             cls.tasks = tasks
     if not spent:
         return f"{wall:.3f} s, no compiled LRU work"
-    parts = ", ".join(f"{label} {spent[label]:.2f} thread-s ({caches[label]})" for label in spent)
-    return f"{wall:.3f} s wall; {parts}"
+    total = sum(spent.values())
+    lines = [f"{wall:.3f} s wall, {total:.2f} thread-s of compiled LRU work:"]
+    for kind in ("layer rows", "pools"):
+        for (k, rule), seconds in sorted(spent.items()):
+            if k == kind:
+                noun = "caches" if kind == "layer rows" else "pools run"
+                lines.append(f"{'':<32}{kind}, {rule}: {seconds:.2f} thread-s ({len(caches[(k, rule)])} {noun})")
+    capped = sum(seconds for (_, rule), seconds in spent.items() if rule.startswith("capped"))
+    if capped:
+        cores = os.cpu_count() or 1
+        lines.append(f"{'':<32}the capped caches alone (no one-pass curve can count them: the cap depends on "
+                     f"the hits, so on the capacity): {capped / cores:.2f} s on {cores} CPUs")
+    return "\n".join(lines)
 
 
 def run(tokens: int, repeat: int, *, score: bool, breakdown: bool = False) -> None:
