@@ -23,7 +23,7 @@ from engine.cpu_presets import machines, model_for_cpu_name
 from engine.platform import CpuSpec
 
 CPU_COMPUTE_ASSET = "cpu_compute.json"
-# No recorded base clock: assumed, and said so (the recorded parts' base clocks span 2.0-4.5 GHz).
+# No recorded base clock: assumed, and said so (every preset records one; their base clocks span 1.9-4.7 GHz).
 FALLBACK_CLOCK_HZ = 3.0e9
 # No preset at all: a 256-bit AVX2 core without VNNI (the slowest class llama.cpp targets by default).
 FALLBACK_MACS_PER_CYCLE = 32

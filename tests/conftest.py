@@ -93,3 +93,20 @@ def tiny_model_folder(tmp_path_factory):
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
     _tiny("qwen3_moe").save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def without_recorded_clock(monkeypatch):
+    """A function taking one CPU preset's recorded base clock out of the compute table for the
+    test (every preset records one), so what a missing clock costs can still be seen."""
+    import copy
+
+    from engine import cpu_compute
+
+    def drop(preset_id: str) -> None:
+        table = copy.deepcopy(cpu_compute._table())
+        for key in ("base_clock_hz", "boost_clock_hz", "clock_source"):
+            del table["cpus"][preset_id][key]
+        monkeypatch.setattr(cpu_compute, "_table", lambda: table)
+
+    return drop

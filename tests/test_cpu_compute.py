@@ -33,16 +33,20 @@ TABLE = load_asset_json(CPU_COMPUTE_ASSET)
 FACTORS = (1.0, PrefillAssumptions().cpu_no_vnni_factor, 2.0)
 
 
-def test_every_cpu_preset_has_a_microarchitecture_and_each_clock_its_source():
+def test_every_cpu_preset_has_a_microarchitecture_and_a_sourced_clock():
     assert set(TABLE["cpus"]) == set(cpu_models())
     for pid, entry in TABLE["cpus"].items():
         arch = TABLE["microarchitectures"][entry["microarchitecture"]]
         assert arch["how"].startswith("derived from the microarchitecture"), entry["microarchitecture"]
-        if "base_clock_hz" in entry:
-            assert 1.0e9 <= entry["base_clock_hz"] <= entry["boost_clock_hz"] <= 6.5e9, pid
-            said = re.search(r"base (?:clock|frequency) ([0-9.]+) GHz", entry["clock_source"])
-            assert said and abs(float(said.group(1)) * 1e9 - entry["base_clock_hz"]) < 1e6, pid
-            assert entry["clock_source"].startswith(("AMD ", "Intel ARK")), pid
+        assert 1.0e9 <= entry["base_clock_hz"] <= entry["boost_clock_hz"] <= 6.5e9, pid
+        source = entry["clock_source"]
+        said = re.search(r"base (?:clock|frequency) ([0-9.]+) GHz", source)
+        assert said and abs(float(said.group(1)) * 1e9 - entry["base_clock_hz"]) < 1e6, pid
+        assert source.startswith(("AMD ", "Intel ARK")), pid
+        boost = re.search(r"(?:boost up to|max turbo frequency) ([0-9.]+) GHz", source)
+        assert boost and abs(float(boost.group(1)) * 1e9 - entry["boost_clock_hz"]) < 1e6, pid
+        if entry["microarchitecture"] == "intel-hybrid":  # the P-core base is recorded, the E-cores' said
+            assert source.find("performance-core base") < source.find("efficient-core"), pid
 
 
 def test_the_isa_classes_are_the_vendors():
@@ -52,11 +56,30 @@ def test_the_isa_classes_are_the_vendors():
     assert core_compute_of("epyc-9175f").clock_hz == 4.2e9
 
 
-def test_unknown_cpus_and_missing_clocks_are_assumptions_that_say_so():
+def test_unknown_cpus_and_missing_clocks_are_assumptions_that_say_so(without_recorded_clock):
     unknown = core_compute_of("no-such-cpu")
     assert unknown.source.startswith("assumed") and unknown.clock_hz == FALLBACK_CLOCK_HZ
-    no_clock = next(pid for pid, e in TABLE["cpus"].items() if "base_clock_hz" not in e)
-    assert "assumed: no recorded base clock" in core_compute_of(no_clock).source
+    assert core_compute_of("ryzen-9-9950x").assumed == ""
+    without_recorded_clock("ryzen-9-9950x")
+    no_clock = core_compute_of("ryzen-9-9950x")
+    assert "assumed: no recorded base clock" in no_clock.source and no_clock.clock_hz == FALLBACK_CLOCK_HZ
+    assert "ryzen-9-9950x" in no_clock.assumed and no_clock.isa == "AVX-512 VNNI"  # the rest still known
+
+
+@pytest.mark.parametrize(("pid", "macs", "clock_hz"), [
+    ("ryzen-9-9950x", 64, 4.3e9),  # Zen 5, one 256-bit vpdpbusd on either of two pipes
+    ("xeon-w9-3495x", 64, 1.9e9),  # Sapphire Rapids: 56 cores at a low base clock
+    ("core-i9-13900k", 64, 3.0e9),  # hybrid: the P-core base, taken for every core
+    ("epyc-7763", 32, 2.45e9),  # Zen 3, no VNNI
+])
+def test_a_preset_cpu_is_priced_at_its_recorded_base_clock(pid, macs, clock_hz):
+    core = core_compute(get_cpu_preset(pid))
+    assert core.assumed == ""
+    assert (core.int8_macs_per_cycle, core.clock_hz) == (macs, clock_hz)
+    assert core.macs_per_s == macs * clock_hz
+    # A detected CPU named like the preset gets the same figures
+    detected = replace(get_cpu_preset(pid), preset_id=None)
+    assert core_compute(detected) == core
 
 
 def test_machines_and_detected_names_find_their_cpu_model():

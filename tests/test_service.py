@@ -280,7 +280,7 @@ def test_changing_threads_prices_from_the_nearest_measured_count_without_probing
     assert list(at_5) == list(at_2)
 
 
-def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be():
+def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be(without_recorded_clock):
     """A thread's decode rate rests on the core's int8 peak: where COPE has no figures for
     the CPU, the plan says what it assumed; a preset, or a measured one-thread read, says nothing."""
     from dataclasses import replace
@@ -296,7 +296,10 @@ def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be():
     assert any(n.startswith("assumed CPU core: no compute figures") and "3 GHz" in n for n in custom.notes)
     preset = build_request(PlanChoices(cpu="ryzen-9-7950x", gpu="rtx-4060-ti-16gb"))
     assert not any("CPU core" in n for n in preset.notes)
-    # A preset whose base clock the asset does not record: the clock is assumed, and said.
+    # A preset whose base clock the asset did not record: the clock is assumed, and said.
+    clocked = build_request(PlanChoices(cpu="ryzen-9-9950x", gpu="rtx-4060-ti-16gb"))
+    assert not any("CPU core" in n for n in clocked.notes)
+    without_recorded_clock("ryzen-9-9950x")
     unclocked = build_request(PlanChoices(cpu="ryzen-9-9950x", gpu="rtx-4060-ti-16gb"))
     assert any(n.startswith("assumed CPU core: no recorded base clock") for n in unclocked.notes)
     measured = replace(custom.platform.cpu, thread_bandwidth_bytes_per_s=Fact.measured(15e9, "read, one thread"))
