@@ -6,7 +6,8 @@ a pattern such as `(.+)+X`; this one compiles the pattern into a Thompson NFA an
 simulates it over the name (a lazily built DFA, cached per pattern), so a search costs at
 most (name length) x (NFA states), and the NFA is capped at MAX_STATES.
 
-Supported: literals, `.`, classes `[...]` (ranges, negation, escapes), `\\d \\w \\s` and
+Supported: literals, `.`, classes `[...]` (ranges, negation, escapes, `[:digit:]` and the
+other POSIX names), `\\d \\w \\s` and
 their negations, `\\t \\n \\r \\f \\v \\0 \\xHH \\uHHHH \\cX`, identity escapes, groups
 `(...)` `(?:...)`, `|`, `* + ?` and `{n} {n,} {n,m}` (greedy or lazy: the same for a
 yes/no search), and the assertions `^ $ \\b \\B`. Backreferences and lookaheads need
@@ -36,6 +37,15 @@ _DIGIT = frozenset("0123456789")
 _CLASS_SETS = {"d": (_DIGIT, False), "D": (_DIGIT, True), "w": (_WORD, False), "W": (_WORD, True),
                "s": (_SPACE, False), "S": (_SPACE, True)}
 _CONTROL_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
+_LOWER, _UPPER = frozenset("abcdefghijklmnopqrstuvwxyz"), frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_PUNCT = frozenset(chr(c) for c in range(0x21, 0x7F)) - _LOWER - _UPPER - _DIGIT
+_CLASS_NAMES = {  # std::regex's [[:name:]] in the "C" locale (ctype's ASCII classes)
+    "alnum": _LOWER | _UPPER | _DIGIT, "alpha": _LOWER | _UPPER, "blank": frozenset(" \t"),
+    "cntrl": frozenset(chr(c) for c in [*range(0x20), 0x7F]), "digit": _DIGIT, "d": _DIGIT,
+    "graph": _LOWER | _UPPER | _DIGIT | _PUNCT, "print": _LOWER | _UPPER | _DIGIT | _PUNCT | {" "},
+    "lower": _LOWER, "punct": _PUNCT, "space": frozenset(" \t\n\r\f\v"), "s": frozenset(" \t\n\r\f\v"),
+    "upper": _UPPER, "xdigit": _DIGIT | frozenset("abcdefABCDEF"), "w": _WORD,
+}
 
 
 class RegexError(ValueError):
@@ -243,6 +253,8 @@ class _Parser:
 
     def class_atom(self) -> str | tuple[frozenset, bool]:
         ch = self.p[self.i]
+        if self.p.startswith("[:", self.i):
+            return self.class_name()
         self.i += 1
         if ch != "\\":
             return ch
@@ -257,6 +269,18 @@ class _Parser:
         if esc == "B" or esc in "123456789":
             raise self.fail(f"\\{esc} is not allowed in [...]")
         return self.escaped_char(esc)
+
+
+    def class_name(self) -> tuple[frozenset, bool]:
+        """`[:digit:]` and the other POSIX names std::regex takes inside a class (the "C"
+        locale's ASCII sets; `[:d:]`, `[:w:]`, `[:s:]` as \\d \\w \\s)."""
+        end = self.p.find(":]", self.i + 2)
+        name = self.p[self.i + 2 : end] if end >= 0 else ""
+        if name not in _CLASS_NAMES:
+            raise self.fail(f"[:{name}:] is not a character class name std::regex knows" if end >= 0
+                            else "missing ':]'")
+        self.i = end + 2
+        return _CLASS_NAMES[name], False
 
 
 def _as_number(digits: str) -> tuple[int, str]:

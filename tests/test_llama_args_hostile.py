@@ -31,6 +31,28 @@ def test_matches_like_a_backtracking_engine(pattern):
         assert search(pattern, name) == bool(re.search(pattern, name)), (pattern, name)
 
 
+@pytest.mark.parametrize("pattern, posix", [
+    (r"blk\.[[:digit:]]\.ffn_.*_exps", r"blk\.[0-9]\.ffn_.*_exps"),
+    (r"blk\.[[:digit:]]+\.", r"blk\.[0-9]+\."),
+    (r"[[:upper:]]", r"[A-Z]"),
+    (r"_[[:alpha:]]+_exps", r"_[A-Za-z]+_exps"),
+    (r"[^[:alnum:]_.]", r"[^A-Za-z0-9_.]"),
+    (r"blk\.[[:d:]]{2}\.", r"blk\.\d{2}\."),
+])
+def test_posix_class_names_match_as_std_regex_reads_them(pattern, posix):
+    # std::regex (ECMAScript) takes [[:digit:]] and the other POSIX names inside a class;
+    # each matches the same names as its plain spelling in Python's re.
+    for name in NAMES + ["blk.Q.ffn_up_exps.weight", "blk.42.attn_k.weight"]:
+        assert search(pattern, name) == bool(re.search(posix, name)), (pattern, name)
+
+
+def test_an_unknown_posix_class_name_is_refused_with_its_name():
+    with pytest.raises(RegexError, match=r"\[:digits:\] is not a character class name"):
+        compile_pattern("blk\\.[[:digits:]]\\.")
+    with pytest.raises(RegexError, match="missing ':]'"):
+        compile_pattern("[[:digit]")
+
+
 def test_catastrophic_pattern_is_linear():
     # (.+)+X backtracks 2^n ways in re (18 s on a 26-character name); here it is a plain no.
     compiled = compile_pattern("(.+)+X")
