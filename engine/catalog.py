@@ -13,6 +13,7 @@ from typing import Any
 
 from engine.assets_io import load_asset_json
 from engine.errors import CopeInputError
+from engine.preset_names import did_you_mean
 from engine.hf_config import model_from_hf_config
 from engine.model import ModelSpec, model_from_dict
 from engine.quant import quantizations
@@ -75,7 +76,8 @@ def get_model(id_or_name: str) -> ModelSpec:
     for model in catalog().values():
         if wanted in (model.id.lower(), model.name.lower(), *(a.lower() for a in model.aliases)):
             return model
-    raise CopeInputError(f"unknown model {id_or_name!r}; known: {', '.join(catalog())}")
+    raise CopeInputError(f"unknown model {id_or_name!r}{did_you_mean(id_or_name, catalog())}; "
+                         f"known: {', '.join(catalog())}")
 
 
 def load_model(arg: str) -> ModelSpec:

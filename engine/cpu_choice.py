@@ -39,7 +39,7 @@ from engine.cpu_presets import (
 from engine.errors import CopeInputError
 from engine.memory_spec import MemorySpec
 from engine.platform import DEFAULT_CPU_PRESET, CpuSpec, Fact, assumed_cpu_bandwidth_bytes_per_s
-from engine.preset_names import match_preset, presets_named_in
+from engine.preset_names import did_you_mean, match_preset, presets_named_in
 
 MAX_SOCKETS = 8
 SOCKETS_WHY = ("llama.cpp's weights sit in one node's memory unless --numa distribute spreads them, and "
@@ -92,20 +92,24 @@ def _given_bandwidth(cpu: CpuSpec, gbps: float) -> CpuSpec:
 
 def _custom_cpu(name: str, sockets: int, memory: MemorySpec | None, gbps: float | None, threads: int | None) -> CpuSpec:
     """A CPU that is no preset: the person says its memory, and its cores (or a preset the name contains)."""
-    if memory is None and gbps is None:
-        raise CopeInputError(f"--cpu {name!r} is not a CPU preset (`cope presets` lists them): say its memory with "
-                             "--memory TYPE-SPEEDxCHANNELS (e.g. ddr5-4800x2) or --ram-bandwidth GBPS")
     named = presets_named_in({pid: m.name for pid, m in cpu_models().items()}, name)
+    missing = []  # everything the person still has to say, in one message
+    if memory is None and gbps is None:
+        missing.append("its memory with --memory TYPE-SPEEDxCHANNELS (e.g. ddr5-4800x2) or --ram-bandwidth GBPS")
+    if threads is None and len(named) != 1:
+        missing.append("how many cores it has with --threads N")
+    if missing:
+        guess = did_you_mean(name, [*cpu_models(), *machines()])
+        raise CopeInputError(f"--cpu {name!r} is not a CPU preset{guess} (`cope presets` lists them): say "
+                             + " and ".join(missing))
     if threads is not None:
         cores = Fact.given(threads, f"--threads {threads}: a CPU that is not a preset has the cores it is asked to use")
         logical = cores
-    elif len(named) == 1:
+    else:  # the one preset the name contains (`missing` asked for --threads otherwise)
         model = cpu_models()[named[0]]
         cores = Fact.assumed(model.cores * sockets, f"the cores of the {model.name} (preset {model.preset_id}), "
                                                     f"which {name!r} names; --threads to say otherwise")
         logical = Fact.assumed(model.threads * sockets, cores.note)
-    else:
-        raise CopeInputError(f"--cpu {name!r} is not a CPU preset: say how many cores it has with --threads N")
     unknown_ram = Fact.unknown("not known for a CPU that is not a preset; --ram-gib gives it")
     cpu = CpuSpec(
         name=f"{sockets}x {name}" if sockets > 1 else name, preset_id=None, physical_cores=cores, logical_threads=logical, ram_bytes=unknown_ram,

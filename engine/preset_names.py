@@ -1,7 +1,8 @@
 """How a person's or a system's name for a GPU or CPU finds a preset.
 
 A preset is found by its id, its display name, or a shortened form: without the vendor
-("RTX 4090", "Ryzen 9 7950X"), without a memory size ("rtx-3060" for "rtx-3060-12gb"), or
+("RTX 4090", "Ryzen 9 7950X"), without a memory size ("a100 pcie" for "a100-40gb"; a GPU
+sold in several sizes then needs its size: engine.platform.get_gpu_preset), or
 by the model number alone ("4090", "7950x", "14900k", "6454s"). CPU names are also read
 the way /proc/cpuinfo and lscpu write them ("AMD Ryzen 9 7950X 16-Core Processor",
 "13th Gen Intel(R) Core(TM) i9-13900K", "Intel(R) Xeon(R) CPU E7-8880 v3 @ 2.30GHz"):
@@ -11,6 +12,7 @@ dropped first. An alias that several presets share ("a100") is reported as ambig
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -86,7 +88,27 @@ def find_preset(kind: str, asset: str, names: Mapping[str, str], query: str, *,
     if len(found) > 1:
         raise CopeInputError(f"{kind} preset {query!r} is ambiguous: it could be {', '.join(found)}")
     known = ", ".join([*extra_ids, *names])
-    raise CopeInputError(f"unknown {kind} preset {query!r}; known: {known} (assets/{asset})")
+    raise CopeInputError(f"unknown {kind} preset {query!r}{did_you_mean(query, [*extra_ids, *names])}; "
+                         f"`cope presets` lists them: {known} (assets/{asset})")
+
+
+def did_you_mean(query: str, choices: Iterable[str]) -> str:
+    """" (did you mean X?)" for the choices closest to a mistyped name (compared squashed:
+    case, spaces and dashes do not count; a choice that starts with the query comes first),
+    "" when none is close."""
+    by_key: dict[str, str] = {}
+    for choice in choices:
+        by_key.setdefault(squash(choice), choice)
+    key = squash(query)
+    if not key:
+        return ""
+    close = [c for k, c in by_key.items() if k.startswith(key) or key.startswith(k)]
+    if not close:
+        close = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=3, cutoff=0.75)]
+    close = close[:3]
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(close)}?)"
 
 
 def match_preset(names: Mapping[str, str], query: str, *, extra_ids: Iterable[str] = (),

@@ -7,6 +7,7 @@ from functools import cache
 
 from engine.assets_io import load_asset_json
 from engine.errors import CopeInputError
+from engine.preset_names import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -80,5 +81,6 @@ def get_quantization(name: str) -> Quantization:
     try:
         return table[name.upper()]
     except KeyError:
-        known = ", ".join(q.name for q in table.values())
-        raise CopeInputError(f"unknown quantization {name!r}; known: {known}") from None
+        names = [q.name for q in table.values()]
+        raise CopeInputError(f"unknown quantization {name!r}{did_you_mean(name, names)}; "
+                             f"`cope models` lists them: {', '.join(names)}") from None

@@ -158,6 +158,21 @@ def test_unknown_model_names_every_known_id():
         assert model_id in message
 
 
+@pytest.mark.parametrize("typed, meant", [("qwen3-30b", "qwen3-30b-a3b"), ("Qwen3-30B-A3BB", "qwen3-30b-a3b"),
+                                           ("gptoss-20b", "gpt-oss-20b")])
+def test_a_mistyped_model_id_gets_the_closest_ids(typed, meant):
+    with pytest.raises(CopeInputError, match=rf"unknown model '{typed}' \(did you mean {meant}\b"):
+        get_model(typed)
+
+
+def test_a_mistyped_quantization_gets_the_closest_names_and_where_they_are_listed():
+    with pytest.raises(CopeInputError, match=r"'q4km' \(did you mean Q4_K_M\b.*`cope models` lists them"):
+        get_quantization("q4km")
+    with pytest.raises(CopeInputError) as err:
+        get_quantization("Q9_K")
+    assert "did you mean" not in str(err.value)  # nothing close: no guess
+
+
 def test_load_model_by_hub_repo_and_unknown_argument():
     assert load_model("Qwen/Qwen3-30B-A3B").id == "qwen3-30b-a3b"
     with pytest.raises(CopeInputError, match="nor a path to a config.json"):

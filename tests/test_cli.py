@@ -149,6 +149,11 @@ def test_models_and_presets_list_the_catalog(capsys):
     out = capsys.readouterr().out
     for model_id in ("qwen3-30b-a3b", "deepseek-v2-lite-chat", "gpt-oss-20b", "mixtral-8x7b-instruct"):
         assert model_id in out
+    # every quantization --quant takes, each on its own line (an unknown one's error points here)
+    from engine.quant import quantizations
+
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert listed == {q.name for q in quantizations().values()}
     assert main(["presets"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "rtx-4090" in out and "desktop-ddr5" in out

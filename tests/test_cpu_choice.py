@@ -85,6 +85,19 @@ def test_a_name_that_is_no_preset_needs_memory_in_one_line():
     assert "\n" not in msg and "not a CPU preset" in msg and "--memory" in msg and "--ram-bandwidth" in msg
 
 
+def test_a_name_that_is_no_preset_is_told_everything_it_lacks_at_once():
+    # Neither memory nor cores: both asked for in the one message, not one per try.
+    with pytest.raises(CopeInputError) as err:
+        plan_cpu("Apple M2 Ultra", None, None, None, detected=None)
+    msg = str(err.value)
+    assert "--memory" in msg and "--threads N" in msg and "\n" not in msg
+
+
+def test_a_mistyped_cpu_preset_gets_the_closest_preset():
+    with pytest.raises(CopeInputError, match=r"'ryzen-9-7950xx' is not a CPU preset \(did you mean ryzen-9-7950x\?\)"):
+        plan_cpu("ryzen-9-7950xx", None, None, None, detected=None)
+
+
 def test_a_name_that_is_no_preset_takes_cores_from_threads_or_the_preset_it_names():
     plan = plan_cpu("Apple M3 Max", parse_memory_spec("lpddr5x-8533x512bit"), None, 12, detected=None)
     c = plan.cpu

@@ -161,8 +161,6 @@ def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
         ("4090", "rtx-4090"),
         ("RTX 4090", "rtx-4090"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-        ("rtx 3060", "rtx-3060-12gb"),
-        ("4060 Ti", "rtx-4060-ti-16gb"),
         ("RTX 4070 Ti SUPER", "rtx-4070-ti-super"),
         ("NVIDIA H100 PCIe", "h100-pcie"),
         ("h100 sxm", "h100-sxm"),
@@ -170,7 +168,6 @@ def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
         ("b200", "b200"),
         ("RTX PRO 6000", "rtx-pro-6000"),
         ("A6000", "rtx-a6000"),
-        ("5060 Ti", "rtx-5060-ti-16gb"),
         ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
         ("A100 80GB", "a100-80gb"),
         ("L40S", "l40s"),
@@ -182,11 +179,27 @@ def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
         ("RTX PRO 6000 Blackwell Max-Q 96GB", "rtx-pro-6000-max-q"),
         ("RTX A6000 48GB", "rtx-a6000"),
         ("RTX 3060 12GB", "rtx-3060-12gb"),
+        ("rtx 4060 ti 16gb", "rtx-4060-ti-16gb"),
+        ("5060 Ti 16GB", "rtx-5060-ti-16gb"),
         ("RTX 6000 Ada", "rtx-6000-ada"),
     ],
 )
 def test_gpu_lookup_variants(query, pid):
     assert get_gpu_preset(query).preset_id == pid
+
+
+@pytest.mark.parametrize("query, pid", [("rtx 3060", "rtx-3060-12gb"), ("4060 Ti", "rtx-4060-ti-16gb"),
+                                        ("rtx-5060-ti", "rtx-5060-ti-16gb")])
+def test_a_card_sold_in_several_memory_sizes_needs_its_size(query, pid):
+    # The RTX 4060 Ti also comes with 8 GB, which has no preset: the bare name must not
+    # quietly plan for the 16 GB card's VRAM and bandwidth.
+    with pytest.raises(CopeInputError, match=f"comes in more than one memory size; name it with its memory, e.g. {pid}"):
+        get_gpu_preset(query)
+
+
+def test_a_mistyped_preset_name_gets_the_closest_names():
+    with pytest.raises(CopeInputError, match=r"unknown GPU preset 'rtx-4900' \(did you mean rtx-4090 or"):
+        get_gpu_preset("rtx-4900")
 
 
 def test_a_memory_size_the_card_does_not_have_finds_nothing():

@@ -8,18 +8,22 @@ from cope_tui.exit_codes import EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("models", help="list the built-in model catalog").set_defaults(run=models)
+    sub.add_parser("models", help="list the built-in model catalog and quantizations").set_defaults(run=models)
     sub.add_parser("presets", help="list the GPU and CPU presets").set_defaults(run=presets)
 
 
 def models(args: argparse.Namespace) -> int:
     from engine.catalog import catalog
+    from engine.quant import quantizations
 
     for model in catalog().values():
         print(
             f"{model.id:<34} {model.name:<34} {model.n_moe_layers:>3} MoE layers x "
             f"{model.n_routed_experts:>3} experts, top-{model.top_k}, arch {model.arch}"
         )
+    print("Quantizations (--quant; bits per weight of the experts and of the rest):")
+    for quant in quantizations().values():
+        print(f"  {quant.name:<10} {quant.expert_bits_per_weight:5.2f}  {quant.non_expert_bits_per_weight:5.2f}")
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.catalog import catalog, get_model
 from engine.errors import CopeInputError
+from engine.preset_names import did_you_mean
 from engine.hf_config import model_from_hf_config
 from engine.model import ModelSpec
 
@@ -76,8 +77,8 @@ def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
 
         return model_from_hub_config(text)
     raise CopeInputError(
-        f"unknown model {arg!r}: not a catalog model ({', '.join(catalog())}), not an existing "
-        "config.json or .gguf path, and not a Hugging Face repo id (org/name)"
+        f"unknown model {arg!r}{did_you_mean(arg, catalog())}: not a catalog model (`cope models` lists them), "
+        "not an existing config.json or .gguf path, and not a Hugging Face repo id (org/name)"
     )
 
 
