@@ -1,7 +1,7 @@
 """How a person's or a system's name for a GPU or CPU finds a preset.
 
 A preset is found by its id, its display name, or a shortened form: without the vendor
-("RTX 4090", "Ryzen 9 7950X"), without a memory size ("a100 pcie" for "a100-40gb"; a GPU
+("RTX 4090", "Ryzen 9 7950X"), without a memory size ("RTX 5070" for "RTX 5070 12GB"; a GPU
 sold in several sizes then needs its size: engine.platform.get_gpu_preset), or
 by the model number alone ("4090", "7950x", "14900k", "6454s"). CPU names are also read
 the way /proc/cpuinfo and lscpu write them ("AMD Ryzen 9 7950X 16-Core Processor",
