@@ -18,6 +18,7 @@ import argparse
 import math
 import re
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import CopeInputError
@@ -109,6 +110,15 @@ def _positive_int(value: int) -> str | None:
 
 def _at_least(low: int) -> Callable[[int], str | None]:
     return lambda value: None if value >= low else f"must be at least {low}, got {value}"
+
+
+def _folder(value: str) -> str | None:
+    path = Path(value).expanduser()
+    if not path.exists():
+        return f"must be a folder; {value} does not exist"
+    if not path.is_dir():
+        return f"must be the folder that holds llama-server, llama-cli, llama-bench; {value} is a file"
+    return None
 
 
 def _evictions(value: tuple[str, ...]) -> str | None:
@@ -224,7 +234,7 @@ class PlanChoices:
         None, flag="--output-tokens", metavar="N", parse=_int, check=_at_least(0),
         help="output tokens of the request (with --prompt-tokens or --workload)")
     llama_bin: str | None = _option(
-        None, flag="--llama-bin", metavar="DIR",
+        None, flag="--llama-bin", metavar="DIR", check=_folder,
         help="folder with llama-server/llama-cli/llama-bench (default: PATH); says which runtime runs now")
 
     def with_(self, **changes: Any) -> "PlanChoices":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cope_tui.cli import EXIT_OK, main
+from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from probes.runtimes import detect_runtimes
 
 pytestmark = pytest.mark.real_runtimes
@@ -74,6 +74,17 @@ def test_llama_bin_replaces_path_and_a_missing_folder_is_said(tmp_path):
     assert "--llama-bin" in scan.notes[0] and "not a folder" in scan.notes[0]
     scan = detect_runtimes(path=str(tmp_path / "empty-path"))
     assert not [r for r in scan.found if r.name != "sglang-kt"] and "no llama-server" in scan.notes[0]
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_advise_refuses_a_llama_bin_that_is_no_folder(tmp_path, capsys, kind):
+    # A mistyped --llama-bin would otherwise answer "not installed" and rank for the wrong runtime.
+    target = tmp_path / "nowhere"
+    if kind == "file":
+        target.write_text("not a folder\n")
+    assert main(["advise", "--tokens", "100", "--llama-bin", str(target)]) == EXIT_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cope: error: --llama-bin must be") and str(target) in err[0]
 
 
 def test_a_program_that_cannot_run_becomes_a_note(tmp_path):
