@@ -8,6 +8,7 @@ from engine.export import Export
 from engine.memory import GIB
 from engine.run_advice import CandidateRuns, RunAdvice, export_pick, plan_runs
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
+from engine.spans import count_of
 
 def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
                           model_path: str | None = None) -> str:
@@ -20,7 +21,7 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
     lines += [
         f"COPE advise: {req.model.name} {req.quant.name}, "
         f"{gpu.name} ({gpu.vram_bytes.basis}) + {cpu.name} ({cpu.physical_cores.basis}), "
-        f"{req.threads} threads, context {req.context_tokens}",
+        f"{count_of(req.threads, 'thread')}, context {req.context_tokens}",
         f"Trace: {_trace_line(rec)}",
         f"Cost model: {rec.cost_model.fidelity} ({rec.cost_model.basis})",
         "",
@@ -168,7 +169,7 @@ def render_command_estimate(est: CommandEstimate) -> str:
     yours, best = est.yours, est.best
     attended = f", attending to {req.attention_tokens} tokens" if req.attention_tokens is not None else ""
     lines = [
-        f"COPE estimate: {req.model.name} {req.quant.name}, {req.threads} threads, "
+        f"COPE estimate: {req.model.name} {req.quant.name}, {count_of(req.threads, 'thread')}, "
         f"context {req.context_tokens}{attended}, cost model {yours.fidelity}",
     ]
     if not yours.runs:

@@ -1,4 +1,4 @@
-"""Lists of block (or layer) numbers as people read them: "0..47", "3..5,9,12..13"."""
+"""Numbers in messages as people read them: block lists ("0..47", "3..5,9,12..13"), counts ("1 thread")."""
 
 from __future__ import annotations
 
@@ -16,3 +16,8 @@ def block_span(blocks: Sequence[int]) -> str:
             parts.append(str(start) if start == prev else f"{start}..{prev}")
             start = cur
     return ",".join(parts)
+
+
+def count_of(n: int, noun: str) -> str:
+    """"1 thread", "16 threads": a count with its noun in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

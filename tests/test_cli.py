@@ -144,6 +144,14 @@ def test_headless_run_imports_neither_textual_nor_torch():
     assert json.loads(result.stdout)["schema_version"] == 2
 
 
+def test_the_text_header_counts_threads_in_the_right_number(capsys):
+    for threads, said in ((1, ", 1 thread, context"), (2, ", 2 threads, context")):
+        assert main(["advise", *FAST, "--threads", str(threads)]) == EXIT_OK
+        out = capsys.readouterr().out
+        header = next(line for line in out.splitlines() if line.startswith("COPE advise: "))
+        assert said in header
+
+
 def test_models_and_presets_list_the_catalog(capsys):
     assert main(["models"]) == EXIT_OK
     out = capsys.readouterr().out

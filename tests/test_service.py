@@ -253,6 +253,10 @@ def test_no_gpu_or_one_without_figures_plans_for_the_default_preset_and_says_why
     none = build_request(FAST, detect_gpu=lambda: unknown_gpu("NVML is not available"))
     assert none.platform.gpu.preset_id == "rtx-4060-ti-16gb"
     assert any("no GPU detected: NVML is not available" in n for n in none.notes)
+    # detection's own note already says "no GPU detected": said once, not twice
+    said = build_request(FAST, detect_gpu=lambda: unknown_gpu("no GPU detected: NVML could not start")).notes
+    assert any("(no GPU detected: NVML could not start)" in n for n in said)
+    assert not any("no GPU detected: no GPU detected" in n for n in said)
     odd = build_request(FAST, detect_gpu=lambda: _detected("NVIDIA Mystery 9000", 48, bandwidth=False))
     assert odd.platform.gpu.preset_id == "rtx-4060-ti-16gb"
     assert any("NVIDIA Mystery 9000 was detected, but COPE has no memory-bandwidth figure" in n for n in odd.notes)

@@ -20,6 +20,7 @@ from engine.command_estimate import CommandPrice, price_placement_command
 from engine.errors import CopeInputError
 from engine.llama_args import parse_llama_command
 from engine.memory import GIB
+from engine.spans import count_of
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def render_cpu_only(plan: CpuOnlyPlan) -> str:
     else:
         lines.append(f"  {p.refusal}")
     lines += [f"  {shlex.join(plan.argv)}", "",
-              f"COPE advise: {r.model.name} {r.quant.name}, no GPU + {r.platform.cpu.name}, {r.threads} threads, "
+              f"COPE advise: {r.model.name} {r.quant.name}, no GPU + {r.platform.cpu.name}, {count_of(r.threads, 'thread')}, "
               f"context {r.context_tokens}",
               f"Cost model: {plan.pricing.fidelity.value} ({plan.pricing.reason})"]
     if p.memory is not None:

@@ -154,7 +154,9 @@ def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-unt
         assumed.append(f"GPU: the {default.name} preset: this machine's {gpu.name} was detected, but COPE has no "
                        f"memory-bandwidth figure for it ({gpu.mem_bandwidth_bytes_per_s.note}); {other}")
     else:
-        assumed.append(f"GPU: the {default.name} preset (no GPU detected: {gpu.vram_bytes.note}); {other}")
+        why = gpu.vram_bytes.note  # detection's note says "no GPU detected: ..." itself
+        why = why if why.startswith("no GPU detected") else f"no GPU detected: {why}"
+        assumed.append(f"GPU: the {default.name} preset ({why}); {other}")
     return default
 
 

@@ -10,6 +10,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from cope_tui.app.panes.results import RUNS_STYLE
 from engine.memory import GIB
+from engine.spans import count_of
 
 PASTE_HINT = "llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8"
 
@@ -65,7 +66,7 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
         mine = f" ({yours.tpot_s / near.tpot_s:.2f}x your command)" if yours.runs else ""
         text.append(f"Runs on llama.cpp: {near.candidate.id}, {near.tpot_s * 1e3:.2f} ms/token, "
                     f"{near.tokens_per_s:.1f} tok/s{mine}\n")
-    text.append(f"Priced at {req.threads} threads, context {req.context_tokens}, {yours.fidelity} cost model\n",
+    text.append(f"Priced at {count_of(req.threads, 'thread')}, context {req.context_tokens}, {yours.fidelity} cost model\n",
                 style="dim")
     unknown = result.command.unknown
     if unknown:

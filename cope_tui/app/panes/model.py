@@ -12,6 +12,7 @@ from textual.widgets.option_list import Option
 from cope_tui.app.panes import Apply
 from cope_tui.app.widgets.options_row import OptionsRow
 from engine.errors import CopeInputError
+from engine.spans import count_of
 
 
 class ModelPane(VerticalScroll):
@@ -110,7 +111,7 @@ class ModelPane(VerticalScroll):
             f"In use: [b]{model.name}[/b] ({model.arch}, {model.n_moe_layers} MoE layers x "
             f"{model.n_routed_experts} experts, top-{model.top_k}), {req.quant.name}"
             + (" fixed by the GGUF file" if fixed else "")
-            + f", context {req.context_tokens}, {req.threads} threads"
+            + f", context {req.context_tokens}, {count_of(req.threads, 'thread')}"
         )
         row = self.query_one("#model-options", OptionsRow)
         row.show(app.choices)

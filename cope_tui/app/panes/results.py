@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Static
 
 from cope_tui.app.widgets.chart import ThroughputChart
 from engine.memory import GIB
+from engine.spans import count_of
 
 COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs on")
 WIDE_AT = 110  # narrower terminals get the compact table
@@ -110,7 +111,7 @@ class ResultsPane(Vertical):
             summary.append(" ")
         summary.append(f"{req.model.name} {req.quant.name} on {req.platform.gpu.name} "
                        f"({req.vram_budget_bytes / GIB:.1f} GiB budget) + {req.platform.cpu.name}, "
-                       f"{req.threads} threads; {rec.cost_model.fidelity} cost model; "
+                       f"{count_of(req.threads, 'thread')}; {rec.cost_model.fidelity} cost model; "
                        f"vs base = against {baseline.candidate.id}")
         ranking = getattr(app, "workload_ranking", None)
         if ranking is not None:
