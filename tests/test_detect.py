@@ -490,3 +490,17 @@ def test_detect_shows_each_figure_in_its_unit():
     assert _format_fact("ram_bytes", 64 * 1024**3) == "64.0 GiB"
     assert _format_fact("vector_isa", "AVX-512 VNNI") == "AVX-512 VNNI"
     assert _format_fact("base_clock_hz", None) == "unknown"
+
+
+def test_detect_lines_up_every_figure_whatever_the_name_length():
+    # thread_bandwidth_bytes_per_s is the longest name; its figure ends in the same column
+    # as every other row's, two spaces before the basis.
+    from cope_tui.commands.detect import _render_platform
+    from engine.platform import Platform, get_cpu_preset, get_gpu_preset
+
+    text = _render_platform(Platform(get_gpu_preset("rtx-3090"), get_cpu_preset("ryzen-9-7950x")))
+    rows = [line for line in text.splitlines() if line.startswith("  ") and "_" in line.split()[0]]
+    assert any(line.split()[0] == "thread_bandwidth_bytes_per_s" for line in rows)
+    end = 2 + max(len(line.split()[0]) for line in rows) + 1 + 12  # name column, a space, the figure
+    for line in rows:
+        assert line[end - 1] != " " and line[end : end + 2] == "  ", line

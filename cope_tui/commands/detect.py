@@ -75,7 +75,10 @@ def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
     from engine.platform import Fact
 
     lines: list[str] = []
-    for title, spec in (("GPU", platform.gpu), ("CPU", platform.cpu)):
+    specs = (("GPU", platform.gpu), ("CPU", platform.cpu))
+    width = max(len(f.name) for _, spec in specs for f in fields(spec)  # one column for both
+                if isinstance(getattr(spec, f.name), Fact))
+    for title, spec in specs:
         matched = getattr(spec, "matched_preset_id", None)
         lines.append(f"{title}: {spec.name}" + (f" (preset {spec.preset_id})" if spec.preset_id else "")
                      + (f" (spec sheet: preset {matched})" if matched else ""))
@@ -85,5 +88,5 @@ def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
             lines.append(f"  every figure unknown: {notes.pop()}")
             continue
         for name, fact in facts:
-            lines.append(f"  {name:<26} {_format_fact(name, fact.value):>12}  {fact.basis:<8}  {fact.note}")
+            lines.append(f"  {name:<{width}} {_format_fact(name, fact.value):>12}  {fact.basis:<8}  {fact.note}")
     return "\n".join(lines) + "\n"
