@@ -123,10 +123,19 @@ def memory_spec(type_name: str, speed_mts: int, *, channels: int | None = None, 
     return MemorySpec(kind.name, int(speed_mts), int(bits), kind.channel_bits)
 
 
+# Two sockets of twelve DDR5-8800 MRDIMM channels are about 1,700 GB/s: ten times that is no
+# host memory, but a figure in bytes per second (or MB/s) given as GB/s.
+MAX_HOST_GBPS = 20_000
+
+
 def parse_bandwidth_gbps(text: str) -> float:
     """`--ram-bandwidth 96` or `96GB/s` -> 96.0 (GB/s, 10^9 bytes per second)."""
     raw = str(text).strip()
     m = re.fullmatch(r"(?i)([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:gb/?s|gbps)?", raw)
     if m is None:
         raise CopeInputError(f"{raw!r} is not a bandwidth in GB/s (e.g. 96 or 460.8)")
-    return float(m.group(1))
+    gbps = float(m.group(1))
+    if gbps > MAX_HOST_GBPS:
+        raise CopeInputError(f"{raw!r} GB/s is more than any host memory reaches (at most {MAX_HOST_GBPS:,} GB/s "
+                             "taken): give GB/s, not bytes per second (e.g. 96 or 460.8)")
+    return gbps

@@ -74,3 +74,11 @@ def test_bandwidth_in_gbps(text, gbps):
 def test_bad_bandwidth_refused(text):
     with pytest.raises(CopeInputError, match="not a bandwidth in GB/s"):
         parse_bandwidth_gbps(text)
+
+
+@pytest.mark.parametrize("text", ["1e9", "96e9", "460800"])
+def test_a_bandwidth_in_bytes_per_second_is_refused_as_such(text):
+    # 96e9 is 96 GB/s written in bytes per second: no host memory reaches 96 billion GB/s.
+    with pytest.raises(CopeInputError, match="give GB/s, not bytes per second"):
+        parse_bandwidth_gbps(text)
+    assert parse_bandwidth_gbps("1700") == 1700.0  # two sockets of fast MRDIMMs still pass
