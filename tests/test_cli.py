@@ -167,6 +167,25 @@ def test_models_and_presets_list_the_catalog(capsys):
     assert "rtx-4090" in out and "desktop-ddr5" in out
 
 
+def test_models_and_presets_as_json_hold_what_the_tables_show(capsys):
+    from engine.catalog import catalog
+    from engine.platform import cpu_presets, gpu_presets
+    from engine.quant import quantizations
+
+    assert main(["models", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert [m["id"] for m in doc["models"]] == list(catalog())
+    assert [q["name"] for q in doc["quantizations"]] == [q.name for q in quantizations().values()]
+    qwen = doc["models"][0]
+    assert (qwen["routed_experts"], qwen["top_k"], len(qwen["moe_blocks"])) == (128, 8, 48)
+    assert main(["presets", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["gpus"]) == set(gpu_presets()) and set(doc["cpus"]) == set(cpu_presets())
+    assert doc["gpus"]["rtx-3090"]["vram_bytes"]["value"] == 24 * 2**30
+    cores = doc["cpus"]["ryzen-9-7950x"]["physical_cores"]
+    assert (cores["value"], cores["basis"]) == (16, "preset") and "amd.com" in cores["note"]  # with its source
+
+
 def test_export_into_a_path_under_a_file_is_a_one_line_error(capsys, tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("keep me\n")

@@ -1,4 +1,4 @@
-"""`cope models` and `cope presets`: what is built in."""
+"""`cope models` and `cope presets`: what is built in, as a table or (--json) one JSON document."""
 
 from __future__ import annotations
 
@@ -8,14 +8,31 @@ from cope_tui.exit_codes import EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("models", help="list the built-in model catalog and quantizations").set_defaults(run=models)
-    sub.add_parser("presets", help="list the GPU and CPU presets").set_defaults(run=presets)
+    models_parser = sub.add_parser("models", help="list the built-in model catalog and quantizations")
+    models_parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    models_parser.set_defaults(run=models)
+    presets_parser = sub.add_parser("presets", help="list the GPU and CPU presets")
+    presets_parser.add_argument("--json", action="store_true", help="one JSON document on stdout (every figure "
+                                                                    "with its basis and source)")
+    presets_parser.set_defaults(run=presets)
 
 
 def models(args: argparse.Namespace) -> int:
     from engine.catalog import catalog
     from engine.quant import quantizations
 
+    if args.json:
+        from cope_tui.commands.output import write_json
+
+        write_json({
+            "models": [{"id": m.id, "name": m.name, "arch": m.arch, "blocks": m.n_blocks,
+                        "moe_blocks": list(m.moe_blocks), "routed_experts": m.n_routed_experts, "top_k": m.top_k,
+                        "shared_experts": m.n_shared_experts, "provenance": m.source} for m in catalog().values()],
+            "quantizations": [{"name": q.name, "expert_bits_per_weight": q.expert_bits_per_weight,
+                               "non_expert_bits_per_weight": q.non_expert_bits_per_weight, "provenance": q.source}
+                              for q in quantizations().values()],
+        })
+        return EXIT_OK
     for model in catalog().values():
         print(
             f"{model.id:<34} {model.name:<34} {model.n_moe_layers:>3} MoE layers x "
@@ -31,6 +48,12 @@ def presets(args: argparse.Namespace) -> int:
     from engine.memory import GIB
     from engine.platform import cpu_presets, gpu_presets
 
+    if args.json:
+        from cope_tui.commands.output import write_json
+
+        write_json({"gpus": {pid: gpu.to_dict() for pid, gpu in gpu_presets().items()},
+                    "cpus": {pid: cpu.to_dict() for pid, cpu in cpu_presets().items()}})
+        return EXIT_OK
     print("GPUs:")
     for pid, gpu in gpu_presets().items():
         print(
