@@ -188,6 +188,14 @@ def test_asking_for_calibrated_without_a_calibration_is_one_line(cache, capsys):
     assert err.count("\n") == 0 and "run cope calibrate --gguf FILE first" in err
 
 
+def test_a_missing_gguf_is_named_before_llama_bench_is_looked_for(tmp_path, cache, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no llama-bench anywhere: the file is still what is said
+    missing = tmp_path / "nope.gguf"
+    rc = main(["calibrate", "--gguf", str(missing)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(missing) in err[0] and "no such file" in err[0]
+
+
 def test_garbage_from_llama_bench_is_one_clear_line(tmp_path, cache, gguf, capsys):
     path, facts = gguf
     bench = write_fake(tmp_path, FakeMachine(output="garbage", **facts))

@@ -5,6 +5,7 @@ constants fitted to them and kept, so later estimates price with them
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cope_tui.exit_codes import EXIT_OK
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise CopeInputError(f"--threads must be positive, got {args.threads}")
+    if not os.path.isfile(args.gguf):  # the user's own file first: a missing one is the likelier slip
+        raise CopeInputError("--gguf: no such file", path=args.gguf)
     bench = find_llama_bench(args.llama_bench)
     report = calibrate(args.gguf, bench=bench, threads=args.threads, run_timeout_s=args.run_timeout,
                        repetitions=args.repetitions or BENCH_REPETITIONS, progress=_say)
