@@ -135,6 +135,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             tied_embeddings=bool(data.get("tie_word_embeddings", True)),  # HF's default
             attention=attention,
             source=source,
+            caveats=tuple(notes),
             gated_experts=gated,
             hf_repo=hf_repo,
             default_quant="MXFP4" if model_type == "gpt_oss" else "Q4_K_M",

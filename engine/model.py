@@ -102,6 +102,9 @@ class ModelSpec:
     # The type the checkpoint ships its routed experts in, which llama.cpp's converter keeps
     # whatever its output type (gpt-oss: "MXFP4"); "" when the experts are plain floats.
     native_expert_type: str = ""
+    # What the shape gets wrong, as read from a config.json (Jamba's Mamba blocks counted as
+    # attention, ...): said with every plan made for the model, not only in its provenance.
+    caveats: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []

@@ -327,3 +327,19 @@ def test_hub_cache_path_gives_id_and_repo(tmp_path):
     named = dict(QWEN3_LIKE, _name_or_path="Qwen/Qwen3-30B-A3B")
     m = model_from_hf_config(_write(plain, "config.json", named))
     assert (m.id, m.hf_repo) == ("Qwen3-30B-A3B", "")
+
+
+def test_what_a_config_shape_gets_wrong_is_said_in_every_plan(configs):
+    # Jamba's Mamba blocks are priced as attention: the plan's notes say so, not only the
+    # model's provenance in the JSON.
+    from cope_tui.options import PlanChoices
+    from cope_tui.service.request import build_request
+
+    path = str(configs / "jamba.config.json")
+    assert any("Mamba" in c for c in _load(configs, "jamba").caveats)
+    request = build_request(PlanChoices(model=path, gpu="rtx-3090", cpu="ryzen-9-7950x", tokens=40))
+    assert any(n.startswith("model shape (") and "Mamba mixer blocks are counted as attention" in n
+               for n in request.notes)
+    plain = build_request(PlanChoices(model=str(configs / "mixtral.config.json"), gpu="rtx-3090",
+                                      cpu="ryzen-9-7950x", tokens=40))
+    assert not any(n.startswith("model shape (") for n in plain.notes)

@@ -35,7 +35,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         assumed.append(f"model: {DEFAULT_MODEL} (no --model given)")
     model = load_model(model_arg, gguf_file=args.gguf_file)
 
-    model_notes: tuple[str, ...] = ()
+    model_notes: tuple[str, ...] = tuple(f"model shape ({model.name}): {c}" for c in model.caveats)
     if model.exact_bytes is not None:
         from cope_tui.sources.gguf_model import file_quantization  # noqa: PLC0415
 
@@ -45,7 +45,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
                 f"--quant {args.quant}: the model comes from a GGUF file, whose tensors fix the "
                 f"quantization ({exact.quant_name}); drop --quant", path=exact.source)
         quant = file_quantization(model)
-        model_notes = (f"byte sizes exact from the GGUF tensor table of {exact.source}: {exact.quant_summary}",)
+        model_notes += (f"byte sizes exact from the GGUF tensor table of {exact.source}: {exact.quant_summary}",)
     else:
         quant_name = args.quant or model.default_quant
         if args.quant is None:
