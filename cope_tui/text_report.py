@@ -6,7 +6,7 @@ from engine.advise import Recommendation
 from engine.command_estimate import CommandEstimate
 from engine.export import Export
 from engine.memory import GIB
-from engine.run_advice import CandidateRuns, RunAdvice, export_pick, plan_runs
+from engine.run_advice import CandidateRuns, RunAdvice, plan_runs
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
 from engine.spans import count_of
 
@@ -104,13 +104,14 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
         return [nothing_fits(runs)]
     e = now.estimate
     runtime = runtime_named(now.runtime).info
-    export = export_pick(rec, now, model_path=model_path)
+    export = runs.export(rec, now, model_path=model_path)
     host = now.host
     held = "mapped" if host.mapped else ("copied, --no-mmap" if runtime.can_map else "held by the runtime")
     lines = [
-        f"Run this now: {e.candidate.id} with {runtime.title}",
+        f"Run this now: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
         f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "
         f"RAM {host.fit.need_bytes / GIB:.1f} GiB ({held}); {e.detail}",
+        *_request_line(runs, e.candidate.id),
         "  " + export.display(),
     ]
     lines += [f"  # {note}" for note in export.notes]
@@ -120,10 +121,25 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
     if speedup is not None and runs.best_overall is not None:
         best = runs.best_overall
         other = runtime_named(best.runtime).info
+        figure = (f"{best.estimate.tokens_per_s:.1f} tok/s" if runs.ranking is None
+                  else f"request {runs.seconds(best.row):.1f} s")
         lines.append(f"{speedup:.2f}x faster with {other.title} ({best.estimate.candidate.id}, "
-                     f"{best.estimate.tokens_per_s:.1f} tok/s): {other.install} ({other.home}), then cope export --runtime "
+                     f"{figure}): {other.install} ({other.home}), then cope export --runtime "
                      f"{other.name} --candidate {best.estimate.candidate.id} --out DIR/run.sh")
     return lines
+
+
+def _fastest_by(runs: RunAdvice) -> str:
+    return "" if runs.ranking is None else f" (fastest by request time: {runs.ranking.workload.describe()})"
+
+
+def _request_line(runs: RunAdvice, candidate_id: str) -> list[str]:
+    priced = runs.ranking.of(candidate_id) if runs.ranking is not None else None
+    if priced is None:
+        return []
+    return [f"  request {priced.request_s:.1f} s = TTFT {priced.prefill.ttft_s:.1f} s "
+            f"({priced.prefill.tokens_per_s:.0f} prompt tok/s at -ub {priced.prefill.ubatch}) + "
+            f"{runs.ranking.workload.output_tokens} x {priced.estimate.tpot_s * 1e3:.2f} ms"]
 
 
 def _trace_line(rec: Recommendation) -> str:

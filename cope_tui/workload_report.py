@@ -14,6 +14,8 @@ def render_workload(ranking: WorkloadRanking, rec: Recommendation, *, limit: int
     lines = [
         f"Workload: {w.describe()}; ranked by request time = TTFT + {w.output_tokens} x TPOT "
         f"(prefill by stock llama.cpp's rules: CPU experts copied to the GPU per micro-batch)",
+        f"Context: {ranking.context_tokens} tokens (-c), holding the request's {w.tokens}; decode attends to "
+        f"{ranking.attention_tokens} tokens on average (the prompt and half the output)",
         f"{'rank':>4}  {'candidate':<44} {'request s':>9} {'TTFT s':>8} {'prompt t/s':>10} {'decode t/s':>10} "
         f"{'-ub':>5} {'decode rank':>11}",
     ]

@@ -12,8 +12,11 @@ Shape (all times in seconds, sizes in bytes):
   "recommendation": {
     "fastest_estimate": "<candidate id>", # rank 1, whether or not a runtime runs it
     "installed_runtimes": [...],
+    "ranked_by": "tpot_s" | "request_s",  # what run_now and best_overall are the fastest by
     "run_now": {candidate, runtime, installed, tpot_s, tokens_per_s, vram_used_bytes,
                 ram_used_bytes, mmap, argv, env, command, artefacts, notes} | null,
+                # with a workload also request_s, ttft_s, prompt_tokens_per_s, ubatch, batch
+                # (argv carries -b/-ub)
     "best_overall": {... the same ...} | null,   # any runtime, installed or not
   },
   "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
@@ -36,7 +39,7 @@ from typing import Any
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
-from engine.run_advice import RunAdvice, RunPick, export_pick, pick_to_dict, plan_runs
+from engine.run_advice import RunAdvice, RunPick, pick_to_dict, plan_runs
 
 SCHEMA_VERSION = 2
 
@@ -84,8 +87,9 @@ def recommendation_to_dict(rec: Recommendation, runs: RunAdvice | None = None) -
         "recommendation": {
             "fastest_estimate": rec.best.candidate.id,
             "installed_runtimes": list(runs.installed),
-            "run_now": _pick(rec, runs.run_now),
-            "best_overall": _pick(rec, runs.best_overall),
+            "ranked_by": "tpot_s" if runs.ranking is None else "request_s",
+            "run_now": _pick(rec, runs, runs.run_now),
+            "best_overall": _pick(rec, runs, runs.best_overall),
         },
         "candidates": [
             {
@@ -100,8 +104,8 @@ def recommendation_to_dict(rec: Recommendation, runs: RunAdvice | None = None) -
     }
 
 
-def _pick(rec: Recommendation, pick: RunPick | None) -> dict | None:
-    return None if pick is None else pick_to_dict(pick, export_pick(rec, pick))
+def _pick(rec: Recommendation, runs: RunAdvice, pick: RunPick | None) -> dict | None:
+    return None if pick is None else pick_to_dict(pick, runs.export(rec, pick), runs.ranking)
 
 
 def estimate_to_dict(e: Estimate, rank: int, baseline_tpot_s: float) -> dict[str, Any]:

@@ -7,13 +7,16 @@ not matter then. From that:
 - run_now: the fastest candidate an installed runtime runs exactly and that fits RAM
   (else the fastest stock llama.cpp runs, flagged as not installed);
 - best_overall: the fastest candidate any runtime runs exactly and that fits RAM.
-A candidate that fits no runtime's RAM is never recommended.
+A candidate that fits no runtime's RAM is never recommended. "Fastest" is by decode
+(TPOT, the Recommendation's order), or with a workload by request time (TTFT + N x
+TPOT, the WorkloadRanking's order): `pick_order` is the one place that says which, and
+both picks, the speedup line and every front end's run-now row follow it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
@@ -22,6 +25,10 @@ from engine.policy import Kind
 from engine.runtimes import REGISTRY, STOCK_NAME, Placement, Support, placement_of
 from engine.runtimes.host import HostChoice, host_choice
 from engine.runtimes.llamacpp import llama_shape
+
+if TYPE_CHECKING:
+    from engine.export import Export
+    from engine.workload import WorkloadRanking
 
 ALL_GPU_GROUP = "everything fits on the GPU, so residency and execution do not matter"
 ALL_CPU_GROUP = "no expert slots: every routed expert runs on the CPU whatever the policy"
@@ -99,11 +106,12 @@ class RunPick:
 
 @dataclass(frozen=True)
 class RunAdvice:
-    rows: tuple[CandidateRuns, ...]  # ranked like the Recommendation
+    rows: tuple[CandidateRuns, ...]  # ranked like the Recommendation (decode)
     run_now: RunPick | None
     best_overall: RunPick | None
     installed: tuple[str, ...]
     plan: ExportPlan
+    ranking: "WorkloadRanking | None" = None  # with a workload: the picks follow its request times
 
     def row(self, candidate_id: str) -> CandidateRuns:
         return next(r for r in self.rows if r.id == candidate_id)
@@ -112,15 +120,41 @@ class RunAdvice:
         """One row for each group of identical placements."""
         return [r for r in self.rows if r.same_as is None]
 
+    def seconds(self, row: CandidateRuns) -> float:
+        """What the picks are ordered by: the request time with a workload, else TPOT."""
+        if self.ranking is None:
+            return row.estimate.tpot_s
+        priced = self.ranking.of(row.id)
+        assert priced is not None, f"{row.id} is not in the workload ranking"
+        return priced.request_s
+
     @property
     def speedup_elsewhere(self) -> float | None:
         """How much faster best_overall is than run_now when it needs another runtime."""
         now, best = self.run_now, self.best_overall
-        if best is None or (now is not None and (best.row is now.row or best.estimate.tpot_s >= now.estimate.tpot_s)):
+        if best is None or now is None or best.row is now.row:
             return None
-        if now is None:
+        if self.seconds(best.row) >= self.seconds(now.row):
             return None
-        return now.estimate.tpot_s / best.estimate.tpot_s
+        return self.seconds(now.row) / self.seconds(best.row)
+
+    def export(self, rec: Recommendation, pick: RunPick, **kw) -> "Export":  # type: ignore[no-untyped-def]
+        """The command of a pick on its runtime, with the -b/-ub a workload chose for it
+        (engine.export.export_for keywords pass through)."""
+        return export_pick(rec, pick, ranking=self.ranking, **kw)
+
+
+def pick_order(rows: Iterable[CandidateRuns], ranking: "WorkloadRanking | None") -> list[CandidateRuns]:
+    """The order run_now and best_overall are picked in: the Recommendation's (decode), or
+    with a workload the ranking's (request time; engine.workload.rank_workload sorts it)."""
+    rows = list(rows)
+    if ranking is None:
+        return rows
+    position = {w.candidate_id: i for i, w in enumerate(ranking.estimates)}
+    missing = [r.id for r in rows if r.id not in position]
+    if missing:
+        raise ValueError(f"the workload ranking is of another recommendation: it lacks {', '.join(missing[:3])}")
+    return sorted(rows, key=lambda r: position[r.id])
 
 
 def _group_of(placement: Placement) -> str | None:
@@ -173,33 +207,50 @@ def _pick(rows: Iterable[CandidateRuns], allowed: Iterable[str], installed: set[
     return None
 
 
-def plan_runs(rec: Recommendation, installed: Iterable[str] = ()) -> RunAdvice:
+def plan_runs(rec: Recommendation, installed: Iterable[str] = (),
+              ranking: "WorkloadRanking | None" = None) -> RunAdvice:
+    """`ranking`: a workload's ranking of `rec` (engine.workload.rank_workload); the picks
+    then follow request time instead of decode."""
     plan = plan_from_recommendation(rec)
     installed_set = set(installed)
     rows = _grouped([_row(e, rec, plan) for e in rec.estimates])
+    order = pick_order(rows, ranking)
     names = [r.info.name for r in REGISTRY]
-    run_now = _pick(rows, [n for n in names if n in installed_set], installed_set)
+    run_now = _pick(order, [n for n in names if n in installed_set], installed_set)
     if run_now is None:
-        run_now = _pick(rows, [STOCK_NAME], installed_set)
-    best = _pick(rows, names, installed_set)
-    return RunAdvice(tuple(rows), run_now, best, tuple(n for n in names if n in installed_set), plan)
+        run_now = _pick(order, [STOCK_NAME], installed_set)
+    best = _pick(order, names, installed_set)
+    return RunAdvice(tuple(rows), run_now, best, tuple(n for n in names if n in installed_set), plan, ranking)
 
 
-def export_pick(rec: Recommendation, pick: RunPick, **kw):  # type: ignore[no-untyped-def]
-    """The command of a pick on its runtime (engine.export.export_for keywords pass through)."""
+def export_pick(rec: Recommendation, pick: RunPick, *, ranking: "WorkloadRanking | None" = None,
+                **kw):  # type: ignore[no-untyped-def]
+    """The command of a pick on its runtime, with a workload's -b/-ub (engine.export.export_for
+    keywords pass through)."""
     from engine.export import export_for
 
-    return export_for(rec, pick.estimate, runtime=pick.runtime, **kw)
+    export = export_for(rec, pick.estimate, runtime=pick.runtime, **kw)
+    if ranking is None:
+        return export
+    from engine.workload import export_with_batch
+
+    return export_with_batch(export, ranking)
 
 
-def pick_to_dict(pick: RunPick | None, export) -> dict | None:  # type: ignore[no-untyped-def]
+def pick_to_dict(pick: RunPick | None, export,  # type: ignore[no-untyped-def]
+                 ranking: "WorkloadRanking | None" = None) -> dict | None:
     if pick is None:
         return None
     e = pick.estimate
+    priced = ranking.of(e.candidate.id) if ranking is not None else None
+    request = {} if priced is None else {"request_s": priced.request_s, "ttft_s": priced.prefill.ttft_s,
+                                         "prompt_tokens_per_s": priced.prefill.tokens_per_s,
+                                         "ubatch": priced.prefill.ubatch, "batch": priced.prefill.batch}
     return {
         "candidate": e.candidate.id,
         "runtime": pick.runtime,
         "installed": pick.installed,
+        **request,
         "tpot_s": e.tpot_s,
         "tokens_per_s": e.tokens_per_s,
         "vram_used_bytes": e.vram_used_bytes,

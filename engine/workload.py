@@ -14,17 +14,25 @@ ranked by it. Which experts a candidate keeps in host memory at prefill:
 
 Double-buffered copies (MoE-CORE's alternating buffers) are priced beside as a what-if no
 runtime runs, and said so.
+
+The request must fit the context: a workload sizes the KV cache for P + N tokens (the
+default context when it holds them, else P + N rounded up to a multiple of 1024), and its
+decode steps attend to P + N/2 tokens on average (they run at depths P..P+N), where a
+decode-only plan assumes half the context (`request_context`). A --context smaller than
+P + N is refused: llama-server would not take the prompt.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from engine.advise import Recommendation
 from engine.analytic_cost import AnalyticCostModel
+from engine.errors import CopeInputError
 from engine.estimate import Estimate
+from engine.export import Export
 from engine.llama_placement import LlamaPlacement
 from engine.policy import Kind
 from engine.prefill_cost import DOUBLE_BUFFERED, LLAMA_CPP, PrefillCost, PrefillModel, request_time_s
@@ -39,6 +47,45 @@ class Workload:
     def describe(self) -> str:
         named = f"{self.name}: " if self.name else ""
         return f"{named}{self.prompt_tokens} prompt tokens, {self.output_tokens} output tokens"
+
+    @property
+    def tokens(self) -> int:
+        """What the context must hold: the prompt and every output token."""
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def decode_depth_tokens(self) -> int:
+        """What a decode step attends to on average: output token i sees P + i tokens."""
+        return self.prompt_tokens + self.output_tokens // 2
+
+
+# A context sized for a request is rounded up to this: room for the chat template's own
+# tokens, and a multiple of the 256 tokens llama.cpp pads its KV cache to.
+CONTEXT_STEP_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    context_tokens: int  # the KV cache reserved (the exported -c)
+    attention_tokens: int  # what a decode step attends to on average
+    sized: bool  # True: grown past the default to hold the request
+
+
+def request_context(workload: Workload, given: int | None, default: int) -> RequestContext:
+    """The context a workload is planned at: `given` (--context) when it holds the request
+    (else refused), the default when it does, else the request rounded up."""
+    need = workload.tokens
+    if given is not None:
+        if given < need:
+            raise CopeInputError(
+                f"--context {given} is smaller than the request's {workload.prompt_tokens} prompt + "
+                f"{workload.output_tokens} output = {need} tokens: give --context {need} or more, or leave "
+                "--context out to size it for the request")
+        return RequestContext(given, workload.decode_depth_tokens, False)
+    if need <= default:
+        return RequestContext(default, workload.decode_depth_tokens, False)
+    rounded = -(-need // CONTEXT_STEP_TOKENS) * CONTEXT_STEP_TOKENS
+    return RequestContext(rounded, workload.decode_depth_tokens, True)
 
 
 @dataclass(frozen=True)
@@ -67,6 +114,8 @@ class WorkloadRanking:
     estimates: tuple[WorkloadEstimate, ...]  # fastest request first
     gpu_flops_source: str
     cpu_compute_source: str = ""
+    context_tokens: int = 0  # the KV cache the ranking was planned with (the exported -c)
+    attention_tokens: int = 0  # what its decode steps attend to on average
 
     @property
     def best(self) -> WorkloadEstimate:
@@ -78,6 +127,7 @@ class WorkloadRanking:
     def to_dict(self) -> dict:
         return {"prompt_tokens": self.workload.prompt_tokens, "output_tokens": self.workload.output_tokens,
                 "name": self.workload.name, "ranked_by": "request_s = ttft_s + output_tokens x tpot_s",
+                "context_tokens": self.context_tokens, "decode_attention_tokens": self.attention_tokens,
                 "prefill_runtime": LLAMA_CPP.name, "gpu_flops_source": self.gpu_flops_source,
                 "cpu_compute_source": self.cpu_compute_source,
                 "best": self.best.candidate_id, "candidates": [w.to_dict() for w in self.estimates]}
@@ -102,8 +152,13 @@ def prefill_model(rec: Recommendation, analytic: AnalyticCostModel) -> PrefillMo
 
 
 def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
-    """Every candidate of `rec` priced for the whole request and ranked by it."""
+    """Every candidate of `rec` priced for the whole request and ranked by it (fastest
+    first; the one order every pick made for a workload follows, engine/run_advice.py).
+    `rec` must be planned at a context that holds the request (`request_context`)."""
     req = rec.request
+    if req.context_tokens < workload.tokens:
+        raise ValueError(f"planned at context {req.context_tokens}, which cannot hold the request's "
+                         f"{workload.tokens} tokens: plan with the workload (request_context)")
     analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=req.context_tokens,
                                  attention_tokens=req.attention_tokens, kv_bytes_per_element=req.kv_bytes_per_element)
     model = prefill_model(rec, analytic)
@@ -117,4 +172,18 @@ def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
         out.append(WorkloadEstimate(e, prefill, overlapped,
                                     request_time_s(prefill.ttft_s, e.tpot_s, workload.output_tokens)))
     out.sort(key=lambda w: (w.request_s, w.candidate_id))
-    return WorkloadRanking(workload, tuple(out), model.gpu_flops_source, model.cpu_compute_source)
+    return WorkloadRanking(workload, tuple(out), model.gpu_flops_source, model.cpu_compute_source,
+                           req.context_tokens, analytic.attention_tokens)
+
+
+def export_with_batch(export: Export, ranking: WorkloadRanking) -> Export:
+    """`export` with the -b/-ub chosen for the candidate it runs (llama.cpp binaries only:
+    -b/-ub are common/arg.cpp's --batch-size/--ubatch-size and llama-bench's -b/-ub)."""
+    chosen = ranking.of(export.exported_id)
+    if chosen is None or not export.binary.startswith("llama-"):
+        return export
+    argv = tuple(export.argv) + ("-b", str(chosen.prefill.batch), "-ub", str(chosen.prefill.ubatch))
+    note = (f"-b {chosen.prefill.batch} -ub {chosen.prefill.ubatch}: the micro-batch whose compute buffer fits the "
+            f"VRAM this placement leaves, for {ranking.workload.describe()} "
+            f"(TTFT {chosen.prefill.ttft_s:.1f} s, {chosen.prefill.tokens_per_s:.0f} prompt tok/s)")
+    return replace(export, argv=argv, notes=tuple(export.notes) + (note,))

@@ -743,3 +743,31 @@ async def test_a_workload_shows_both_speeds_and_the_request_time_and_the_chart_p
         assert app.chart_metric == "prompt" and chart.series != decode_series
         await pilot.press("t")
         assert app.chart_metric == "decode"
+
+
+async def test_with_a_workload_the_pinned_row_and_the_export_follow_request_time():
+    app = make_app(make_services(), FAST.with_(workload="rag", gpu="rtx-4060-ti-16gb"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        from engine.run_advice import plan_runs
+
+        ranking, runs = app.workload_ranking, app.runs
+        assert runs.ranking is ranking
+        now = runs.run_now
+        # The pinned row is the fastest request stock llama.cpp runs (nothing is installed),
+        # here not the decode pick: a long prompt favours every expert on the CPU.
+        fastest = next(w.candidate_id for w in ranking.estimates
+                       if runs.row(w.candidate_id).same_as is None
+                       and "llama.cpp" in runs.row(w.candidate_id).exact_runtimes())
+        assert now.row.id == fastest != plan_runs(app.advice.rec).run_now.row.id
+        table = app.query_one("#results-table", DataTable)
+        assert table.coordinate_to_cell_key((0, 0)).row_key.value == fastest
+        assert table_column(app, 0)[0].startswith("▶") and app.selected_id == fastest
+        # Its export carries the -b/-ub chosen for the request and a context that holds it.
+        await pilot.press("6")
+        await pilot.pause()
+        argv = list(app.current_export().argv)
+        chosen = ranking.of(fastest).prefill
+        assert argv[argv.index("-ub") + 1] == str(chosen.ubatch) and argv[argv.index("-b") + 1] == str(chosen.batch)
+        assert int(argv[argv.index("-c") + 1]) >= 8000 + 300
+        assert text_of(app, "#command") == app.current_export().display()

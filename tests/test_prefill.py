@@ -143,7 +143,7 @@ def test_workloads_from_presets_and_numbers():
 
 
 def test_the_request_ranking_can_differ_from_decode_only():
-    advice = plan(FAST)
+    advice = plan(FAST.with_(prompt_tokens=8000, output_tokens=300))  # planned at a context that holds it
     long_prompt = rank(advice, Workload(8000, 300))
     times = [w.request_s for w in long_prompt.estimates]
     assert times == sorted(times)
@@ -153,12 +153,13 @@ def test_the_request_ranking_can_differ_from_decode_only():
     assert long_prompt.best.candidate_id != advice.rec.best.candidate.id
     assert long_prompt.best.request_s < long_prompt.of(advice.rec.best.candidate.id).request_s
     # A one-token prompt and a long answer: decode decides again.
-    long_answer = rank(advice, Workload(1, 100000))
-    assert long_answer.best.estimate.tpot_s == pytest.approx(advice.rec.best.tpot_s)
+    answer = plan(FAST.with_(prompt_tokens=1, output_tokens=20000))
+    long_answer = rank(answer, Workload(1, 20000))
+    assert long_answer.best.estimate.tpot_s == pytest.approx(answer.rec.best.tpot_s)
 
 
 def test_the_exported_command_carries_b_and_ub_only_with_a_workload():
-    advice = plan(FAST)
+    advice = plan(FAST.with_(prompt_tokens=8000, output_tokens=300))
     ranking = rank(advice, Workload(8000, 300))
     plain = export_for(advice.rec, ranking.best.estimate)
     assert "-ub" not in plain.argv
@@ -223,3 +224,8 @@ def test_the_readme_example_picks_another_placement_for_the_whole_request(capsys
     assert request_best["request_s"] < by_id[fastest_decode["candidate"]]["request_s"]
     assert request_best["ubatch"] > 512 and "-ub" in doc["export"]["argv"]
     assert by_id[decode_best]["decode_tokens_per_s"] == fastest_decode["decode_tokens_per_s"]
+    # What to run follows the request too (stock llama.cpp runs every expert on the CPU),
+    # with the exported command, whose context holds the prompt and the output.
+    now = doc["recommendation"]["run_now"]
+    assert now["candidate"] == request_best["candidate"] and now["argv"] == doc["export"]["argv"]
+    assert int(now["argv"][now["argv"].index("-c") + 1]) >= 8000 + 300

@@ -163,11 +163,16 @@ class CopeApp(TraceActions, Workers, App[None]):
         runtime = runtime_named(pane.runtime).info
         binary = pane.binary if pane.binary in runtime.binaries else None
         try:
-            return export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=binary,
-                              model_path=model_path, side_dir=side_dir)
+            export = export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=binary,
+                                model_path=model_path, side_dir=side_dir)
         except CopeInputError as exc:
             self.say(f"Export: {exc}", "error")
             return None
+        if self.workload_ranking is None:
+            return export
+        from engine.workload import export_with_batch
+
+        return export_with_batch(export, self.workload_ranking)  # the -b/-ub chosen for the request, as cope export
 
     # --- messages -----------------------------------------------------------------
 
@@ -189,16 +194,16 @@ class CopeApp(TraceActions, Workers, App[None]):
         first = self.advice is None
         replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
         self.advice, self.choices = message.advice, message.choices
-        self.runs = self._plan_runs()
+        from cope_tui.service.workload import rank, workload_of
+
+        workload = workload_of(self.choices)
+        self.workload_ranking = rank(self.advice, workload) if workload is not None else None
+        self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it
         ids = [e.candidate.id for e in self.advice.rec.estimates]
         if replanned or self.selected_id not in ids:  # a new ranking starts at its first row
             self.selected_id = self.run_now_id() or ids[0]
         self.sweep_points = []
         self.sweep_message = "computing the VRAM sweep..."
-        from cope_tui.service.workload import rank, workload_of
-
-        workload = workload_of(self.choices)
-        self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         for pane in self.panes():
             pane.update_from(self)
         table = self.query_one("#results-table", DataTable)
@@ -214,7 +219,9 @@ class CopeApp(TraceActions, Workers, App[None]):
     def _plan_runs(self):  # type: ignore[no-untyped-def]
         from engine.run_advice import plan_runs
 
-        return plan_runs(self.advice.rec, self.installed) if self.advice is not None else None
+        if self.advice is None:
+            return None
+        return plan_runs(self.advice.rec, self.installed, self.workload_ranking)
 
     def run_now_id(self) -> str | None:
         pick = self.runs.run_now if self.runs is not None else None

@@ -42,7 +42,9 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   approximately, `none` no runtime, `no RAM` does not fit in RAM. Move the cursor to
   select a candidate; the chart shows tokens/s against the VRAM budget for the best few.
   With a **Workload** (Model tab: chat, rag, code-agent) each candidate also shows its
-  time to first token, prompt and decode tok/s and the whole request's time.
+  time to first token, prompt and decode tok/s and the whole request's time, and the `▶`
+  row is the fastest request a runtime here runs; its export carries the `-b`/`-ub`
+  chosen for the request, and the context is sized to hold it.
 - **Export**: the command of the selected candidate for each runtime that runs it
   (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,
   with its estimated speed. Paste the command you run today (`e`) to see what it maps

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     recommendation = advice.rec
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
-    runs = run_advice(recommendation, scan.names)
+    runs = run_advice(recommendation, scan.names, ranking)  # with a workload, the picks follow request time
     export = None
     if args.export:
         target = recommendation.best if ranking is None else ranking.best.estimate

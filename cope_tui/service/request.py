@@ -17,6 +17,7 @@ from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
 from engine.trace import RoutingTrace
+from engine.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.traces import load_any_trace
 
 # Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
@@ -70,9 +71,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         if not plans_without_gpu(platform.gpu):
             assumed.append(f"VRAM budget: all of the GPU's {budget / GIB:.0f} GiB")
 
-    context = DEFAULT_CONTEXT if args.context is None else args.context
-    if args.context is None:
-        assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it)")
+    context, attention_tokens = _context(args, assumed)
 
     threads = _default_threads(platform) if args.threads is None else args.threads
     if args.threads is None:
@@ -92,8 +91,30 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         profile=profile,
         evictions=tuple(Eviction(e) for e in args.evictions),
         prefetch_mode=args.prefetch_mode,
+        attention_tokens=attention_tokens,
         notes=model_notes + tuple(f"assumed {a}" for a in assumed) + tuple(hardware_notes) + trace_notes,
     )
+
+
+def _context(args: PlanChoices, assumed: list[str]) -> tuple[int, int | None]:
+    """The context (KV cache reserved) and the tokens a decode step attends to (None: half
+    the context); with a workload, both follow the request (engine.workload.request_context)."""
+    from cope_tui.service.workload import workload_of  # noqa: PLC0415
+
+    workload = workload_of(args)
+    if workload is None:
+        if args.context is None:
+            assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it)")
+        return (DEFAULT_CONTEXT if args.context is None else args.context), None
+    sized = request_context(workload, args.context, DEFAULT_CONTEXT)
+    if sized.sized:
+        assumed.append(f"context: {sized.context_tokens} tokens (KV cache reserved for it), sized for the request: "
+                       f"{workload.prompt_tokens} prompt + {workload.output_tokens} output tokens rounded up to a "
+                       f"multiple of {CONTEXT_STEP_TOKENS}")
+    elif args.context is None:
+        assumed.append(f"context: {DEFAULT_CONTEXT} tokens (KV cache reserved for it), which holds the request's "
+                       f"{workload.tokens} tokens")
+    return sized.context_tokens, sized.attention_tokens
 
 
 def load_model(arg: str, *, gguf_file: str | None = None):

@@ -23,8 +23,10 @@ def scan_runtimes(llama_bin: str | None = None):  # type: ignore[no-untyped-def]
     return detect_runtimes(llama_bin)
 
 
-def run_advice(rec: Recommendation, installed: tuple[str, ...] | list[str]) -> RunAdvice:
-    return plan_runs(rec, installed)
+def run_advice(rec: Recommendation, installed: tuple[str, ...] | list[str],
+               ranking=None) -> RunAdvice:  # type: ignore[no-untyped-def]
+    """`ranking`: a workload's (engine.workload.WorkloadRanking); the picks then follow request time."""
+    return plan_runs(rec, installed, ranking)
 
 
 def write_counts_pt(path: Path, counts: np.ndarray) -> Path:

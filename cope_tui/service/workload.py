@@ -1,19 +1,20 @@
 """The request a person sends: a named or numbered workload, and the ranking by its time.
 
 `workload_of(choices)` reads --workload / --prompt-tokens / --output-tokens (None: decode
-only, the default); `rank(advice, workload)` prices every candidate's prefill and ranks by
-TTFT + N x TPOT (engine/workload.py); `export_with_batch` adds the chosen -b/-ub to a
-llama.cpp command, only when a workload was named.
+only, the default); the request is planned at a context that holds it
+(cope_tui/service/request.py, engine.workload.request_context); `rank(advice, workload)`
+prices every candidate's prefill and ranks by TTFT + N x TPOT (engine/workload.py);
+`export_with_batch` adds the chosen -b/-ub to a llama.cpp command, only when a workload
+was named.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from cope_tui.options import WORKLOAD_PRESETS, PlanChoices
 from engine.errors import CopeInputError
-from engine.export import Export
-from engine.workload import Workload, WorkloadRanking, rank_workload
+from engine.workload import Workload, WorkloadRanking, export_with_batch, rank_workload
+
+__all__ = ["export_with_batch", "rank", "workload_of"]
 
 
 def workload_of(choices: PlanChoices) -> Workload | None:
@@ -32,15 +33,3 @@ def workload_of(choices: PlanChoices) -> Workload | None:
 def rank(advice, workload: Workload) -> WorkloadRanking:  # type: ignore[no-untyped-def]
     return rank_workload(advice.rec, workload)
 
-
-def export_with_batch(export: Export, ranking: WorkloadRanking) -> Export:
-    """`export` with the -b/-ub chosen for the candidate it runs (llama.cpp binaries only:
-    -b/-ub are common/arg.cpp's --batch-size/--ubatch-size and llama-bench's -b/-ub)."""
-    chosen = ranking.of(export.exported_id)
-    if chosen is None or not export.binary.startswith("llama-"):
-        return export
-    argv = tuple(export.argv) + ("-b", str(chosen.prefill.batch), "-ub", str(chosen.prefill.ubatch))
-    note = (f"-b {chosen.prefill.batch} -ub {chosen.prefill.ubatch}: the micro-batch whose compute buffer fits the "
-            f"VRAM this placement leaves, for {ranking.workload.describe()} "
-            f"(TTFT {chosen.prefill.ttft_s:.1f} s, {chosen.prefill.tokens_per_s:.0f} prompt tok/s)")
-    return replace(export, argv=argv, notes=tuple(export.notes) + (note,))
