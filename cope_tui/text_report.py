@@ -162,7 +162,8 @@ def runtime_line(export: Export) -> str:
 
 def render_export(export: Export, *, side_files_written: bool = False) -> str:
     """Comment lines (safe to paste into a shell) and the command."""
-    lines = [f"# {export.candidate_id}: {export.label}", f"# {runtime_line(export)}", f"# {export.reason}"]
+    label = export.label if export.runtime == STOCK_NAME else f"{export.label} in stock llama.cpp"
+    lines = [f"# {export.candidate_id}: {label}", f"# {runtime_line(export)}", f"# {export.reason}"]
     if export.nearest_id is not None or export.exported_id != export.candidate_id:
         lines.append(f"# the command below runs {export.exported_id} instead")
     for name in export.artefact_names:

@@ -245,14 +245,14 @@ def _ms(tpot: float | None) -> str:
 
 
 def command_file_text(export: Export) -> str:
-    """What `--out` holds: the caveats as shell comments, then the command."""
-    return "".join(f"# {note}\n" for note in export.notes) + export.display() + "\n"
+    """What `--out` holds: a POSIX shell script, the caveats as comments, then the command."""
+    return "#!/bin/sh\n" + "".join(f"# {note}\n" for note in export.notes) + export.display() + "\n"
 
 
 def write_export(export: Export, out: str | os.PathLike,
                  write_tensor: Callable[[Path, np.ndarray], Path] | None = None) -> list[Path]:
-    """Write the command to `out` and the artefacts beside it, each atomically; routing
-    counts go through `write_tensor` (torch.save lives outside engine/)."""
+    """Write the command to `out` (a script: `./run.sh` runs it) and the artefacts beside it,
+    each atomically; routing counts go through `write_tensor` (torch.save lives outside engine/)."""
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -265,7 +265,10 @@ def write_export(export: Export, out: str | os.PathLike,
         written.append(atomic_write_text(out.parent / name, text))
     for name, counts in export.tensors:
         written.append(write_tensor(out.parent / name, counts))  # type: ignore[misc]
-    written.append(atomic_write_text(out, command_file_text(export)))
+    script = atomic_write_text(out, command_file_text(export))
+    mode = script.stat().st_mode
+    script.chmod(mode | (mode & 0o444) >> 2)  # executable by whoever may read it
+    written.append(script)
     return written
 
 

@@ -263,7 +263,8 @@ def test_write_export_is_atomic_and_puts_side_files_beside(tmp_path):
                          runtime="fork", model_path="m.gguf", context=8192, threads=8, side_dir=str(out.parent))
     written = write_export(x, out)
     assert sorted(p.name for p in written) == sorted([out.name, x.side_files[0][0]])
-    *comments, command = out.read_text().splitlines()
+    shebang, *comments, command = out.read_text().splitlines()
+    assert shebang == "#!/bin/sh" and out.stat().st_mode & 0o100  # a script its owner can run
     assert command == x.display() and comments == [f"# {n}" for n in x.notes] and comments
     assert (out.parent / x.side_files[0][0]).read_text() == x.side_files[0][1]
     assert str(out.parent / x.side_files[0][0]) in x.argv
@@ -282,7 +283,26 @@ def test_cope_export_prints_the_command_and_writes_it(capsys, tmp_path):
     command = stdout.splitlines()[-1]
     assert shlex.split(command)[:3] == ["llama-server", "-m", MODEL_PATH]
     written = out.read_text().splitlines()
-    assert written[-1] == command and all(line.startswith("# ") for line in written[:-1])
+    assert written[0] == "#!/bin/sh" and written[-1] == command
+    assert all(line.startswith("# ") for line in written[1:-1])
+
+
+def test_an_exported_command_names_its_artefacts_by_absolute_path(capsys, tmp_path, monkeypatch):
+    # --out fork/run.sh from tmp_path: the CSV the command reads must still be found when the
+    # script runs from another folder (cd fork && ./run.sh).
+    monkeypatch.chdir(tmp_path)
+    code = main(["export", "--candidate", "fixed.parallel.uniform", "--runtime", "fork", *FAST,
+                 "--model", "deepseek-v2-lite-chat", "--vram-budget", "6",
+                 "--model-path", MODEL_PATH, "--out", "fork/run.sh"])
+    assert code == EXIT_OK
+    command = shlex.split(capsys.readouterr().out.splitlines()[-1])
+    profile = next(a for a in command if a.endswith(".csv"))
+    assert Path(profile).is_absolute() and Path(profile).parent == tmp_path / "fork" and Path(profile).is_file()
+
+
+def test_the_header_says_whose_label_it_is_for_another_runtime(capsys):
+    assert main(["export", "--candidate", "all-cpu", "--runtime", "ik_llama.cpp", *FAST]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("# all-cpu: runs-on-stock in stock llama.cpp\n")
 
 
 def test_cope_export_json_and_bad_candidate(capsys):

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     advice = advice_from_args(args)
     rec = advice.rec
     estimate = rec.estimate_of(args.candidate)
-    side_dir = os.path.dirname(args.out) or None if args.out else None
+    # The command names its artefacts by absolute path: it runs from any folder, as the app's save does.
+    side_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
     export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
                         side_dir=side_dir, hf_model=args.hf_model)
     if workload is not None:  # -b/-ub only for a named workload
