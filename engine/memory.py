@@ -60,7 +60,10 @@ class MemoryPlan:
         return self.vram_budget_bytes >= self.fixed_bytes
 
     def vram_used_bytes(self, slots: int, *, staging: bool) -> int:
-        return self.fixed_bytes + slots * self.expert_bytes + (self.staging_bytes if staging else 0)
+        """What the runtime allocates for `slots` experts: the headroom a plan keeps (the
+        safety margin) is not used, so it is not counted; `cope estimate` counts the same."""
+        return (self.fixed_bytes - self.safety_margin_bytes + slots * self.expert_bytes
+                + (self.staging_bytes if staging else 0))
 
     def lines(self) -> list[str]:
         """The arithmetic as a person reads it (GiB, one step a line)."""

@@ -45,6 +45,10 @@ def test_memory_plan_subtracts_everything_before_expert_slots():
     assert plan.slots(staging=True) == (room - 8 * expert) // expert
     assert not plan.all_gpu_fits
     assert plan_memory(model, quant, vram_budget_bytes=40 * GIB, context_tokens=8192).all_gpu_fits
+    # What a plan of n slots uses is what the runtime allocates: the margin is headroom, not use.
+    used = plan.non_expert_bytes + plan.kv_cache_bytes + RUNTIME_RESERVE_BYTES + 10 * expert
+    assert plan.vram_used_bytes(10, staging=False) == used
+    assert plan.vram_used_bytes(10, staging=True) == used + plan.staging_bytes
     # The arithmetic is shown line by line.
     text = "\n".join(plan.lines())
     assert "KV cache (8192 tokens)" in text and "room for experts" in text
