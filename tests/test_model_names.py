@@ -13,6 +13,7 @@ from engine.model_names import model_from_file_name
 KNOWN = [
     ("Qwen3-30B-A3B-Q4_K_M.gguf", "qwen3-30b-a3b", "Q4_K_M"),
     ("/models/Qwen3-30B-A3B-Instruct-2507-Q3_K_M.gguf", "qwen3-30b-a3b", "Q3_K_M"),
+    ("Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf", "qwen3-30b-a3b", "Q4_K_M"),  # the same shape, an alias
     ("Qwen3-30B-A3B-128K-Q8_0.gguf", "qwen3-30b-a3b", "Q8_0"),
     ("Qwen_Qwen3-30B-A3B-IQ4_XS.gguf", "qwen3-30b-a3b", "IQ4_XS"),
     ("gpt-oss-120b-mxfp4-00001-of-00003.gguf", "gpt-oss-120b", "MXFP4"),
