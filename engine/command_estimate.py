@@ -19,6 +19,7 @@ from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
 from engine.estimate import Estimate
 from engine.prefill_cost import PrefillCost
+from engine.command_flags import carry_over
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, command_notes
 from engine.llama_placement import (
@@ -113,7 +114,8 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     settings) and `cost_model`."""
     request = rec.request
     yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
-    export = export_for(rec, rec.best, model_path=command.model_path, binary=command.tool)
+    # COPE's best at the command's settings: its command keeps the command's other flags.
+    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool), command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
     rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
     return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),

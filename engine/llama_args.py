@@ -109,6 +109,12 @@ class LlamaCommand:
     batch: int | None = None  # -b
     threads_batch: int | None = None  # -tb
     repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
+    # Every argument as typed, grouped by flag in order: (key, words), the key the setting
+    # (ARG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
+    # VAR=value words before the program. What a command of COPE's keeps of the user's
+    # (engine/command_flags.py: carry_over).
+    args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    env_words: tuple[tuple[str, str], ...] = ()
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -122,9 +128,11 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     environ = dict(env or {})
     if words and os.path.basename(words[0]) == "env":
         words = words[1:]
+    env_words: list[tuple[str, str]] = []
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         key, value = words.pop(0).split("=", 1)
         environ[key] = value
+        env_words.append((key, value))
     if not words:
         raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
     binary = words.pop(0)
@@ -135,12 +143,15 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     overrides: list[tuple[str, str, str]] = []
     unknown: list[str] = []
     switches: set[str] = set()
+    groups: list[tuple[str, tuple[str, ...]]] = []
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
+        start = i - 1
         if not _FLAG_SHAPE.match(word):
             unknown.append(word)
+            groups.append(("", (word,)))
             continue
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
         if name.startswith("--"):
@@ -153,10 +164,12 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
                 i += 1
             else:
                 unknown.append(word)
+            groups.append((name, tuple(words[start:i])))
             continue
         if not spec.takes_value:
             if inline is not None:
                 raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
+            groups.append((spec.setting, (word,)))
             switches.add(spec.setting)
             if spec.setting == "cpu_moe":
                 overrides.append((EXPS_REGEX_TAIL, "CPU", name))
@@ -170,6 +183,7 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
             value = "on"  # older builds: -fa was a switch; -rtr is one in llama-server
         else:
             raise CopeInputError(f"{WHERE}: {name} needs a value")
+        groups.append((spec.setting, tuple(words[start:i])))
         if spec.setting == "override_tensor":
             overrides.extend(_parse_overrides(value, name, tool, notes))
         elif spec.setting == "n_cpu_moe":
@@ -203,7 +217,7 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
         n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
         else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
-        unknown=tuple(unknown), notes=tuple(notes), **prompt,
+        unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
     )
 
 
