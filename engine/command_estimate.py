@@ -17,7 +17,7 @@ from typing import Any
 from engine.advise import AdviseRequest, Recommendation
 from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
-from engine.estimate import Estimate
+from engine.estimate import Estimate, compare, faster
 from engine.prefill_cost import PrefillCost
 from engine.command_flags import carry_over
 from engine.export import Export, export_for
@@ -95,6 +95,7 @@ class CommandEstimate:
     ranking_notes: tuple[str, ...]  # every assumption and caveat of the ranking it was priced beside
     cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
     no_ranking: str | None = None  # why there is no ranking at the command's settings
+    tied_with: tuple[str, ...] = ()  # the candidates exactly as fast as the command (same rank)
 
     @property
     def stages(self) -> bool:
@@ -108,6 +109,20 @@ class CommandEstimate:
             return None
         return self.yours.tpot_s / self.best.tpot_s
 
+    @property
+    def best_is(self) -> str | None:
+        """COPE's best against the command: "faster", "as_fast", "slower" (None: either unpriced)."""
+        if self.best is None or not self.yours.runs:
+            return None
+        return compare(self.best.tpot_s, self.yours.tpot_s)
+
+    @property
+    def nearest_is(self) -> str | None:
+        """The nearest candidate llama.cpp runs against the command, as `best_is`."""
+        if self.nearest_runnable is None or not self.yours.runs:
+            return None
+        return compare(self.nearest_runnable.tpot_s, self.yours.tpot_s)
+
 
 def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand) -> CommandEstimate:
     """Price `command`'s placement with `rec`'s request (already at the command's
@@ -117,9 +132,11 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     # COPE's best at the command's settings: its command keeps the command's other flags.
     export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool), command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
-    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
+    # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
+    rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
+    tied = tuple(e.candidate.id for e in rec.estimates if yours.runs and compare(e.tpot_s, yours.tpot_s) == "as_fast")
     return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
-                           export, nearest, notes, tuple(rec.notes), blocks)
+                           export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied)
 
 
 def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,

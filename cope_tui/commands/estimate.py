@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
                                                "vram_used_bytes": best.vram_used_bytes},
             "no_ranking": est.no_ranking,
             "speedup_of_best": est.speedup,
+            "best_is": est.best_is,
+            "nearest_is": est.nearest_is,
             "export": None if est.export is None else est.export.to_dict(),
             "notes": list(est.notes + est.ranking_notes),
         })
@@ -105,7 +107,7 @@ def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
     yours = est.yours
     doc = {"runs": yours.runs, "refusal": yours.refusal, "detail": yours.detail, "fidelity": yours.fidelity,
            "tpot_s": yours.tpot_s if yours.runs else None, "tokens_per_s": yours.tokens_per_s if yours.runs else None,
-           "rank": est.rank, "of": est.of}
+           "rank": est.rank, "of": est.of, "tied_with": list(est.tied_with)}
     if yours.memory is not None:
         m = yours.memory
         doc.update(vram_used_bytes=m.vram_bytes, vram_total_bytes=m.vram_total_bytes, host_bytes=m.host_bytes,
