@@ -172,7 +172,8 @@ def render_command_estimate(est: CommandEstimate) -> str:
         f"context {req.context_tokens}{attended}, cost model {yours.fidelity}",
     ]
     if not yours.runs:
-        lines += [f"Your command {yours.refusal}", f"               ({yours.detail})"]
+        said = f"Your command {yours.refusal}" if yours.verdict == "would_not_run" else f"Your command:  {yours.refusal}"
+        lines += [said, f"               ({yours.detail})"]
     else:
         ranked = "" if est.rank is None else f"  ({rank_text(est)})"
         lines += _priced_lines("Your command:  ", yours.detail, yours.tpot_s, yours.vram_used_bytes, ranked)

@@ -22,6 +22,7 @@ from engine.prefill_cost import PrefillCost
 from engine.command_flags import carry_over
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, command_notes
+from engine.llama_fit import FitOutcome, fit_outcome
 from engine.llama_placement import (
     LlamaPlacement,
     layer_set_kind,
@@ -60,10 +61,21 @@ class CommandPrice:
     fidelity: str
     refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
     prefill: "PrefillCost | None" = None  # llama-bench's pp test (engine/command_prefill.py); None: none
+    fit: FitOutcome | None = None  # what llama.cpp's --fit made of a command without -ngl (None: it does not apply)
 
     @property
     def runs(self) -> bool:
+        """Priced: it fits, and COPE has its figure (`verdict` says why not)."""
         return self.refusal is None
+
+    @property
+    def verdict(self) -> str:
+        """"priced"; "would_not_run" (it does not fit: the arithmetic is in `refusal`); or
+        "not_priced" (it may run, but COPE does not model what it does: more than one GPU,
+        or a placement llama.cpp's --fit picks that COPE cannot follow)."""
+        if self.refusal is None:
+            return "priced"
+        return "would_not_run" if self.refusal.startswith("would not run") else "not_priced"
 
     @property
     def tpot_s(self) -> float:
@@ -156,11 +168,15 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand)
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     placement = placement_of(command, model, has_gpu=has_gpu)
     notes = list(command_notes(command, model)) + list(placement.notes)
+    fit = fit_outcome(request, command, placement) if has_gpu and not command.multi_gpu else None
+    if fit is not None:  # no -ngl: llama.cpp's --fit decides (engine/llama_fit.py)
+        placement = fit.placement
+        notes.append(fit.note)
     if command.model_path and not _is_model_file(command.model_path, model):
         notes.append(f"-m {command.model_path}: priced as {model.name} {request.quant.name}, the model in use "
                      "(give that file as the model to price it instead)")
     stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
-    yours = _price(request, cost_model, placement, command, stage)
+    yours = _price(request, cost_model, placement, command, stage, fit)
     blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
     return yours, placement, stage, tuple(notes), blocks
 
@@ -172,16 +188,20 @@ def price_placement_command(request: AdviseRequest, cost_model: CostModel, comma
 
 
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
-           stage: bool) -> CommandPrice:
+           stage: bool, fit: FitOutcome | None = None) -> CommandPrice:
     model = request.model
     detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
+    if fit is not None and fit.moved:
+        detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
     if command.multi_gpu:
         return CommandPrice(detail, None, None, cost_model.fidelity,
                             f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
     memory = placement_memory(request, placement, mapped=not command.no_mmap)
+    if fit is not None and fit.unpriced is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     problem = memory.problem()
     if problem is not None:
-        return CommandPrice(detail, None, memory, cost_model.fidelity, problem)
+        return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
         model, request.quant, request.platform, context_tokens=request.context_tokens,
         attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
@@ -190,7 +210,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
 
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
-    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
 
 
 def _maps_to(placement: LlamaPlacement, stage: bool) -> str:

@@ -343,7 +343,7 @@ def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
         notes.append(f"--n-cpu-moe {command.n_cpu_moe} is more than the model's {model.n_blocks} blocks: every "
                      "block's experts on the CPU, as llama.cpp does")
     if command.gpu_layers is None:
-        notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every block offloaded")
+        notes.extend(_no_ngl_note(command))
     if command.op_offload_min_batch is not None:
         if command.stages_cpu_experts:
             notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch}: routed CPU experts are copied to the GPU "
@@ -355,3 +355,16 @@ def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
     if command.flash_attn is not None and command.flash_attn not in ("on", "1", "true", "enabled"):
         notes.append(f"-fa {command.flash_attn}: the estimate does not model flash attention")
     return tuple(notes)
+
+
+def _no_ngl_note(command: LlamaCommand) -> list[str]:
+    """What a command without -ngl offloads, where engine/llama_fit.py does not say it."""
+    if command.tool == "llama-bench":
+        return ["no -ngl: llama-bench offloads every layer by default (tools/llama-bench/llama-bench.cpp: -ngl 99, "
+                "-1 in newer builds) and has no --fit"]
+    if command.fit is not None and command.fit.strip().lower() in ("off", "0", "false", "disabled"):
+        return ["no -ngl with --fit off: every block offloaded (llama.cpp's default)"]
+    if command.overrides:
+        return ["no -ngl: llama.cpp's --fit leaves a command with tensor overrides as given (common/fit.cpp: "
+                "\"tensor_buft_overrides already set by user\"): every block offloaded"]
+    return []  # --fit decides: engine/llama_fit.py says what it does

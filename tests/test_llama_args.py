@@ -91,7 +91,10 @@ def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
     old = parse_llama_command(shlex.split("llama-server -fa -t 4"))  # -fa as an old switch
     assert old.flash_attn == "on" and old.threads == 4
     assert any("-fa off" in n for n in command_notes(parse_llama_command(["llama-server", "-fa", "off"]), QWEN))
-    assert any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
+    # Without -ngl, llama-server's --fit decides (engine/llama_fit.py, tests/test_llama_fit.py); llama-bench has none.
+    assert not any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
+    assert any("no -ngl: llama-bench offloads every layer" in n
+               for n in command_notes(parse_llama_command(["llama-bench"]), QWEN))
     # -ngl 10 offloads the last 10 of 48 blocks (llama-model.cpp: i_gpu_start = n_layer - ngl), not the output.
     ten = placement_of(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN)
     assert np.flatnonzero(ten.gpu_blocks).tolist() == list(range(38, 48)) and not ten.output_on_gpu

@@ -105,7 +105,8 @@ def _shell_words(text: str) -> list[str]:
 
 def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
     yours = est.yours
-    doc = {"runs": yours.runs, "refusal": yours.refusal, "detail": yours.detail, "fidelity": yours.fidelity,
+    doc = {"runs": yours.runs, "verdict": yours.verdict, "refusal": yours.refusal,
+           "fit": None if yours.fit is None else yours.fit.to_dict(), "detail": yours.detail, "fidelity": yours.fidelity,
            "tpot_s": yours.tpot_s if yours.runs else None, "tokens_per_s": yours.tokens_per_s if yours.runs else None,
            "rank": est.rank, "of": est.of, "tied_with": list(est.tied_with)}
     if yours.memory is not None:
