@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.service.advice import estimate_command, estimate_without_ranking
     from engine.errors import BudgetTooSmall, CopeInputError
     from engine.llama_args import parse_llama_command
-    from engine.model_names import model_from_file_name
+    from cope_tui.service.command_model import command_model
 
     words = list(args.command)
     if words and words[0] == "--":
@@ -42,21 +43,10 @@ def run(args: argparse.Namespace) -> int:
         words = _shell_words(words[0])
     else:
         command = parse_llama_command(words)
-    model_arg, quant = args.model, None
-    if model_arg is None:
-        if command.model_path and os.path.exists(command.model_path):
-            model_arg = command.model_path  # the model reader may know the file
-        elif command.model_path and (named := model_from_file_name(command.model_path)) is not None:
-            # The file is elsewhere (another machine): its name says the catalog model.
-            model_arg = named.model_id
-            quant = None if getattr(args, "quant", None) else named.quant
-            said = f"{named.model_id}" + (f", {named.quant}" if quant else "")
-            print(f"cope: -m {command.model_path}: priced as the catalog's {said} (from the file name)",
-                  file=sys.stderr)
-            for note in named.notes:
-                print(f"cope: {note}", file=sys.stderr)
-        else:
-            raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
+    found = command_model(command, args.model, getattr(args, "quant", None))
+    if found.said:
+        print(f"cope: {found.said}", file=sys.stderr)
+    model_arg, quant = found.model, found.quant
     settings = dict(context=command.context or None, threads=command.threads, model=model_arg, quant=quant)
     try:
         advice = advice_from_args(args, **settings)
@@ -66,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
                                probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
+    if found.notes:  # what the file name says of the quantization, in the text and the JSON
+        est = replace(est, notes=found.notes + est.notes)
     if args.json:
         from cope_tui.commands.output import write_json
 
