@@ -77,7 +77,7 @@ def fit_outcome(request: AdviseRequest, command: LlamaCommand, placement: LlamaP
                           f"fits the GPU with --fit's {margin} margin", moved=False)
     needs = (f"with every block offloaded it needs {full / GIB:.1f} GiB of VRAM, more than the "
              f"{target / GIB:.1f} GiB --fit aims at ({gpu_vram.value / GIB:.1f} GiB less its {margin} margin)")
-    context = ("" if command.context else f"; without -c, --fit first lowers the context (to no less than "
+    context = ("" if command.context is not None else f"; without -c, --fit first lowers the context (to no less than "
                f"{FIT_MIN_CONTEXT} tokens), priced here at {request.context_tokens}")
     n_gpu = _experts_on_gpu(request, placement, target, mapped)
     if n_gpu is None:

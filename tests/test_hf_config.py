@@ -327,3 +327,15 @@ def test_hub_cache_path_gives_id_and_repo(tmp_path):
     named = dict(QWEN3_LIKE, _name_or_path="Qwen/Qwen3-30B-A3B")
     m = model_from_hf_config(_write(plain, "config.json", named))
     assert (m.id, m.hf_repo) == ("Qwen3-30B-A3B", "")
+
+
+@pytest.mark.parametrize(("key", "catalog_id"), [
+    ("qwen3", "qwen3-30b-a3b"), ("mixtral", "mixtral-8x7b-instruct"), ("olmoeins", "olmoe-1b-7b"),
+    ("qwen", "qwen1.5-moe-a2.7b"), ("deepseek2", "deepseek-v2-lite-chat"),
+])
+def test_the_trained_context_is_max_position_embeddings_as_the_catalog_says(configs, key, catalog_id):
+    from engine.catalog import get_model
+
+    data = json.loads((configs / f"{key}.config.json").read_text())
+    model = _load(configs, key)
+    assert model.context_length == data["max_position_embeddings"] == get_model(catalog_id).context_length

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.service.advice import estimate_command, estimate_without_ranking
     from engine.errors import BudgetTooSmall, CopeInputError
     from engine.llama_args import parse_llama_command
-    from cope_tui.service.command_model import command_model
+    from cope_tui.service.command_model import command_context, command_model
 
     words = list(args.command)
     if words and words[0] == "--":
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if found.said:
         print(f"cope: {found.said}", file=sys.stderr)
     model_arg, quant = found.model, found.quant
-    settings = dict(context=command.context or None, threads=command.threads, model=model_arg, quant=quant)
+    context, context_note = command_context(command, model_arg, getattr(args, "gguf_file", None), found.alias)
+    settings = dict(context=context or None, threads=command.threads, model=model_arg, quant=quant)
     try:
         advice = advice_from_args(args, **settings)
     except BudgetTooSmall as exc:  # no candidate fits at the command's context: price the command alone
@@ -56,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
                                probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
-    if found.notes:  # what the file name says of the quantization, in the text and the JSON
-        est = replace(est, notes=found.notes + est.notes)
+    said = found.notes + ((context_note,) if context_note else ())
+    if said:  # what the file name says of the quantization, what -c 0 means: in the text and the JSON
+        est = replace(est, notes=said + est.notes)
     if args.json:
         from cope_tui.commands.output import write_json
 
