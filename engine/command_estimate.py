@@ -196,7 +196,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     if command.multi_gpu:
         return CommandPrice(detail, None, None, cost_model.fidelity,
                             f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
-    memory = placement_memory(request, placement, mapped=not command.no_mmap)
+    memory = placement_memory(request, placement, mapped=not command.no_mmap, kv_offload=not command.no_kv_offload)
     if fit is not None and fit.unpriced is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     problem = memory.problem()
@@ -205,7 +205,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
         model, request.quant, request.platform, context_tokens=request.context_tokens,
         attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
-    cost = placement_cost(request, cost_model, placement, analytic, stage=stage)
+    cost = placement_cost(request, cost_model, placement, analytic, stage=stage, kv_offload=not command.no_kv_offload)
     from engine.command_prefill import bench_prompt_tokens, price_prefill
 
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0

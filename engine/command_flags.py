@@ -30,6 +30,10 @@ PLACEMENT = frozenset({"gpu_layers", "override_tensor", "cpu_moe", "n_cpu_moe"})
 MMAP_FAMILY = frozenset({"no_mmap", "bench_mmap", "--mmap", "-lm", "--load-mode", "-dio", "--direct-io"})
 STAGING = frozenset({"no_op_offload", "op_offload", "bench_no_op_offload"})
 USER_VALUE = frozenset({"flash_attn"})  # COPE's command sets a default; the user's value wins
+# Kept flags whose effect the candidates' figures do not include: said with the command.
+KEPT_UNPRICED = {"no_kv_offload": "your -nkvo is kept: the candidates were priced with the KV cache in VRAM and "
+                                  "attention on the GPU, so this command uses less VRAM and decodes slower than "
+                                  "its figure"}
 
 
 def carry_over(export: Export, command: LlamaCommand) -> Export:
@@ -47,4 +51,6 @@ def carry_over(export: Export, command: LlamaCommand) -> Export:
         argv += theirs[key] if key in USER_VALUE and theirs[key] else words
     kept = [w for key, words in command.args if key not in drop for w in words]
     env = export.env + tuple((k, v) for k, v in command.env_words if k != OFFLOAD_ENV and k not in export.env_dict)
-    return replace(export, argv=tuple(argv + kept), env=env)
+    kept_keys = {key for key, _ in command.args if key not in drop}
+    notes = tuple(note for key, note in KEPT_UNPRICED.items() if key in kept_keys)
+    return replace(export, argv=tuple(argv + kept), env=env, notes=export.notes + notes)

@@ -64,6 +64,9 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("batch", ("-b", "--batch-size"), True),
     ArgSpec("threads_batch", ("-tb", "--threads-batch"), True),
     ArgSpec("repack", ("-rtr", "--run-time-repack"), True),  # a switch in the server, -rtr <0|1> in llama-bench
+    # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
+    ArgSpec("no_kv_offload", ("-nkvo", "--no-kv-offload"), True),  # a switch in the server, <0|1> in llama-bench
+    ArgSpec("kv_offload", ("-kvo", "--kv-offload"), False),
     ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
     ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
     # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
@@ -79,7 +82,7 @@ LLAMA_PROGRAMS = {
     "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
 }
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
-_OPTIONAL_VALUE = ("flash_attn", "repack")  # a switch in some tools, a value in others
+_OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
 
 
@@ -109,6 +112,7 @@ class LlamaCommand:
     batch: int | None = None  # -b
     threads_batch: int | None = None  # -tb
     repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
+    no_kv_offload: bool = False  # -nkvo: the KV cache in host memory (attention on the CPU)
     # Every argument as typed, grouped by flag in order: (key, words), the key the setting
     # (ARG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
     # VAR=value words before the program. What a command of COPE's keeps of the user's
@@ -218,6 +222,7 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
         else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
         unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
+        no_kv_offload=_no_kv_offload(values, groups),
     )
 
 
@@ -235,6 +240,14 @@ def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> 
     if "repack" in values:
         out["repack"] = values["repack"].split(",")[0].lower() not in ("0", "false", "off")
     return out
+
+
+def _no_kv_offload(values: Mapping[str, str], groups: Sequence[tuple[str, tuple[str, ...]]]) -> bool:
+    """-nkvo (llama-bench: -nkvo 1; its first value) unless a later -kvo turns it back on."""
+    last = next((key for key, _ in reversed(groups) if key in ("no_kv_offload", "kv_offload")), None)
+    if last != "no_kv_offload":
+        return False
+    return values["no_kv_offload"].split(",")[0].strip().lower() not in ("0", "false", "off")
 
 
 def llama_tool(binary: str) -> str:
@@ -352,6 +365,9 @@ def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
             notes.append(f"{OFFLOAD_ENV} has no effect with --no-op-offload")
         else:
             notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch} is above the decode batch of 1: no effect")
+    if command.no_kv_offload:
+        notes.append("-nkvo: the KV cache is in host memory, not VRAM, and llama.cpp runs attention there: its KV "
+                     "reads are priced on the CPU with two hand-overs a block (attention's arithmetic is not)")
     if command.flash_attn is not None and command.flash_attn not in ("on", "1", "true", "enabled"):
         notes.append(f"-fa {command.flash_attn}: the estimate does not model flash attention")
     return tuple(notes)

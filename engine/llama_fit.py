@@ -70,7 +70,7 @@ def fit_outcome(request: AdviseRequest, command: LlamaCommand, placement: LlamaP
         return None
     mapped = not command.no_mmap
     target = int(gpu_vram.value) - FIT_TARGET_BYTES
-    full = placement_memory(request, placement, mapped=mapped).vram_bytes
+    full = placement_memory(request, placement, mapped=mapped, kv_offload=not command.no_kv_offload).vram_bytes
     margin = f"{FIT_TARGET_BYTES // 2**20} MiB"
     if full <= target:
         return FitOutcome(placement, f"no -ngl: llama.cpp's --fit (on by default) leaves every block offloaded: it "
@@ -79,7 +79,7 @@ def fit_outcome(request: AdviseRequest, command: LlamaCommand, placement: LlamaP
              f"{target / GIB:.1f} GiB --fit aims at ({gpu_vram.value / GIB:.1f} GiB less its {margin} margin)")
     context = ("" if command.context is not None else f"; without -c, --fit first lowers the context (to no less than "
                f"{FIT_MIN_CONTEXT} tokens), priced here at {request.context_tokens}")
-    n_gpu = _experts_on_gpu(request, placement, target, mapped)
+    n_gpu = _experts_on_gpu(request, placement, target, mapped, not command.no_kv_offload)
     if n_gpu is None:
         return FitOutcome(placement, f"no -ngl: {needs}, and even its dense weights alone do not fit: llama.cpp's "
                           f"--fit ({FIT_SOURCE}) would offload fewer blocks{context}", moved=True,
@@ -101,11 +101,13 @@ def _last_layers_on_cpu(placement: LlamaPlacement, n_gpu: int) -> LlamaPlacement
     return replace(placement, expert_cpu_share=share)
 
 
-def _experts_on_gpu(request: AdviseRequest, placement: LlamaPlacement, target: int, mapped: bool) -> int | None:
+def _experts_on_gpu(request: AdviseRequest, placement: LlamaPlacement, target: int, mapped: bool,
+                    kv_offload: bool) -> int | None:
     """The most MoE layers, from the first, whose experts stay on the GPU within `target`
     (None: not even with every expert on the CPU)."""
     for n_gpu in range(request.model.n_moe_layers, -1, -1):
-        vram = placement_memory(request, _last_layers_on_cpu(placement, n_gpu), mapped=mapped).vram_bytes
+        fitted = _last_layers_on_cpu(placement, n_gpu)
+        vram = placement_memory(request, fitted, mapped=mapped, kv_offload=kv_offload).vram_bytes
         if vram <= target:
             return n_gpu
     return None
