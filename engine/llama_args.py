@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 from engine.ecma_regex import RegexError, compile_pattern
 from engine.errors import CopeInputError
 from engine.export import EXPS_REGEX_TAIL, OFFLOAD_ENV
+from engine.llama_repeats import resolve_values
 from engine.model import ModelSpec
 
 WHERE = "the llama.cpp command"
@@ -84,6 +85,8 @@ LLAMA_PROGRAMS = {
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
 _OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
+# Words after a switch that read as its value (`--cpu-moe 0`): llama.cpp refuses them.
+_SWITCH_LOOKALIKES = frozenset({"0", "1", "on", "off", "true", "false", "yes", "no", "enabled", "disabled"})
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     tool = llama_tool(binary)
     notes: list[str] = []
 
-    values: dict[str, str] = {}
+    seen: dict[str, list[tuple[str, str]]] = {}  # each setting's (flag as typed, value), in order
     overrides: list[tuple[str, str, str]] = []
     unknown: list[str] = []
     switches: set[str] = set()
@@ -173,6 +176,11 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         if not spec.takes_value:
             if inline is not None:
                 raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
+            if spec.setting == "cpu_moe" and tool == "llama-bench":
+                raise CopeInputError(f"{WHERE}: llama-bench has no {name} (tools/llama-bench/llama-bench.cpp): give "
+                                     "-ncmoe N, N the model's blocks, to keep every expert on the CPU")
+            if i < len(words) and words[i].strip().lower() in _SWITCH_LOOKALIKES:
+                raise CopeInputError(f"{WHERE}: {name} takes no value (it is a switch), got {name} {words[i]}")
             groups.append((spec.setting, (word,)))
             switches.add(spec.setting)
             if spec.setting == "cpu_moe":
@@ -190,16 +198,21 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         groups.append((spec.setting, tuple(words[start:i])))
         if spec.setting == "override_tensor":
             overrides.extend(_parse_overrides(value, name, tool, notes))
-        elif spec.setting == "n_cpu_moe":
-            n = _int(value, name)
-            if n < 0:
-                raise CopeInputError(f"{WHERE}: {name} must be >= 0, got {n}")
+        elif spec.setting == "n_cpu_moe" and tool != "llama-bench":
             # arg.cpp: one override per block i < N, appended in order (none past the last block).
-            overrides.extend((rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", name) for b in range(min(n, LLAMA_MAX_LAYERS)))
-            values[spec.setting] = value
+            overrides.extend(_n_cpu_moe_overrides(_int(value, name), name))
+            seen.setdefault(spec.setting, []).append((name, value))
         else:
-            values[spec.setting] = value
+            seen.setdefault(spec.setting, []).append((name, value))
 
+    values = resolve_values(seen, tool, notes)  # repeated flags, llama-bench's lists and ranges
+    if tool == "llama-bench" and "n_cpu_moe" in values:
+        # llama-bench.cpp to_llama_mparams: the -ncmoe overrides come after the test's -ot ones.
+        overrides.extend(_n_cpu_moe_overrides(_int(values["n_cpu_moe"], "-ncmoe"), "-ncmoe"))
+    if "n_cpu_moe" in values and tool != "llama-bench":
+        values["n_cpu_moe"] = str(max(_int(v, f) for f, v in seen["n_cpu_moe"]))
+    if values.get("gpu_layers", "all").strip().lower() not in ("all", "auto", "max"):
+        _int(values["gpu_layers"], "-ngl")  # one number (llama-server: or all/auto)
     check_patterns([o for o in overrides if o[2] in ("-ot", "--override-tensor")])
     threads = _int(values["threads"], "-t") if "threads" in values else None
     context = _int(values["context"], "-c") if "context" in values else None
@@ -224,6 +237,12 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
         no_kv_offload=_no_kv_offload(values, groups),
     )
+
+
+def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:
+    if n < 0:
+        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
+    return [(rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", flag) for b in range(min(n, LLAMA_MAX_LAYERS))]
 
 
 def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> dict:

@@ -99,7 +99,7 @@ def gpu_layer_count(command: LlamaCommand, model: ModelSpec) -> int:
         return model.n_blocks + 1
     from engine.llama_args import _int
 
-    n = _int(ngl.split(",")[0], "-ngl")
+    n = _int(ngl, "-ngl")  # llama-bench's lists and ranges are resolved to their first value when read
     return model.n_blocks + 1 if n < 0 else n
 
 
