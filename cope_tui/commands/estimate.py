@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
+from engine.platform import NO_GPU
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cope_tui.service.advice import estimate_command, estimate_without_ranking
-    from engine.errors import BudgetTooSmall, CopeInputError
+    from engine.errors import BudgetTooSmall
     from engine.llama_args import parse_llama_command
     from cope_tui.service.command_model import command_context, command_model
 
@@ -48,16 +49,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"cope: {found.said}", file=sys.stderr)
     model_arg, quant = found.model, found.quant
     context, context_note = command_context(command, model_arg, getattr(args, "gguf_file", None), found.alias)
+    said = found.notes + ((context_note,) if context_note else ())
     settings = dict(context=context or None, threads=command.threads, model=model_arg, quant=quant)
+    choices = choices_from_args(args, **settings)
+    if (choices.gpu or "").lower() == NO_GPU:  # the CPU alone: the command priced, nothing to rank
+        from cope_tui.service.cpu_only import estimate_without_gpu
+
+        est = estimate_without_gpu(choices, command, fidelity=args.fidelity)
+        return _report(args, words, command, est, said)
     try:
         advice = advice_from_args(args, **settings)
     except BudgetTooSmall as exc:  # no candidate fits at the command's context: price the command alone
-        est = estimate_without_ranking(choices_from_args(args, **settings), command, exc.message,
+        est = estimate_without_ranking(choices, command, exc.message,
                                        fidelity=args.fidelity, probe_budget_s=args.probe_budget_s)
     else:
         est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
                                probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
-    said = found.notes + ((context_note,) if context_note else ())
+    return _report(args, words, command, est, said)
+
+
+def _report(args: argparse.Namespace, words: list[str], command, est, said: tuple[str, ...]) -> int:  # type: ignore[no-untyped-def]
     if said:  # what the file name says of the quantization, what -c 0 means: in the text and the JSON
         est = replace(est, notes=said + est.notes)
     if args.json:
