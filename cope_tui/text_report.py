@@ -190,10 +190,10 @@ def render_command_estimate(est: CommandEstimate) -> str:
         f"context {req.context_tokens}{attended}, cost model {yours.fidelity}",
     ]
     if not yours.runs:
-        lines += [f"Your command {yours.refusal}", f"               ({yours.detail})"]
+        said = f"Your command {yours.refusal}" if yours.verdict == "would_not_run" else f"Your command:  {yours.refusal}"
+        lines += [said, f"               ({yours.detail})"]
     else:
-        ranked = ("" if est.rank is None else f"  (slower than all {est.of} candidates)" if est.rank > est.of
-                  else f"  (rank {est.rank} of {est.of})")
+        ranked = "" if est.rank is None else f"  ({rank_text(est)})"
         lines += _priced_lines("Your command:  ", yours.detail, yours.tpot_s, yours.vram_used_bytes, ranked)
         pp = yours.prefill
         if pp is not None:
@@ -203,12 +203,12 @@ def render_command_estimate(est: CommandEstimate) -> str:
     if best is None:
         lines.append(f"COPE's best:   none at these settings: {est.no_ranking}")
     else:
-        speed = f"  ({est.speedup:.2f}x yours)" if est.speedup is not None else ""
+        speed = f"  ({best_text(est)})" if est.best_is is not None else ""
         lines += _priced_lines("COPE's best:   ", f"{best.candidate.id}: {best.candidate.describe()}", best.tpot_s,
                                best.vram_used_bytes, speed)
     near = est.nearest_runnable
     if near is not None:
-        mine = f"  ({yours.tpot_s / near.tpot_s:.2f}x yours)" if yours.runs else ""
+        mine = f"  ({_versus(est.nearest_is, yours.tpot_s / near.tpot_s)})" if est.nearest_is is not None else ""
         lines.append(f"Runs on llama.cpp: {near.candidate.id}: {near.tpot_s * 1e3:.2f} ms/token  "
                      f"{near.tokens_per_s:.1f} tok/s{mine}")
     if est.export is not None:
@@ -219,3 +219,28 @@ def render_command_estimate(est: CommandEstimate) -> str:
     if notes:
         lines += ["", "Notes:", *[f"  - {n}" for n in notes]]
     return "\n".join(lines) + "\n"
+
+
+def rank_text(est: CommandEstimate) -> str:
+    """Where the command ranks; a tie ranks as equal (engine/estimate.py: faster)."""
+    if est.rank is None:
+        return ""
+    if est.rank > est.of:
+        return f"slower than all {est.of} candidates"
+    tied = est.tied_with
+    also = "" if not tied else f", as fast as {tied[0]}" + (f" and {len(tied) - 1} more" if len(tied) > 1 else "")
+    return f"rank {est.rank} of {est.of}{also}"
+
+
+def best_text(est: CommandEstimate) -> str:
+    """COPE's best against the command, said as an improvement only when it is faster."""
+    if est.best_is == "as_fast":
+        return "as fast as yours: yours is already the fastest"
+    if est.best_is == "slower":
+        return f"{est.speedup:.2f}x yours: yours is already faster than every candidate"
+    return f"{est.speedup:.2f}x yours"
+
+
+def _versus(outcome: str | None, ratio: float) -> str:
+    return {"as_fast": "as fast as yours", "slower": f"{ratio:.2f}x yours: slower than yours"}.get(
+        outcome or "", f"{ratio:.2f}x yours")

@@ -17,10 +17,12 @@ from typing import Any
 from engine.advise import AdviseRequest, Recommendation
 from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
-from engine.estimate import Estimate
+from engine.estimate import Estimate, compare, faster
 from engine.prefill_cost import PrefillCost
+from engine.command_flags import carry_over
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, command_notes
+from engine.llama_fit import FitOutcome, fit_outcome
 from engine.llama_placement import (
     LlamaPlacement,
     layer_set_kind,
@@ -59,10 +61,21 @@ class CommandPrice:
     fidelity: str
     refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
     prefill: "PrefillCost | None" = None  # llama-bench's pp test (engine/command_prefill.py); None: none
+    fit: FitOutcome | None = None  # what llama.cpp's --fit made of a command without -ngl (None: it does not apply)
 
     @property
     def runs(self) -> bool:
+        """Priced: it fits, and COPE has its figure (`verdict` says why not)."""
         return self.refusal is None
+
+    @property
+    def verdict(self) -> str:
+        """"priced"; "would_not_run" (it does not fit: the arithmetic is in `refusal`); or
+        "not_priced" (it may run, but COPE does not model what it does: more than one GPU,
+        or a placement llama.cpp's --fit picks that COPE cannot follow)."""
+        if self.refusal is None:
+            return "priced"
+        return "would_not_run" if self.refusal.startswith("would not run") else "not_priced"
 
     @property
     def tpot_s(self) -> float:
@@ -94,6 +107,7 @@ class CommandEstimate:
     ranking_notes: tuple[str, ...]  # every assumption and caveat of the ranking it was priced beside
     cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
     no_ranking: str | None = None  # why there is no ranking at the command's settings
+    tied_with: tuple[str, ...] = ()  # the candidates exactly as fast as the command (same rank)
 
     @property
     def stages(self) -> bool:
@@ -107,17 +121,34 @@ class CommandEstimate:
             return None
         return self.yours.tpot_s / self.best.tpot_s
 
+    @property
+    def best_is(self) -> str | None:
+        """COPE's best against the command: "faster", "as_fast", "slower" (None: either unpriced)."""
+        if self.best is None or not self.yours.runs:
+            return None
+        return compare(self.best.tpot_s, self.yours.tpot_s)
+
+    @property
+    def nearest_is(self) -> str | None:
+        """The nearest candidate llama.cpp runs against the command, as `best_is`."""
+        if self.nearest_runnable is None or not self.yours.runs:
+            return None
+        return compare(self.nearest_runnable.tpot_s, self.yours.tpot_s)
+
 
 def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand) -> CommandEstimate:
     """Price `command`'s placement with `rec`'s request (already at the command's
     settings) and `cost_model`."""
     request = rec.request
     yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
-    export = export_for(rec, rec.best, model_path=command.model_path, binary=command.tool)
+    # COPE's best at the command's settings: its command keeps the command's other flags.
+    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool), command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
-    rank = 1 + sum(e.tpot_s < yours.tpot_s for e in rec.estimates) if yours.runs else None
+    # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
+    rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
+    tied = tuple(e.candidate.id for e in rec.estimates if yours.runs and compare(e.tpot_s, yours.tpot_s) == "as_fast")
     return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
-                           export, nearest, notes, tuple(rec.notes), blocks)
+                           export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied)
 
 
 def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,
@@ -137,11 +168,15 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand)
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     placement = placement_of(command, model, has_gpu=has_gpu)
     notes = list(command_notes(command, model)) + list(placement.notes)
+    fit = fit_outcome(request, command, placement) if has_gpu and not command.multi_gpu else None
+    if fit is not None:  # no -ngl: llama.cpp's --fit decides (engine/llama_fit.py)
+        placement = fit.placement
+        notes.append(fit.note)
     if command.model_path and not _is_model_file(command.model_path, model):
         notes.append(f"-m {command.model_path}: priced as {model.name} {request.quant.name}, the model in use "
                      "(give that file as the model to price it instead)")
     stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
-    yours = _price(request, cost_model, placement, command, stage)
+    yours = _price(request, cost_model, placement, command, stage, fit)
     blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
     return yours, placement, stage, tuple(notes), blocks
 
@@ -153,25 +188,29 @@ def price_placement_command(request: AdviseRequest, cost_model: CostModel, comma
 
 
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
-           stage: bool) -> CommandPrice:
+           stage: bool, fit: FitOutcome | None = None) -> CommandPrice:
     model = request.model
     detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
+    if fit is not None and fit.moved:
+        detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
     if command.multi_gpu:
         return CommandPrice(detail, None, None, cost_model.fidelity,
                             f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
-    memory = placement_memory(request, placement, mapped=not command.no_mmap)
+    memory = placement_memory(request, placement, mapped=not command.no_mmap, kv_offload=not command.no_kv_offload)
+    if fit is not None and fit.unpriced is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     problem = memory.problem()
     if problem is not None:
-        return CommandPrice(detail, None, memory, cost_model.fidelity, problem)
+        return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
         model, request.quant, request.platform, context_tokens=request.context_tokens,
         attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
-    cost = placement_cost(request, cost_model, placement, analytic, stage=stage)
+    cost = placement_cost(request, cost_model, placement, analytic, stage=stage, kv_offload=not command.no_kv_offload)
     from engine.command_prefill import bench_prompt_tokens, price_prefill
 
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
-    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
 
 
 def _maps_to(placement: LlamaPlacement, stage: bool) -> str:

@@ -143,9 +143,17 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             linear_attention=linear,
             nextn_blocks=nextn_blocks(fields, model_type),
             native_expert_type="MXFP4" if model_type == "gpt_oss" else "",
+            context_length=_context_length(data),
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None
+
+
+def _context_length(data: dict) -> int | None:
+    """max_position_embeddings: the context llama.cpp's converter writes as
+    `<arch>.context_length` (n_ctx_train, what -c 0 uses); None when absent or not a count."""
+    value = data.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31 else None
 
 
 # --- reading ---------------------------------------------------------------------

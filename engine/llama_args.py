@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 from engine.ecma_regex import RegexError, compile_pattern
 from engine.errors import CopeInputError
 from engine.export import EXPS_REGEX_TAIL, OFFLOAD_ENV
+from engine.llama_repeats import resolve_values
 from engine.model import ModelSpec
 
 WHERE = "the llama.cpp command"
@@ -64,6 +65,9 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("batch", ("-b", "--batch-size"), True),
     ArgSpec("threads_batch", ("-tb", "--threads-batch"), True),
     ArgSpec("repack", ("-rtr", "--run-time-repack"), True),  # a switch in the server, -rtr <0|1> in llama-bench
+    # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
+    ArgSpec("no_kv_offload", ("-nkvo", "--no-kv-offload"), True),  # a switch in the server, <0|1> in llama-bench
+    ArgSpec("kv_offload", ("-kvo", "--kv-offload"), False),
     ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
     ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
     # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
@@ -79,8 +83,10 @@ LLAMA_PROGRAMS = {
     "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
 }
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
-_OPTIONAL_VALUE = ("flash_attn", "repack")  # a switch in some tools, a value in others
+_OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
+# Words after a switch that read as its value (`--cpu-moe 0`): llama.cpp refuses them.
+_SWITCH_LOOKALIKES = frozenset({"0", "1", "on", "off", "true", "false", "yes", "no", "enabled", "disabled"})
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,13 @@ class LlamaCommand:
     batch: int | None = None  # -b
     threads_batch: int | None = None  # -tb
     repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
+    no_kv_offload: bool = False  # -nkvo: the KV cache in host memory (attention on the CPU)
+    # Every argument as typed, grouped by flag in order: (key, words), the key the setting
+    # (ARG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
+    # VAR=value words before the program. What a command of COPE's keeps of the user's
+    # (engine/command_flags.py: carry_over).
+    args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    env_words: tuple[tuple[str, str], ...] = ()
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -122,25 +135,30 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     environ = dict(env or {})
     if words and os.path.basename(words[0]) == "env":
         words = words[1:]
+    env_words: list[tuple[str, str]] = []
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         key, value = words.pop(0).split("=", 1)
         environ[key] = value
+        env_words.append((key, value))
     if not words:
         raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
     binary = words.pop(0)
     tool = llama_tool(binary)
     notes: list[str] = []
 
-    values: dict[str, str] = {}
+    seen: dict[str, list[tuple[str, str]]] = {}  # each setting's (flag as typed, value), in order
     overrides: list[tuple[str, str, str]] = []
     unknown: list[str] = []
     switches: set[str] = set()
+    groups: list[tuple[str, tuple[str, ...]]] = []
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
+        start = i - 1
         if not _FLAG_SHAPE.match(word):
             unknown.append(word)
+            groups.append(("", (word,)))
             continue
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
         if name.startswith("--"):
@@ -153,10 +171,17 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
                 i += 1
             else:
                 unknown.append(word)
+            groups.append((name, tuple(words[start:i])))
             continue
         if not spec.takes_value:
             if inline is not None:
                 raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
+            if spec.setting == "cpu_moe" and tool == "llama-bench":
+                raise CopeInputError(f"{WHERE}: llama-bench has no {name} (tools/llama-bench/llama-bench.cpp): give "
+                                     "-ncmoe N, N the model's blocks, to keep every expert on the CPU")
+            if i < len(words) and words[i].strip().lower() in _SWITCH_LOOKALIKES:
+                raise CopeInputError(f"{WHERE}: {name} takes no value (it is a switch), got {name} {words[i]}")
+            groups.append((spec.setting, (word,)))
             switches.add(spec.setting)
             if spec.setting == "cpu_moe":
                 overrides.append((EXPS_REGEX_TAIL, "CPU", name))
@@ -170,18 +195,24 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
             value = "on"  # older builds: -fa was a switch; -rtr is one in llama-server
         else:
             raise CopeInputError(f"{WHERE}: {name} needs a value")
+        groups.append((spec.setting, tuple(words[start:i])))
         if spec.setting == "override_tensor":
             overrides.extend(_parse_overrides(value, name, tool, notes))
-        elif spec.setting == "n_cpu_moe":
-            n = _int(value, name)
-            if n < 0:
-                raise CopeInputError(f"{WHERE}: {name} must be >= 0, got {n}")
+        elif spec.setting == "n_cpu_moe" and tool != "llama-bench":
             # arg.cpp: one override per block i < N, appended in order (none past the last block).
-            overrides.extend((rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", name) for b in range(min(n, LLAMA_MAX_LAYERS)))
-            values[spec.setting] = value
+            overrides.extend(_n_cpu_moe_overrides(_int(value, name), name))
+            seen.setdefault(spec.setting, []).append((name, value))
         else:
-            values[spec.setting] = value
+            seen.setdefault(spec.setting, []).append((name, value))
 
+    values = resolve_values(seen, tool, notes)  # repeated flags, llama-bench's lists and ranges
+    if tool == "llama-bench" and "n_cpu_moe" in values:
+        # llama-bench.cpp to_llama_mparams: the -ncmoe overrides come after the test's -ot ones.
+        overrides.extend(_n_cpu_moe_overrides(_int(values["n_cpu_moe"], "-ncmoe"), "-ncmoe"))
+    if "n_cpu_moe" in values and tool != "llama-bench":
+        values["n_cpu_moe"] = str(max(_int(v, f) for f, v in seen["n_cpu_moe"]))
+    if values.get("gpu_layers", "all").strip().lower() not in ("all", "auto", "max"):
+        _int(values["gpu_layers"], "-ngl")  # one number (llama-server: or all/auto)
     check_patterns([o for o in overrides if o[2] in ("-ot", "--override-tensor")])
     threads = _int(values["threads"], "-t") if "threads" in values else None
     context = _int(values["context"], "-c") if "context" in values else None
@@ -203,8 +234,15 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
         n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
         else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
-        unknown=tuple(unknown), notes=tuple(notes), **prompt,
+        unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
+        no_kv_offload=_no_kv_offload(values, groups),
     )
+
+
+def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:
+    if n < 0:
+        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
+    return [(rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", flag) for b in range(min(n, LLAMA_MAX_LAYERS))]
 
 
 def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> dict:
@@ -221,6 +259,14 @@ def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> 
     if "repack" in values:
         out["repack"] = values["repack"].split(",")[0].lower() not in ("0", "false", "off")
     return out
+
+
+def _no_kv_offload(values: Mapping[str, str], groups: Sequence[tuple[str, tuple[str, ...]]]) -> bool:
+    """-nkvo (llama-bench: -nkvo 1; its first value) unless a later -kvo turns it back on."""
+    last = next((key for key, _ in reversed(groups) if key in ("no_kv_offload", "kv_offload")), None)
+    if last != "no_kv_offload":
+        return False
+    return values["no_kv_offload"].split(",")[0].strip().lower() not in ("0", "false", "off")
 
 
 def llama_tool(binary: str) -> str:
@@ -329,7 +375,7 @@ def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
         notes.append(f"--n-cpu-moe {command.n_cpu_moe} is more than the model's {model.n_blocks} blocks: every "
                      "block's experts on the CPU, as llama.cpp does")
     if command.gpu_layers is None:
-        notes.append("no -ngl: recent llama.cpp fits layers automatically (--fit on); assumed every block offloaded")
+        notes.extend(_no_ngl_note(command))
     if command.op_offload_min_batch is not None:
         if command.stages_cpu_experts:
             notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch}: routed CPU experts are copied to the GPU "
@@ -338,6 +384,22 @@ def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
             notes.append(f"{OFFLOAD_ENV} has no effect with --no-op-offload")
         else:
             notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch} is above the decode batch of 1: no effect")
+    if command.no_kv_offload:
+        notes.append("-nkvo: the KV cache is in host memory, not VRAM, and llama.cpp runs attention there: its KV "
+                     "reads are priced on the CPU with two hand-overs a block (attention's arithmetic is not)")
     if command.flash_attn is not None and command.flash_attn not in ("on", "1", "true", "enabled"):
         notes.append(f"-fa {command.flash_attn}: the estimate does not model flash attention")
     return tuple(notes)
+
+
+def _no_ngl_note(command: LlamaCommand) -> list[str]:
+    """What a command without -ngl offloads, where engine/llama_fit.py does not say it."""
+    if command.tool == "llama-bench":
+        return ["no -ngl: llama-bench offloads every layer by default (tools/llama-bench/llama-bench.cpp: -ngl 99, "
+                "-1 in newer builds) and has no --fit"]
+    if command.fit is not None and command.fit.strip().lower() in ("off", "0", "false", "disabled"):
+        return ["no -ngl with --fit off: every block offloaded (llama.cpp's default)"]
+    if command.overrides:
+        return ["no -ngl: llama.cpp's --fit leaves a command with tensor overrides as given (common/fit.cpp: "
+                "\"tensor_buft_overrides already set by user\"): every block offloaded"]
+    return []  # --fit decides: engine/llama_fit.py says what it does

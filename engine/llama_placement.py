@@ -99,7 +99,7 @@ def gpu_layer_count(command: LlamaCommand, model: ModelSpec) -> int:
         return model.n_blocks + 1
     from engine.llama_args import _int
 
-    n = _int(ngl.split(",")[0], "-ngl")
+    n = _int(ngl, "-ngl")  # llama-bench's lists and ranges are resolved to their first value when read
     return model.n_blocks + 1 if n < 0 else n
 
 
@@ -152,13 +152,15 @@ class PlacementCost:
 
 
 def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement,
-                   analytic: AnalyticCostModel, *, stage: bool = False) -> PlacementCost:
+                   analytic: AnalyticCostModel, *, stage: bool = False, kv_offload: bool = True) -> PlacementCost:
     """One decode token of `placement`. The routed experts come from `cost_model`'s
     sequential layer steps (all k on the GPU: h = k; all on the CPU: h = 0, less its
     hand-over), or with `stage` (GGML_OP_OFFLOAD_MIN_BATCH=1) its staged ones (the CPU's
     experts copied to the GPU and computed there); the blocks' shared work from
     `cost_model` on the GPU (scaled per block by `analytic`'s shares) and from `analytic`
-    on the CPU, with the head."""
+    on the CPU, with the head. Without `kv_offload` (-nkvo: the KV cache in host memory,
+    where llama.cpp runs attention), an offloaded block's KV reads are priced on the CPU
+    lane, between two hand-overs (the block's weights stay on the GPU)."""
     model, threads, k = request.model, request.threads, request.model.top_k
     steps = cost_model.state_costs(Execution.SEQUENTIAL, threads, k, 0)
     gpu_layer, cpu_layer = float(steps.total_s[k]), float(steps.total_s[0] - steps.sync_s[0])
@@ -171,7 +173,12 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     devices: list[str] = []  # the device of each piece of the token's work, in order
     gpu_blocks_s = cpu_blocks_s = gpu_experts_s = cpu_experts_s = 0.0
     for block in range(model.n_blocks):
-        if placement.gpu_blocks[block]:
+        kv_host = 0.0 if kv_offload else _kv_bytes(analytic, block)
+        if placement.gpu_blocks[block] and kv_host > 0:
+            gpu_blocks_s += (analytic.gpu_block_s(block) - kv_host / analytic.gpu_stream_bytes_per_s) * gpu_scale
+            cpu_blocks_s += kv_host / analytic.cpu_stream_bytes_per_s(threads)
+            devices += ["gpu", "cpu", "gpu"]  # projections, attention over the host's KV cache, output
+        elif placement.gpu_blocks[block]:
             gpu_blocks_s += analytic.gpu_block_s(block) * gpu_scale
             devices.append("gpu")
         else:
@@ -196,6 +203,11 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     transitions = sum(a != b for a, b in zip(devices, devices[1:]))
     return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2, head_s,
                          transitions)
+
+
+def _kv_bytes(analytic: AnalyticCostModel, block: int) -> float:
+    """The KV-cache bytes a decode step reads in `block` (AnalyticCostModel.block_bytes less its weights)."""
+    return analytic.block_bytes(block) - analytic.model.shared_layer_bytes(analytic.quant, block)
 
 
 @dataclass(frozen=True)
@@ -223,9 +235,12 @@ class PlacementMemory:
         return None
 
 
-def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mapped: bool) -> PlacementMemory:
+def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mapped: bool,
+                     kv_offload: bool = True) -> PlacementMemory:
     """VRAM and host memory of `placement` at the request's context (llama.cpp keeps the
-    token embedding in host memory unless it is tied to the output head)."""
+    token embedding in host memory unless it is tied to the output head; with
+    `kv_offload` False, -nkvo, every block's KV cache is in host memory: llama-context.cpp
+    allocates it on the CPU when cparams.offload_kqv is false)."""
     from engine.host_memory import ram_fit
     from engine.memory import RUNTIME_RESERVE_BYTES
 
@@ -237,9 +252,13 @@ def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mappe
         weights = model.shared_layer_bytes(quant, block)
         kv = model.kv_read_bytes_per_layer(block, request.context_tokens) * kv_scale
         if placement.gpu_blocks[block]:
-            vram += weights + kv
+            vram += weights
         else:
-            host += weights + kv
+            host += weights
+        if placement.gpu_blocks[block] and kv_offload:
+            vram += kv
+        else:
+            host += kv
     for share in placement.expert_cpu_share:
         host += share * expert_layer
         vram += (1 - share) * expert_layer

@@ -105,6 +105,10 @@ class ModelSpec:
     # What the shape gets wrong, as read from a config.json (Jamba's Mamba blocks counted as
     # attention, ...): said with every plan made for the model, not only in its provenance.
     caveats: tuple[str, ...] = ()
+    # The context it was trained for, in tokens: llama.cpp's n_ctx_train, what `-c 0` uses
+    # (GGUF `<arch>.context_length`, written from config.json's max_position_embeddings);
+    # None: unknown.
+    context_length: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -360,6 +364,7 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             nextn_blocks=int(entry.get("nextn_blocks", 0)),
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             native_expert_type=str(entry.get("native_expert_type", "")),
+            context_length=int(entry["context_length"]) if entry.get("context_length") else None,
         )
     except CopeInputError as exc:
         if exc.path is None:  # ModelSpec's own checks: name the file they came from

@@ -7,8 +7,12 @@ sometimes after a publisher prefix (`unsloth_Qwen3-235B-A22B-Instruct-2507-UD-Q4
 LM Studio and Ollama save them). The model is the catalog name, alias or Hub repo name
 that occurs in the rest as a whole dash-separated run (the longest one wins, so
 "GLM-4.5-Air" beats "GLM-4.5"); the quantization is a row of assets/quantizations.json when
-the tag names one, else None with the tag kept (Unsloth's "UD-" dynamic mixes, ik_llama.cpp
-types): the file's own sizes are then the only exact ones.
+the tag names one. A tag COPE has no row for is priced as the nearest row only where that
+is defensible (`NEAREST`: the same K-quant rules with a few tensors one type up or down,
+e.g. Q3_K_L -> Q3_K_M, Q2_K_L -> Q2_K, and Unsloth's "UD-" dynamic mixes, built on a K-quant,
+as that K-quant's llama.cpp mix: UD-Q4_K_XL -> Q4_K_M), and the note says so; any other tag
+(IQ2_XXS, ik_llama.cpp's IQ4_KS, ...) gives None with the tag kept and a note that it was
+not recognised: the file's own sizes are then the only exact ones.
 """
 
 from __future__ import annotations
@@ -29,6 +33,26 @@ _QUANT_TAG = re.compile(
 _SEPARATORS = re.compile(r"[-_. ]+")
 # Tags that name a table row under another spelling.
 _TAG_ALIASES = {"MXFP4_MOE": "MXFP4", "FP16": "F16"}
+# Quantizations without a row, priced as the nearest row, and why that is close
+# (src/llama-quant.cpp llama_tensor_get_type; "_L"/"_XL": bartowski's and unsloth's names for
+# a K-quant with the token embedding and output at Q8_0).
+NEAREST: dict[str, tuple[str, str]] = {
+    "Q3_K_L": ("Q3_K_M", "llama.cpp's Q3_K_L keeps attention V/output and FFN down at Q5_K where Q3_K_M has Q4_K: "
+                         "its file is a little larger than priced"),
+    "Q3_K_S": ("Q3_K_M", "llama.cpp's Q3_K_S is Q3_K where Q3_K_M keeps some tensors at Q4_K/Q5_K: its file is a "
+                         "little smaller than priced"),
+    "Q2_K_S": ("Q2_K", "llama.cpp's Q2_K_S keeps fewer tensors above Q2_K than Q2_K: a little smaller than priced"),
+    "Q2_K_L": ("Q2_K", "Q2_K with the token embedding and output at Q8_0: a little larger than priced"),
+    "Q3_K_XL": ("Q3_K_M", "Q3_K_L with the token embedding and output at Q8_0: a little larger than priced"),
+    "Q4_K_L": ("Q4_K_M", "Q4_K_M with the token embedding and output at Q8_0: a little larger than priced"),
+    "Q5_K_L": ("Q5_K_M", "Q5_K_M with the token embedding and output at Q8_0: a little larger than priced"),
+    "Q6_K_L": ("Q6_K", "Q6_K with the token embedding and output at Q8_0: a little larger than priced"),
+    "IQ4_NL": ("Q4_0", "IQ4_NL and Q4_0 both store 4.5 bits a weight (18-byte blocks of 32)"),
+}
+# Unsloth's dynamic mixes ("UD-" + a K-quant name): each layer's tensors at the named type or
+# above, chosen per model; priced as the named type's llama.cpp mix.
+_UD_BASE = {"Q2_K_XL": "Q2_K", "Q3_K_XL": "Q3_K_M", "Q4_K_XL": "Q4_K_M", "Q5_K_XL": "Q5_K_M", "Q6_K_XL": "Q6_K",
+            "Q8_K_XL": "Q8_0"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +136,14 @@ def _quant_for(tag: str) -> tuple[str | None, tuple[str, ...]]:
     if name in table:
         return table[name].name, ()
     if upper.startswith("UD_"):
-        return None, (f"{tag} is an Unsloth dynamic quant (their own per-tensor mix, not llama.cpp's "
-                      f"{upper[3:]} rules): give the GGUF file for exact sizes, or --quant for an estimate",)
-    return None, (f"{tag} is not a quantization COPE sizes by rule (known: {', '.join(table)}): give the GGUF "
-                  "file for exact sizes, or --quant for an estimate",)
+        base = upper[3:]
+        nearest = base if base in table else _UD_BASE.get(base) or NEAREST.get(base, ("",))[0]
+        if nearest:
+            return nearest, (f"the file says {tag}, an Unsloth dynamic quant (its own per-tensor mix, some tensors "
+                             f"above {nearest}'s types); priced as {nearest}, the nearest llama.cpp mix COPE sizes "
+                             "(give the GGUF file for exact sizes)",)
+    elif upper in NEAREST:
+        nearest, why = NEAREST[upper]
+        return nearest, (f"the file says {tag}; priced as {nearest}, the nearest quantization COPE sizes ({why}; "
+                         "give the GGUF file for exact sizes)",)
+    return None, (f"the file says {tag}, a quantization COPE does not recognise (it sizes {', '.join(table)})",)

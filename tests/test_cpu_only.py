@@ -65,7 +65,7 @@ def test_what_needs_a_gpu_is_one_line(capsys, flag):
 
 
 def test_commands_that_rank_splits_say_where_the_cpu_only_plan_is(capsys):
-    argv = ["llama-server", "-m", "qwen3-30b-a3b.gguf", "-ngl", "0", "-t", "2"]
-    assert main(["estimate", "--gpu", "none", "--model", "qwen3-30b-a3b", "--", *argv]) == EXIT_INPUT
+    # `cope estimate --gpu none` prices a command on the CPU alone (tests/test_estimate_no_gpu.py).
+    assert main(["export", "--gpu", "none", "--model", "qwen3-30b-a3b", "--candidate", "all-cpu"]) == EXIT_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cope advise --gpu none" in err

@@ -343,3 +343,15 @@ def test_what_a_config_shape_gets_wrong_is_said_in_every_plan(configs):
     plain = build_request(PlanChoices(model=str(configs / "mixtral.config.json"), gpu="rtx-3090",
                                       cpu="ryzen-9-7950x", tokens=40))
     assert not any(n.startswith("model shape (") for n in plain.notes)
+
+
+@pytest.mark.parametrize(("key", "catalog_id"), [
+    ("qwen3", "qwen3-30b-a3b"), ("mixtral", "mixtral-8x7b-instruct"), ("olmoeins", "olmoe-1b-7b"),
+    ("qwen", "qwen1.5-moe-a2.7b"), ("deepseek2", "deepseek-v2-lite-chat"),
+])
+def test_the_trained_context_is_max_position_embeddings_as_the_catalog_says(configs, key, catalog_id):
+    from engine.catalog import get_model
+
+    data = json.loads((configs / f"{key}.config.json").read_text())
+    model = _load(configs, key)
+    assert model.context_length == data["max_position_embeddings"] == get_model(catalog_id).context_length

@@ -91,7 +91,10 @@ def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
     old = parse_llama_command(shlex.split("llama-server -fa -t 4"))  # -fa as an old switch
     assert old.flash_attn == "on" and old.threads == 4
     assert any("-fa off" in n for n in command_notes(parse_llama_command(["llama-server", "-fa", "off"]), QWEN))
-    assert any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
+    # Without -ngl, llama-server's --fit decides (engine/llama_fit.py, tests/test_llama_fit.py); llama-bench has none.
+    assert not any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
+    assert any("no -ngl: llama-bench offloads every layer" in n
+               for n in command_notes(parse_llama_command(["llama-bench"]), QWEN))
     # -ngl 10 offloads the last 10 of 48 blocks (llama-model.cpp: i_gpu_start = n_layer - ngl), not the output.
     ten = placement_of(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN)
     assert np.flatnonzero(ten.gpu_blocks).tolist() == list(range(38, 48)) and not ten.output_on_gpu
@@ -161,4 +164,27 @@ def test_cope_estimate_takes_model_and_quant_from_a_missing_files_name(capsys):
     # --quant still wins over the name.
     assert main(["estimate", "--json", "--quant", "Q8_0", *FAST, "--", "llama-server", "-m",
                  "/elsewhere/gpt-oss-20b-mxfp4.gguf", "-t", "8"]) == EXIT_OK
-    assert "priced as the catalog's gpt-oss-20b (from the file name)" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "priced as the catalog's gpt-oss-20b (from the file name)" in captured.err
+    assert not any("the file says" in n for n in json.loads(captured.out)["notes"])
+
+
+@pytest.mark.parametrize(("name", "priced_as", "note"), [
+    ("DeepSeek-V3-0324-Q2_K_L-00001-of-00005.gguf", "Q2_K",
+     "-m DeepSeek-V3-0324-Q2_K_L-00001-of-00005.gguf: the file says Q2_K_L; priced as Q2_K, the nearest quantization "
+     "COPE sizes (Q2_K with the token embedding and output at Q8_0: a little larger than priced; give the GGUF file "
+     "for exact sizes)"),
+    ("Qwen3-30B-A3B-IQ2_XXS.gguf", "Q4_K_M",
+     "-m Qwen3-30B-A3B-IQ2_XXS.gguf: the file says IQ2_XXS, a quantization COPE does not recognise (it sizes F16, BF16, "
+     "Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q4_0, IQ4_XS, Q3_K_M, IQ3_XXS, Q2_K, MXFP4); priced as Q4_K_M, the "
+     "model's usual GGUF (give the GGUF file for exact sizes, or --quant)"),
+])
+def test_cope_estimate_says_what_the_files_quantization_was_priced_as(capsys, name, priced_as, note):
+    words = ["--", "llama-server", "-m", f"/elsewhere/{name}", "-ngl", "99", "--cpu-moe", "-t", "8"]
+    assert main(["estimate", "--json", *FAST, *words]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert note in doc["notes"]
+    assert main(["estimate", *FAST, *words]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith(f"COPE estimate: ") and f" {priced_as}, 8 threads" in out.splitlines()[0]
+    assert f"  - {note}" in out

@@ -20,25 +20,25 @@ KNOWN = [
     ("gpt-oss-20b-mxfp4.gguf", "gpt-oss-20b", "MXFP4"),
     ("gpt-oss-120b-F16.gguf", "gpt-oss-120b", "F16"),
     ("gpt-oss-20b-MXFP4_MOE.gguf", "gpt-oss-20b", "MXFP4"),
-    ("unsloth_Qwen3-235B-A22B-Instruct-2507-UD-Q4_K_XL.gguf", "qwen3-235b-a22b", None),
+    ("unsloth_Qwen3-235B-A22B-Instruct-2507-UD-Q4_K_XL.gguf", "qwen3-235b-a22b", "Q4_K_M"),
     ("Qwen3-235B-A22B-Q6_K-00001-of-00004.gguf", "qwen3-235b-a22b", "Q6_K"),
     ("Qwen3.5-35B-A3B-Q4_K_M.gguf", "qwen3.5-35b-a3b", "Q4_K_M"),
     ("C:\\llm\\lmstudio-community\\Qwen3.6-35B-A3B-GGUF\\Qwen3.6-35B-A3B-Q4_K_M.gguf", "qwen3.6-35b-a3b", "Q4_K_M"),
-    ("Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf", "qwen3.6-35b-a3b", None),
+    ("Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf", "qwen3.6-35b-a3b", "Q4_K_M"),
     ("Qwen3-Next-80B-A3B-Instruct-Q4_K_M.gguf", "qwen3-next-80b-a3b", "Q4_K_M"),
-    ("Qwen3-Next-80B-A3B-Thinking-UD-Q4_K_XL.gguf", "qwen3-next-80b-a3b", None),
+    ("Qwen3-Next-80B-A3B-Thinking-UD-Q4_K_XL.gguf", "qwen3-next-80b-a3b", "Q4_K_M"),
     ("GLM-4.7-Flash-Q4_K_M.gguf", "glm-4.7-flash", "Q4_K_M"),
     ("GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf", "glm-4.5-air", "Q4_K_M"),
     ("zai-org_GLM-4.5-Air-Q8_0-00001-of-00003.gguf", "glm-4.5-air", "Q8_0"),
     ("GLM-4.7-Q8_0-00001-of-00008.gguf", "glm-4.7", "Q8_0"),
-    ("GLM-4.6-UD-Q2_K_XL-00001-of-00003.gguf", "glm-4.7", None),
+    ("GLM-4.6-UD-Q2_K_XL-00001-of-00003.gguf", "glm-4.7", "Q2_K"),
     ("DeepSeek-V3-0324-Q4_K_M-00001-of-00009.gguf", "deepseek-v3", "Q4_K_M"),
-    ("DeepSeek-R1-0528-UD-Q2_K_XL-00001-of-00006.gguf", "deepseek-v3", None),
+    ("DeepSeek-R1-0528-UD-Q2_K_XL-00001-of-00006.gguf", "deepseek-v3", "Q2_K"),
     ("DeepSeek-V2-Lite-Chat.Q2_K.gguf", "deepseek-v2-lite-chat", "Q2_K"),
     ("DeepSeek-V2-Lite-Q4_K_M.gguf", "deepseek-v2-lite-chat", "Q4_K_M"),
     ("DeepSeek-Coder-V2-Lite-Instruct-Q4_K_M.gguf", "deepseek-coder-v2-lite-instruct", "Q4_K_M"),
     ("Llama-4-Scout-17B-16E-Instruct-Q4_K_M-00001-of-00002.gguf", "llama-4-scout-17b-16e", "Q4_K_M"),
-    ("Llama-4-Maverick-17B-128E-Instruct-UD-IQ4_XS-00001-of-00005.gguf", "llama-4-maverick-17b-128e", None),
+    ("Llama-4-Maverick-17B-128E-Instruct-UD-IQ4_XS-00001-of-00005.gguf", "llama-4-maverick-17b-128e", "IQ4_XS"),
     ("meta-llama_Llama-4-Scout-17B-16E-Instruct-IQ4_XS.gguf", "llama-4-scout-17b-16e", "IQ4_XS"),
     ("mixtral-8x7b-instruct-v0.1.Q4_K_M.gguf", "mixtral-8x7b-instruct", "Q4_K_M"),
     ("Mixtral-8x7B-Instruct-v0.1-Q5_K_M.gguf", "mixtral-8x7b-instruct", "Q5_K_M"),
@@ -61,7 +61,27 @@ def test_published_file_names(path, model_id, quant):
 
 def test_unsloth_dynamic_quants_say_what_they_are():
     match = model_from_file_name("Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf")
-    assert match.quant_tag == "UD-Q4_K_XL" and "Unsloth dynamic" in match.notes[0]
+    assert match.quant_tag == "UD-Q4_K_XL" and match.quant == "Q4_K_M"
+    assert match.notes == ("the file says UD-Q4_K_XL, an Unsloth dynamic quant (its own per-tensor mix, some tensors "
+                           "above Q4_K_M's types); priced as Q4_K_M, the nearest llama.cpp mix COPE sizes (give the "
+                           "GGUF file for exact sizes)",)
+
+
+@pytest.mark.parametrize(("tag", "priced_as"), [
+    ("Q2_K_L", "Q2_K"), ("Q3_K_L", "Q3_K_M"), ("Q3_K_S", "Q3_K_M"), ("Q4_K_L", "Q4_K_M"), ("IQ4_NL", "Q4_0"),
+    ("UD-Q3_K_XL", "Q3_K_M"), ("UD-Q8_K_XL", "Q8_0"), ("UD-IQ3_XXS", "IQ3_XXS"),
+])
+def test_a_quant_without_a_row_is_priced_as_the_nearest_and_says_so(tag, priced_as):
+    match = model_from_file_name(f"DeepSeek-V3-0324-{tag}-00001-of-00005.gguf")
+    assert (match.model_id, match.quant, match.quant_tag) == ("deepseek-v3", priced_as, tag)
+    assert match.notes[0].startswith(f"the file says {tag}") and f"priced as {priced_as}, the nearest" in match.notes[0]
+
+
+@pytest.mark.parametrize("tag", ["IQ2_XXS", "UD-IQ2_XXS", "UD-IQ1_S", "Q5_1", "IQ4_KS"])
+def test_a_quant_with_no_defensible_neighbour_is_not_recognised(tag):
+    match = model_from_file_name(f"Qwen3-30B-A3B-{tag}.gguf")
+    assert match.quant is None and match.quant_tag == tag
+    assert match.notes[0].startswith(f"the file says {tag}, a quantization COPE does not recognise (it sizes F16, ")
 
 
 def test_the_folder_names_the_model_when_the_file_does_not():

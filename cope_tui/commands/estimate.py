@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
+from engine.platform import NO_GPU
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cope_tui.service.advice import estimate_command, estimate_without_ranking
-    from engine.errors import BudgetTooSmall, CopeInputError
+    from engine.errors import BudgetTooSmall
     from engine.llama_args import parse_llama_command
-    from engine.model_names import model_from_file_name
+    from cope_tui.service.command_model import command_context, command_model
 
     words = list(args.command)
     if words and words[0] == "--":
@@ -42,30 +44,33 @@ def run(args: argparse.Namespace) -> int:
         words = _shell_words(words[0])
     else:
         command = parse_llama_command(words)
-    model_arg, quant = args.model, None
-    if model_arg is None:
-        if command.model_path and os.path.exists(command.model_path):
-            model_arg = command.model_path  # the model reader may know the file
-        elif command.model_path and (named := model_from_file_name(command.model_path)) is not None:
-            # The file is elsewhere (another machine): its name says the catalog model.
-            model_arg = named.model_id
-            quant = None if getattr(args, "quant", None) else named.quant
-            said = f"{named.model_id}" + (f", {named.quant}" if quant else "")
-            print(f"cope: -m {command.model_path}: priced as the catalog's {said} (from the file name)",
-                  file=sys.stderr)
-            for note in named.notes:
-                print(f"cope: {note}", file=sys.stderr)
-        else:
-            raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
-    settings = dict(context=command.context or None, threads=command.threads, model=model_arg, quant=quant)
+    found = command_model(command, args.model, getattr(args, "quant", None))
+    if found.said:
+        print(f"cope: {found.said}", file=sys.stderr)
+    model_arg, quant = found.model, found.quant
+    context, context_note = command_context(command, model_arg, getattr(args, "gguf_file", None), found.alias)
+    said = found.notes + ((context_note,) if context_note else ())
+    settings = dict(context=context or None, threads=command.threads, model=model_arg, quant=quant)
+    choices = choices_from_args(args, **settings)
+    if (choices.gpu or "").lower() == NO_GPU:  # the CPU alone: the command priced, nothing to rank
+        from cope_tui.service.cpu_only import estimate_without_gpu
+
+        est = estimate_without_gpu(choices, command, fidelity=args.fidelity)
+        return _report(args, words, command, est, said)
     try:
         advice = advice_from_args(args, **settings)
     except BudgetTooSmall as exc:  # no candidate fits at the command's context: price the command alone
-        est = estimate_without_ranking(choices_from_args(args, **settings), command, exc.message,
+        est = estimate_without_ranking(choices, command, exc.message,
                                        fidelity=args.fidelity, probe_budget_s=args.probe_budget_s)
     else:
         est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
                                probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
+    return _report(args, words, command, est, said)
+
+
+def _report(args: argparse.Namespace, words: list[str], command, est, said: tuple[str, ...]) -> int:  # type: ignore[no-untyped-def]
+    if said:  # what the file name says of the quantization, what -c 0 means: in the text and the JSON
+        est = replace(est, notes=said + est.notes)
     if args.json:
         from cope_tui.commands.output import write_json
 
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
                                                "vram_used_bytes": best.vram_used_bytes},
             "no_ranking": est.no_ranking,
             "speedup_of_best": est.speedup,
+            "best_is": est.best_is,
+            "nearest_is": est.nearest_is,
             "export": None if est.export is None else est.export.to_dict(),
             "notes": list(est.notes + est.ranking_notes),
         })
@@ -103,9 +110,10 @@ def _shell_words(text: str) -> list[str]:
 
 def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
     yours = est.yours
-    doc = {"runs": yours.runs, "refusal": yours.refusal, "detail": yours.detail, "fidelity": yours.fidelity,
+    doc = {"runs": yours.runs, "verdict": yours.verdict, "refusal": yours.refusal,
+           "fit": None if yours.fit is None else yours.fit.to_dict(), "detail": yours.detail, "fidelity": yours.fidelity,
            "tpot_s": yours.tpot_s if yours.runs else None, "tokens_per_s": yours.tokens_per_s if yours.runs else None,
-           "rank": est.rank, "of": est.of}
+           "rank": est.rank, "of": est.of, "tied_with": list(est.tied_with)}
     if yours.memory is not None:
         m = yours.memory
         doc.update(vram_used_bytes=m.vram_bytes, vram_total_bytes=m.vram_total_bytes, host_bytes=m.host_bytes,

@@ -4,21 +4,29 @@ There is nothing to split, so the Policy Matrix does not apply: the plan is the 
 command a CPU-only machine runs (`llama-server -m FILE -ngl 0 -t T -c C`), priced by the
 same placement pricing as `cope estimate` (engine/command_estimate.py) with the cost model
 the default policy chooses (this machine's calibration when `cope calibrate` ran, else
-analytic). Imports neither textual nor torch.
+analytic). `cope estimate --gpu none` prices the user's command the same way
+(`estimate_without_gpu`). Imports neither textual nor torch.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
 from engine.advise import AdviseRequest
-from engine.command_estimate import CommandPrice, price_placement_command
+from engine.command_estimate import (
+    CommandEstimate,
+    CommandPrice,
+    command_settings,
+    price_command_alone,
+    price_placement_command,
+)
 from engine.errors import CopeInputError
-from engine.llama_args import parse_llama_command
+from engine.llama_args import LlamaCommand, parse_llama_command
 from engine.memory import GIB
 from engine.spans import count_of
 
@@ -57,6 +65,37 @@ def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # t
     if price.runs and not math.isfinite(price.tpot_s):  # a GPU term reached a CPU-only price: a bug, not input
         raise RuntimeError(f"CPU-only price is not finite: {price.cost}")
     return CpuOnlyPlan(request, pricing, argv, price)
+
+
+NO_RANKING = "--gpu none: no GPU, so there is no GPU/CPU split to rank against; your command is priced on the CPU alone"
+_GPU_BUFFER = re.compile(r"(?i)^(cuda|rocm|vulkan|sycl|metal|cann|musa|opencl)\d*")
+
+
+def estimate_without_gpu(choices: PlanChoices, command: LlamaCommand, *, fidelity: str | None = None,
+                         detect_cpu=None) -> CommandEstimate:  # type: ignore[no-untyped-def]
+    """`cope estimate --gpu none`: `command` priced on the CPU alone (llama.cpp runs every
+    layer there without a GPU, whatever -ngl says), with nothing to rank beside it; a
+    command that names a GPU (an -ot buffer, -dev, a split) is refused in one line."""
+    gpu_flags = [f"{flag} {pattern}={buffer}" for pattern, buffer, flag in command.overrides
+                 if _GPU_BUFFER.match(buffer)]
+    if command.multi_gpu:
+        gpu_flags.append(command.multi_gpu)
+    if gpu_flags:
+        raise CopeInputError(f"--gpu none: the command puts tensors on a GPU ({'; '.join(gpu_flags)}), which needs "
+                             "one; drop --gpu none (or give --gpu PRESET) to price it")
+    if fidelity is not None and fidelity not in ("analytic", "calibrated"):
+        raise CopeInputError(f"--fidelity {fidelity}: --gpu none prices without a GPU (analytic or calibrated)")
+    if choices.vram_budget_gib is not None:
+        raise CopeInputError(f"--vram-budget {choices.vram_budget_gib:g}: --gpu none prices without a GPU (no VRAM)")
+    request = build_request(choices, detect_cpu=detect_cpu)
+    request = replace(request, **command_settings(command, request))
+    pricing = choose_cost_model(request, fidelity=fidelity)
+    est = price_command_alone(request, pricing.cost_model, command, NO_RANKING)
+    offloads = command.gpu_layers is None or command.gpu_layers.strip().lower() in ("all", "auto", "max", "-1") or \
+        int(command.gpu_layers) > 0
+    said = (f"-ngl {command.gpu_layers or '(unset: every layer)'} offloads nothing without a GPU: llama.cpp runs "
+            "every layer on the CPU",) if offloads else ()
+    return replace(est, notes=said + est.notes, ranking_notes=tuple(n for n in request.notes if not _about_routing(n)))
 
 
 def render_cpu_only(plan: CpuOnlyPlan) -> str:

@@ -296,9 +296,19 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
             linear_blocks=linear_blocks,
             linear_attention=_linear_attention(meta) if linear_blocks else None,
             nextn_blocks=nextn,
+            context_length=_context_length(meta),
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None
+
+
+def _context_length(meta: _Meta) -> int | None:
+    """`<arch>.context_length`, llama.cpp's n_ctx_train (what -c 0 uses); None when absent
+    or unreadable (nothing else depends on it)."""
+    try:
+        return meta.int_("{arch}.context_length", high=2**31 - 1) or None
+    except CopeInputError:
+        return None
 
 
 def _expert_width(weights: Mapping[tuple[int, str], TensorInfo], block: int, meta: _Meta) -> tuple[int, bool]:

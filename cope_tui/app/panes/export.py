@@ -45,6 +45,8 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
     text.append(f"{result.maps_to}: {yours.detail}\n")
     if yours.runs:
         faster = f" ({result.rank - 1} of {result.of} candidates are faster)" if result.rank is not None else ""
+        if result.tied_with:
+            faster += f" (as fast as {', '.join(result.tied_with[:3])})"
         text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, VRAM "
                     f"{yours.vram_used_bytes / GIB:.2f} GiB{faster}\n")
     else:
@@ -56,14 +58,17 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
         text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
         text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
                     f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
-    speedup = result.speedup
-    if speedup is not None and speedup >= 1.0:
+    speedup, best_is = result.speedup, result.best_is
+    if best_is == "faster":
         text.append(f"COPE's best is {speedup:.2f}x faster than your command\n", style="bold green")
-    elif speedup is not None:
+    elif best_is == "as_fast":
+        text.append("Your command is already as fast as COPE's best\n", style="bold green")
+    elif best_is == "slower":
         text.append(f"Your command is {1 / speedup:.2f}x faster than COPE's best\n", style="bold yellow")
     near = result.nearest_runnable
     if near is not None:
-        mine = f" ({yours.tpot_s / near.tpot_s:.2f}x your command)" if yours.runs else ""
+        mine = ("" if result.nearest_is is None else " (as fast as your command)" if result.nearest_is == "as_fast"
+                else f" ({yours.tpot_s / near.tpot_s:.2f}x your command)")
         text.append(f"Runs on llama.cpp: {near.candidate.id}, {near.tpot_s * 1e3:.2f} ms/token, "
                     f"{near.tokens_per_s:.1f} tok/s{mine}\n")
     text.append(f"Priced at {count_of(req.threads, 'thread')}, context {req.context_tokens}, {yours.fidelity} cost model\n",

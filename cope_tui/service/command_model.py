@@ -1,0 +1,77 @@
+"""Which model (and quantization) a pasted llama.cpp command runs, for `cope estimate`.
+
+`--model` wins; else the `-m` file when it is on this machine (the model reader knows it);
+else the catalog model and quantization its published name says (engine/model_names.py).
+What the name says about the quantization, a nearest row priced in its place or a tag
+COPE does not recognise, becomes a note of the estimate (text and JSON), not only a line
+on stderr. `-c 0` is the model's trained context in llama.cpp (n_ctx_train): `command_context`
+reads it from the model (the catalog's config.json max_position_embeddings, a GGUF's
+`<arch>.context_length`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from engine.errors import CopeInputError
+from engine.llama_args import LlamaCommand
+
+
+@dataclass(frozen=True)
+class CommandModel:
+    model: str  # what to plan with: a catalog id, a file, ...
+    quant: str | None  # the quantization the file name says (None: --quant, the file, or the model's usual)
+    notes: tuple[str, ...] = ()  # for the estimate's notes
+    said: str | None = None  # one line for stderr: how the model was found
+    alias: str | None = None  # the catalog alias the file name matched (another release of the same shape)
+
+
+def command_model(command: LlamaCommand, model: str | None, quant: str | None) -> CommandModel:
+    """The model `command` runs, given the --model and --quant flags (None: not given)."""
+    if model is not None:
+        return CommandModel(model, None)
+    path = command.model_path
+    if path and os.path.exists(path):
+        return CommandModel(path, None)  # the model reader may know the file
+    from engine.catalog import get_model
+    from engine.model_names import model_from_file_name
+
+    named = model_from_file_name(path) if path else None
+    if named is None:
+        raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
+    # The file is elsewhere (another machine): its name says the catalog model.
+    found = None if quant else named.quant
+    said = f"-m {path}: priced as the catalog's {named.model_id}" + (f", {found}" if found else "") + \
+        " (from the file name)"
+    spec = get_model(named.model_id)
+    alias = named.matched if named.matched in spec.aliases else None
+    if quant:
+        return CommandModel(named.model_id, None, (), said, alias)  # --quant wins over the name
+    notes = named.notes
+    if found is None:
+        usual = spec.default_quant
+        notes = tuple(f"{n}; priced as {usual}, the model's usual GGUF (give the GGUF file for exact sizes, or "
+                      "--quant)" for n in notes)
+    return CommandModel(named.model_id, found, tuple(f"-m {os.path.basename(path)}: {n}" for n in notes), said,
+                        alias)
+
+
+def command_context(command: LlamaCommand, model: str, gguf_file: str | None = None,
+                    alias: str | None = None) -> tuple[int | None, str | None]:
+    """The context to price `command` at (None: the plan's default) and a note when `-c 0`
+    asks for the model's trained context."""
+    if command.context != 0:
+        return command.context, None
+    from cope_tui.service.request import load_model
+
+    spec = load_model(model, gguf_file=gguf_file)
+    if spec.context_length is None:
+        return None, ("-c 0: llama.cpp uses the model's trained context (n_ctx_train), which COPE does not know for "
+                      f"{spec.name}: priced at the default context instead (give -c N)")
+    where = "the GGUF's context_length" if spec.exact_bytes is not None else "its config.json max_position_embeddings"
+    other = ("" if alias is None else f"; the file is {alias}, another release of the same shape that may be "
+             "trained for another context (give -c N to price that)")
+    return spec.context_length, (f"-c 0: llama.cpp uses the model's trained context (n_ctx_train): "
+                                 f"{spec.context_length} tokens for {spec.name} ({where}); --fit does not lower "
+                                 f"it{other}")
