@@ -165,7 +165,8 @@ def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
     out = []
     for e in rec.estimates:
         placement = prefill_placement(e, req.model.n_blocks)
-        headroom = max(rec.memory.vram_budget_bytes - e.vram_used_bytes, 0)
+        # What the plan leaves, less its safety margin (headroom a plan keeps, not VRAM it uses)
+        headroom = max(rec.memory.vram_budget_bytes - rec.memory.safety_margin_bytes - e.vram_used_bytes, 0)
         prefill = model.choose_ubatch(placement, workload.prompt_tokens, headroom)
         overlapped = model.prompt(placement, workload.prompt_tokens, ubatch=prefill.ubatch, batch=prefill.batch,
                                   runtime=DOUBLE_BUFFERED)
