@@ -21,7 +21,7 @@ from engine.estimate import Estimate, compare, faster
 from engine.prefill_cost import PrefillCost
 from engine.command_flags import carry_over
 from engine.export import Export, export_for
-from engine.llama_args import LlamaCommand, command_notes
+from engine.llama_args import LlamaCommand, buffer_problem, command_notes
 from engine.llama_fit import FitOutcome, fit_outcome
 from engine.llama_placement import (
     LlamaPlacement,
@@ -197,6 +197,9 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         return CommandPrice(detail, None, None, cost_model.fidelity,
                             f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
     memory = placement_memory(request, placement, mapped=not command.no_mmap, kv_offload=not command.no_kv_offload)
+    refused = buffer_problem(command)
+    if refused is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
     if fit is not None and fit.unpriced is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     problem = memory.problem()

@@ -29,6 +29,7 @@ PLACEMENT = frozenset({"gpu_layers", "override_tensor", "cpu_moe", "n_cpu_moe"})
 # not modelled: --mmap, newer builds' -lm/--load-mode, llama-bench's -dio/--direct-io.
 MMAP_FAMILY = frozenset({"no_mmap", "bench_mmap", "--mmap", "-lm", "--load-mode", "-dio", "--direct-io"})
 STAGING = frozenset({"no_op_offload", "op_offload", "bench_no_op_offload"})
+MODEL_SOURCES = frozenset({"hf_repo", "hf_file", "model_url"})
 USER_VALUE = frozenset({"flash_attn"})  # COPE's command sets a default; the user's value wins
 # Kept flags whose effect the candidates' figures do not include: said with the command.
 KEPT_UNPRICED = {"no_kv_offload": "your -nkvo is kept: the candidates were priced with the KV cache in VRAM and "
@@ -46,8 +47,13 @@ def carry_over(export: Export, command: LlamaCommand) -> Export:
     if OFFLOAD_ENV in export.env_dict:
         drop |= STAGING
     theirs = {key: [w for k, words in command.args if k == key for w in words] for key in USER_VALUE}
+    user_keys = {key for key, _ in command.args}
+    # The user's -hf/-hff/-mu name the model: COPE's -m (a placeholder file name) gives way.
+    hub_model = "model" not in user_keys and bool(user_keys & MODEL_SOURCES)
     argv = [export.argv[0]]
     for key, words in cope.args:
+        if key == "model" and hub_model:
+            continue
         argv += theirs[key] if key in USER_VALUE and theirs[key] else words
     kept = [w for key, words in command.args if key not in drop for w in words]
     env = export.env + tuple((k, v) for k, v in command.env_words if k != OFFLOAD_ENV and k not in export.env_dict)

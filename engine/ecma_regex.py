@@ -462,5 +462,6 @@ def compile_pattern(pattern: str) -> Pattern:
         raise RegexError("nested too deeply") from None
 
 
+@lru_cache(maxsize=1 << 16)  # a placement asks about the same tensor names again and again (a fit, --fit)
 def search(pattern: str, name: str) -> bool:
     return compile_pattern(pattern).search(name)

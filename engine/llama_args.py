@@ -41,6 +41,11 @@ class ArgSpec:
 # Declarative: what we understand. Value-less switches have takes_value False.
 ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("model", ("-m", "--model"), True),
+    # The model from the Hub or a URL instead of a file (common/arg.cpp: -hf <user>/<model>[:quant],
+    # the quant tag Q4_K_M when left out; -hff a file of that repo; -mu a URL).
+    ArgSpec("hf_repo", ("-hf", "-hfr", "--hf-repo"), True),
+    ArgSpec("hf_file", ("-hff", "--hf-file"), True),
+    ArgSpec("model_url", ("-mu", "--model-url"), True),
     ArgSpec("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), True),
     ArgSpec("override_tensor", ("-ot", "--override-tensor"), True),
     ArgSpec("cpu_moe", ("-cmoe", "--cpu-moe"), False),
@@ -93,7 +98,7 @@ _SWITCH_LOOKALIKES = frozenset({"0", "1", "on", "off", "true", "false", "yes", "
 class LlamaCommand:
     binary: str  # as typed
     tool: str  # llama-server | llama-cli | llama-bench (LLAMA_PROGRAMS: whose flags it takes)
-    model_path: str | None
+    model_path: str | None  # -m
     gpu_layers: str | None
     threads: int | None
     context: int | None
@@ -122,6 +127,10 @@ class LlamaCommand:
     # (engine/command_flags.py: carry_over).
     args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     env_words: tuple[tuple[str, str], ...] = ()
+    # Without -m: the model's name as -hf/-hff/-mu give it (a path-like name whose parts
+    # say the model and quantization, engine/model_names.py), and those flags as typed.
+    model_name: str | None = None
+    model_source: str = ""
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -228,12 +237,13 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     n_depth = _first_int(values.get("n_depth"), "-d", tool, notes) or 0
     n_gen = _first_int(values.get("n_gen"), "-n", tool, notes)
     prompt = _prompt_settings(values, tool, notes)
+    model_name, model_source = _model_name(values, notes)
     return LlamaCommand(
-        binary=binary, tool=tool, model_path=values.get("model"), gpu_layers=values.get("gpu_layers"),
+        binary=binary, tool=tool, model_path=values.get("model"), model_name=model_name, model_source=model_source, gpu_layers=values.get("gpu_layers"),
         threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
         n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
-        else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides),
+        else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides, environ),
         unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
         no_kv_offload=_no_kv_offload(values, groups),
     )
@@ -305,10 +315,66 @@ def _kv_bytes(values: Mapping[str, str]) -> float:
     return sum(KV_TYPE_BYTES[kind] for kind in kinds) / 2
 
 
-def _multi_gpu(values: Mapping[str, str], overrides: Sequence[tuple[str, str, str]]) -> str | None:
-    devices = {buf.upper() for _, buf, _ in overrides if re.match(r"(?i)^(cuda|rocm|vulkan|sycl|metal)\d+$", buf)}
+# llama.cpp's buffer-type names (ggml_backend_buft_name), which -ot looks up exactly, case
+# included (common/arg.cpp, parse_tensor_buffer_overrides): the CPU's ("CPU", and its
+# extra types, "CPU_REPACK", ...), each GPU device's (the backend's name and the device's
+# index: CUDA0, ROCm0, Vulkan0, ...) and a GPU backend's pinned host memory (CUDA_Host).
+GPU_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)(\d+)|Metal")
+HOST_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN)_Host")
+# The environment variables that choose which GPUs a backend sees.
+VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
+
+
+def is_gpu_buffer(buffer: str) -> bool:
+    """Whether an -ot buffer name is a GPU's memory (else the host's)."""
+    return GPU_BUFFER.fullmatch(buffer) is not None
+
+
+def buffer_problem(command: LlamaCommand) -> str | None:
+    """Why llama.cpp would refuse the command's -ot buffers at start-up (None: it takes them)."""
+    for pattern, buffer, flag in command.overrides:
+        if buffer.startswith("CPU") or is_gpu_buffer(buffer) or HOST_BUFFER.fullmatch(buffer):
+            continue
+        return (f"would not run: llama.cpp stops at start-up with 'unknown buffer type' for {flag} "
+                f"{pattern}={buffer}: buffer names are exact, case included (CPU, CUDA0, ...)")
+    return None
+
+
+HF_DEFAULT_TAG = "Q4_K_M"  # common/arg.cpp -hf: "quant is optional, case-insensitive, default to Q4_K_M"
+
+
+def _model_name(values: Mapping[str, str], notes: list[str]) -> tuple[str | None, str]:
+    """(the model's name, the flags that gave it) where the command names no -m file but
+    a Hub repo (-hf, with a file -hff) or a URL (-mu)."""
+    if values.get("model"):
+        return None, ""
+    repo = values.get("hf_repo", "").split(",")[0]
+    name, _, tag = repo.partition(":")
+    if values.get("hf_file"):
+        source = (f"-hf {repo} " if repo else "") + f"-hff {values['hf_file']}"
+        return (f"{name}/{values['hf_file']}" if name else values["hf_file"]), source
+    if repo:
+        if not tag:
+            tag = HF_DEFAULT_TAG
+            notes.append(f"-hf {repo} gives no quantization: llama.cpp takes {HF_DEFAULT_TAG} (or the repo's first "
+                         "file when it has none)")
+        return f"{name}/{name.rsplit('/', 1)[-1]}-{tag}.gguf", f"-hf {repo}"
+    if values.get("model_url"):
+        return values["model_url"].split("?")[0].rstrip("/").rsplit("/", 1)[-1], f"-mu {values['model_url']}"
+    return None, ""
+
+
+def _multi_gpu(values: Mapping[str, str], overrides: Sequence[tuple[str, str, str]],
+               environ: Mapping[str, str]) -> str | None:
+    devices = sorted({buf for _, buf, _ in overrides if is_gpu_buffer(buf)})
     if len(devices) > 1:
-        return f"tensors placed on {len(devices)} GPUs ({', '.join(sorted(devices))})"
+        return f"tensors placed on {len(devices)} GPUs ({', '.join(devices)})"
+    second = [d for d in devices if (m := GPU_BUFFER.fullmatch(d)) and m.group(2) and int(m.group(2)) > 0]
+    if second:
+        return f"tensors placed on {second[0]}, a second GPU; llama.cpp then splits the layers over every GPU"
+    for key in VISIBLE_DEVICES:
+        if len([x for x in environ.get(key, "").split(",") if x.strip()]) > 1:
+            return f"{key}={environ[key]}"
     if values.get("tensor_split") and len([x for x in re.split(r"[,/]", values["tensor_split"]) if x.strip()]) > 1:
         return f"--tensor-split {values['tensor_split']}"
     if values.get("split_mode", "").lower() == "row":

@@ -5,13 +5,20 @@ the last N repeating blocks (i_gpu_start = n_layer - N) with their attention, no
 KV cache, and the output layer only when N > n_layer; without -ngl (or `all`, `auto`,
 `-1`) every block is offloaded. Tensor overrides (`-ot`, `--n-cpu-moe`, `--cpu-moe`,
 common/arg.cpp) then move tensors by name, the first matching pattern winning: COPE reads
-them for the routed-expert tensors of every MoE block, per projection, so `-ot
-"ffn_down_exps=CPU"` keeps one third of a layer's expert bytes on the CPU.
+them for every tensor of the model, per projection, so `-ot "ffn_down_exps=CPU"` keeps one
+third of a layer's expert bytes on the CPU and `-ot "blk\\.1\\..*=CPU"` puts block 1's
+attention weights, norms and router there too, while its KV cache stays in VRAM with the
+block (the cache follows -ngl, not -ot: llama-kv-cache.cpp allocates it on the layer's
+device). Buffer names are llama.cpp's, case and all (common/arg.cpp,
+parse_tensor_buffer_overrides: an exact lookup among the devices' buffer types, "CPU",
+"CUDA0", ...; any other name stops llama.cpp at start-up).
 
 Pricing follows the work of one decode token through the blocks: each block's shared
-work on its device, each MoE layer's routed experts on theirs (a split layer: the GPU's
-part, then the CPU's), the output head, and half a hand-over (`sync`) every time the
-work changes device. For a set of whole layers' experts on the CPU with every block
+work piece by piece on the device of its weights (`engine.block_tensors`: the attention's
+input side, the attention over the KV cache where the cache is, its output projection,
+the FFN side), each MoE layer's routed experts on theirs (a split layer: the GPU's part,
+then the CPU's), the output head, and half a hand-over (`sync`) every time the work
+changes device. For a set of whole layers' experts on the CPU with every block
 offloaded, this is exactly what the ranking's layer-partition candidates cost (tested).
 """
 
@@ -24,11 +31,13 @@ import numpy as np
 
 from engine.advise import AdviseRequest
 from engine.analytic_cost import AnalyticCostModel
+from engine.block_tensors import OUTPUT_HEAD, PIECES, shared_tensors, tensor_names
 from engine.cost_model import CostModel
 from engine.ecma_regex import search
-from engine.llama_args import LlamaCommand, expert_tensor_names
+from engine.llama_args import LlamaCommand, expert_tensor_names, is_gpu_buffer
 from engine.model import ModelSpec
 from engine.policy import Execution, Kind
+from engine.quant import Quantization
 from engine.spans import block_span
 
 if TYPE_CHECKING:
@@ -43,17 +52,32 @@ class LlamaPlacement:
     expert_cpu_share: np.ndarray  # float [L]: the share of each MoE layer's expert bytes on the CPU
     output_on_gpu: bool
     notes: tuple[str, ...] = ()
+    # Block tensors besides the routed experts that an override puts on the other device
+    # than their block's (an offloaded block's on the CPU, a CPU block's on the GPU).
+    moved_shared: frozenset[str] = frozenset()
 
     @property
     def cpu_only(self) -> bool:
-        return not self.gpu_blocks.any() and not self.output_on_gpu and bool((self.expert_cpu_share == 1).all())
+        return (not self.gpu_blocks.any() and not self.output_on_gpu and bool((self.expert_cpu_share == 1).all())
+                and not self.moved_shared)
+
+    def shared_split(self, model: ModelSpec, quant: Quantization, block: int) -> list[tuple[float, float]]:
+        """(GPU bytes, CPU bytes) of `block`'s weights besides its routed experts, per piece
+        of its work (engine.block_tensors.PIECES order)."""
+        on_gpu = bool(self.gpu_blocks[block])
+        split = {piece: [0.0, 0.0] for piece in PIECES}
+        for t in shared_tensors(model, quant)[block]:
+            gpu = on_gpu != (t.name in self.moved_shared)
+            split[t.piece][0 if gpu else 1] += t.bytes
+        return [(g, c) for g, c in split.values()]
 
     @property
     def whole_layer_set(self) -> np.ndarray | None:
         """[L] bool when every block is offloaded and each layer's experts are all on one
         side: the shape the ranking's partition candidates have; else None."""
         share = self.expert_cpu_share
-        if not (self.gpu_blocks.all() and self.output_on_gpu and np.isin(share, (0.0, 1.0)).all()):
+        if not (self.gpu_blocks.all() and self.output_on_gpu and np.isin(share, (0.0, 1.0)).all()
+                and not self.moved_shared):
             return None
         return share == 1.0
 
@@ -72,6 +96,14 @@ class LlamaPlacement:
                          f"{block_span(whole)})")
         if split:
             parts.append(f"some expert projections on the CPU in blocks {block_span(split)}")
+        moved = sorted({int(name.split(".")[1]) for name in self.moved_shared})
+        to_cpu = [b for b in moved if self.gpu_blocks[b]]
+        to_gpu = [b for b in moved if not self.gpu_blocks[b]]
+        if to_cpu:
+            parts.append(f"attention, norm or router weights on the CPU in offloaded blocks {block_span(to_cpu)} "
+                         "(their KV cache in VRAM)")
+        if to_gpu:
+            parts.append(f"attention, norm or router weights on the GPU in CPU blocks {block_span(to_gpu)}")
         if not self.output_on_gpu:
             parts.append("output layer on the CPU")
         return "; ".join(parts) or f"every expert on the GPU (0 of {model.n_moe_layers} MoE layers on the CPU)"
@@ -113,24 +145,32 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
         names = expert_tensor_names(model, block)
         on_cpu = [_on_cpu(name, command, bool(gpu_blocks[block])) for name in names]
         share[layer] = sum(on_cpu) / len(names)
+    moved: set[str] = set()
+    output_on_gpu = has_gpu and n_gpu > model.n_blocks
+    # --cpu-moe's and --n-cpu-moe's patterns name routed-expert tensors only: the rest of
+    # the model follows the user's own -ot patterns, the first match winning.
+    typed = [o for o in command.overrides if o[2] in ("-ot", "--override-tensor")]
+    names = tensor_names(model)
+    for name in (n for n in names if "_exps." not in n) if has_gpu and typed else ():
+        buffer = next((buf for pat, buf, _ in typed if search(pat, name)), None)
+        if buffer is None:
+            continue
+        if name == OUTPUT_HEAD:
+            output_on_gpu = is_gpu_buffer(buffer)
+        elif name.startswith("blk.") and is_gpu_buffer(buffer) != bool(gpu_blocks[int(name.split(".")[1])]):
+            moved.add(name)
     notes = []
-    unused = [f"{flag} {pat}={buf}" for pat, buf, flag in command.overrides
-              if flag in ("-ot", "--override-tensor") and not _matches_any(pat, model)]
+    unused = [f"{flag} {pat}={buf}" for pat, buf, flag in typed if not any(search(pat, n) for n in names)]
     if unused:
-        notes.append("overrides that match no routed-expert tensor of this model (not modelled: they are taken to "
-                     "move nothing): " + "; ".join(unused))
-    return LlamaPlacement(gpu_blocks, share, has_gpu and n_gpu > model.n_blocks, tuple(notes))
+        notes.append("overrides that match no tensor of this model (they move nothing): " + "; ".join(unused))
+    return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved))
 
 
 def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
     buffer = next((buf for pat, buf, _ in command.overrides if search(pat, name)), None)
     if buffer is None:
         return not block_on_gpu
-    return buffer.upper().startswith("CPU")
-
-
-def _matches_any(pattern: str, model: ModelSpec) -> bool:
-    return any(search(pattern, n) for b in model.moe_blocks for n in expert_tensor_names(model, b))
+    return not is_gpu_buffer(buffer)
 
 
 @dataclass(frozen=True)
@@ -156,11 +196,12 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     """One decode token of `placement`. The routed experts come from `cost_model`'s
     sequential layer steps (all k on the GPU: h = k; all on the CPU: h = 0, less its
     hand-over), or with `stage` (GGML_OP_OFFLOAD_MIN_BATCH=1) its staged ones (the CPU's
-    experts copied to the GPU and computed there); the blocks' shared work from
-    `cost_model` on the GPU (scaled per block by `analytic`'s shares) and from `analytic`
-    on the CPU, with the head. Without `kv_offload` (-nkvo: the KV cache in host memory,
-    where llama.cpp runs attention), an offloaded block's KV reads are priced on the CPU
-    lane, between two hand-overs (the block's weights stay on the GPU)."""
+    experts copied to the GPU and computed there); the blocks' shared work piece by piece
+    (`_block_work`), from `cost_model` on the GPU (scaled per block by `analytic`'s
+    shares) and from `analytic` on the CPU, with the head. Without `kv_offload` (-nkvo:
+    the KV cache in host memory, where llama.cpp runs attention), an offloaded block's KV
+    reads are priced on the CPU lane, between two hand-overs (the block's weights stay on
+    the GPU)."""
     model, threads, k = request.model, request.threads, request.model.top_k
     steps = cost_model.state_costs(Execution.SEQUENTIAL, threads, k, 0)
     gpu_layer, cpu_layer = float(steps.total_s[k]), float(steps.total_s[0] - steps.sync_s[0])
@@ -173,17 +214,10 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     devices: list[str] = []  # the device of each piece of the token's work, in order
     gpu_blocks_s = cpu_blocks_s = gpu_experts_s = cpu_experts_s = 0.0
     for block in range(model.n_blocks):
-        kv_host = 0.0 if kv_offload else _kv_bytes(analytic, block)
-        if placement.gpu_blocks[block] and kv_host > 0:
-            gpu_blocks_s += (analytic.gpu_block_s(block) - kv_host / analytic.gpu_stream_bytes_per_s) * gpu_scale
-            cpu_blocks_s += kv_host / analytic.cpu_stream_bytes_per_s(threads)
-            devices += ["gpu", "cpu", "gpu"]  # projections, attention over the host's KV cache, output
-        elif placement.gpu_blocks[block]:
-            gpu_blocks_s += analytic.gpu_block_s(block) * gpu_scale
-            devices.append("gpu")
-        else:
-            cpu_blocks_s += analytic.cpu_block_s(block, threads)
-            devices.append("cpu")
+        gpu_s, cpu_s, block_devices = _block_work(analytic, placement, block, threads, kv_offload)
+        gpu_blocks_s += gpu_s * gpu_scale if gpu_s else 0.0  # (gpu_scale is NaN without a GPU)
+        cpu_blocks_s += cpu_s
+        devices += block_devices
         layer = moe_at.get(block)
         if layer is None:
             continue
@@ -203,6 +237,41 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     transitions = sum(a != b for a, b in zip(devices, devices[1:]))
     return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2, head_s,
                          transitions)
+
+
+def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: int, threads: int,
+                kv_offload: bool) -> tuple[float, float, list[str]]:
+    """(GPU seconds, CPU seconds, the devices in order) of `block`'s shared work: each
+    piece's weights read where they are, the KV cache where it is (with the block's
+    device, or in host memory under -nkvo), and the block's fixed cost (its small ops'
+    launches or thread-pool barriers) shared among the devices by the four pieces of the
+    block's work they run (input projections, attention, output projection, FFN side; a
+    piece split between the devices by its bytes)."""
+    a, model = analytic.a, analytic.model
+    pieces = placement.shared_split(model, analytic.quant, block)
+    kv = _kv_bytes(analytic, block)
+    kv_on_gpu = bool(placement.gpu_blocks[block]) and kv_offload
+    kv_piece = (kv, 0.0) if kv_on_gpu else (0.0, kv)
+    work = [pieces[0], kv_piece, *pieces[1:]]  # in the order the block runs them
+    homes = [bool(placement.gpu_blocks[block]), kv_on_gpu] + [bool(placement.gpu_blocks[block])] * (len(work) - 2)
+    gpu_share = sum(_gpu_fraction(g, c, home) for (g, c), home in zip(work, homes)) / len(work)
+    gpu_bytes, cpu_bytes = sum(g for g, _ in work), sum(c for _, c in work)
+    gpu_s = gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * a.gpu_block_overhead_s if gpu_share else 0.0
+    cpu_s = cpu_bytes / analytic.cpu_stream_bytes_per_s(threads) + (1 - gpu_share) * a.cpu_block_overhead_s
+    devices: list[str] = []
+    for i, (g, c) in enumerate(work):
+        if i == 1:  # the attention runs where the cache is, even over an empty one
+            devices.append("gpu" if kv_on_gpu else "cpu")
+            continue
+        devices += [d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
+    return gpu_s, cpu_s, devices
+
+
+def _gpu_fraction(gpu_bytes: float, cpu_bytes: float, home_on_gpu: bool) -> float:
+    """The GPU's share of a piece of work; a piece that reads nothing (attention over an
+    empty cache) runs at its home."""
+    total = gpu_bytes + cpu_bytes
+    return gpu_bytes / total if total else float(home_on_gpu)
 
 
 def _kv_bytes(analytic: AnalyticCostModel, block: int) -> float:
@@ -249,12 +318,10 @@ def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mappe
     expert_layer = model.n_routed_experts * model.expert_bytes(quant)
     vram = host = 0.0
     for block in range(model.n_blocks):
-        weights = model.shared_layer_bytes(quant, block)
+        pieces = placement.shared_split(model, quant, block)
+        vram += sum(g for g, _ in pieces)
+        host += sum(c for _, c in pieces)
         kv = model.kv_read_bytes_per_layer(block, request.context_tokens) * kv_scale
-        if placement.gpu_blocks[block]:
-            vram += weights
-        else:
-            host += weights
         if placement.gpu_blocks[block] and kv_offload:
             vram += kv
         else:
@@ -269,7 +336,8 @@ def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mappe
     elif not model.tied_embeddings:
         host += head
     host += embedding
-    uses_gpu = placement.gpu_blocks.any() or placement.output_on_gpu or bool((placement.expert_cpu_share < 1).any())
+    uses_gpu = (placement.gpu_blocks.any() or placement.output_on_gpu or bool((placement.expert_cpu_share < 1).any())
+                or bool(placement.moved_shared))
     if uses_gpu:
         vram += RUNTIME_RESERVE_BYTES
     gpu_vram = request.platform.gpu.vram_bytes

@@ -56,7 +56,7 @@ def test_cpu_only_calibration_recovers_the_thread_rate_and_block_overhead(tmp_pa
     assert cal.residual_rms < 0.01
     for run in cal.runs:
         assert run.fitted_tokens_per_s == pytest.approx(run.tokens_per_s, rel=0.01)
-        assert run.global_tokens_per_s > 2 * run.tokens_per_s  # the global constants are far off this fake
+        assert run.global_tokens_per_s > 1.5 * run.tokens_per_s  # the global constants are far off this fake
     assert any("no GPU backend" in reason for _, reason in cal.skipped)
     assert (cal.build_commit, cal.build_number, cal.backends) == ("fake123", 4242, "CPU")
 

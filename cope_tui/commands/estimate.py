@@ -78,6 +78,7 @@ def _report(args: argparse.Namespace, words: list[str], command, est, said: tupl
         write_json({
             "command": {
                 "argv": words, "tool": command.tool, "model_path": command.model_path,
+                "model_source": command.model_source or None,
                 "threads": command.threads, "context": command.context, "depth": command.n_depth,
                 "cpu_moe_blocks": list(est.cpu_moe_blocks),
                 "stages_cpu_experts": est.stages,

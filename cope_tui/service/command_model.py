@@ -34,6 +34,8 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
     path = command.model_path
     if path and os.path.exists(path):
         return CommandModel(path, None)  # the model reader may know the file
+    path = path or command.model_name
+    given = command.model_source or f"-m {path}"  # how the user named it, for the messages
     from engine.catalog import get_model
     from engine.model_names import model_from_file_name
 
@@ -42,7 +44,7 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
         raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
     # The file is elsewhere (another machine): its name says the catalog model.
     found = None if quant else named.quant
-    said = f"-m {path}: priced as the catalog's {named.model_id}" + (f", {found}" if found else "") + \
+    said = f"{given}: priced as the catalog's {named.model_id}" + (f", {found}" if found else "") + \
         " (from the file name)"
     spec = get_model(named.model_id)
     alias = named.matched if named.matched in spec.aliases else None
@@ -53,7 +55,7 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
         usual = spec.default_quant
         notes = tuple(f"{n}; priced as {usual}, the model's usual GGUF (give the GGUF file for exact sizes, or "
                       "--quant)" for n in notes)
-    return CommandModel(named.model_id, found, tuple(f"-m {os.path.basename(path)}: {n}" for n in notes), said,
+    return CommandModel(named.model_id, found, tuple(f"{command.model_source or '-m ' + os.path.basename(path)}: {n}" for n in notes), said,
                         alias)
 
 
