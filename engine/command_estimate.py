@@ -11,14 +11,14 @@ the arithmetic, never with a speed. More than one GPU is not modelled: refused.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.advise import AdviseRequest, Recommendation
 from engine.analytic_cost import AnalyticCostModel
 from engine.cost_model import CostModel
 from engine.estimate import Estimate, compare, faster
-from engine.prefill_cost import PrefillCost
+from engine.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
 from engine.command_flags import carry_over
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, buffer_problem, command_notes
@@ -48,7 +48,16 @@ def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str,
         want["attention_tokens"] = command.n_depth + n_gen // 2
     elif command.context:
         want["context_tokens"] = command.context
+    buffer = _extra_buffer_bytes(request.model, command)
+    if buffer > 0:  # the command's -ub compute buffer: VRAM COPE's candidates cannot use
+        want["vram_budget_bytes"] = int(request.vram_budget_bytes - buffer)
     return {k: v for k, v in want.items() if getattr(request, k) != v}
+
+
+def _extra_buffer_bytes(model, command: LlamaCommand) -> float:  # type: ignore[no-untyped-def]
+    """VRAM the command's -ub/-b compute buffer takes beyond the reserve (0 at -ub 512 and below)."""
+    ubatch = min(command.ubatch or DEFAULT_UBATCH, command.batch or DEFAULT_BATCH)
+    return extra_vram_bytes(model, ubatch) if ubatch > DEFAULT_UBATCH else 0.0
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,8 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     if command.multi_gpu:
         return CommandPrice(detail, None, None, cost_model.fidelity,
                             f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
-    memory = placement_memory(request, placement, mapped=not command.no_mmap, kv_offload=not command.no_kv_offload)
+    memory = with_compute_buffer(placement_memory(request, placement, mapped=not command.no_mmap,
+                                                  kv_offload=not command.no_kv_offload), model, command)
     refused = buffer_problem(command)
     if refused is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
@@ -214,6 +224,16 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
     return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
+
+
+def with_compute_buffer(memory: PlacementMemory, model, command: LlamaCommand) -> PlacementMemory:  # type: ignore[no-untyped-def]
+    """`memory` with the command's -ub/-b compute buffer in VRAM beyond the reserve (which
+    holds llama.cpp's at its default -ub 512): llama.cpp allocates it when it creates the
+    context, for decode too, so a -ub whose buffer does not fit stops the whole command."""
+    buffer = _extra_buffer_bytes(model, command)
+    if memory.vram_bytes == 0 or buffer == 0:
+        return memory
+    return replace(memory, vram_bytes=int(memory.vram_bytes + buffer))
 
 
 def _maps_to(placement: LlamaPlacement, stage: bool) -> str:

@@ -5,7 +5,7 @@ depth -d) in micro-batches of -ub (default 512; at most -b), besides its tg test
 placement is the one the decode estimate prices; the prefill rules are stock llama.cpp's
 (only the routed experts copied), or ik_llama.cpp's when the command repacks CPU experts
 (-rtr, an ik_llama.cpp flag: those experts then stay on the CPU). The compute buffer of
-the command's -ub is checked against the VRAM its placement leaves.
+the command's -ub is in the placement's VRAM (engine/command_estimate.py: with_compute_buffer).
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ def price_prefill(request: AdviseRequest, placement: LlamaPlacement, memory: Pla
     runtime = replace(IK_LLAMA, repacked=True) if command.repack else LLAMA_CPP
     batch = command.batch or DEFAULT_BATCH
     ubatch = command.ubatch or DEFAULT_UBATCH
-    fits = True
-    if memory is not None and memory.vram_total_bytes is not None:
-        fits = model.extra_vram_bytes(min(ubatch, batch)) <= memory.vram_total_bytes - memory.vram_bytes
+    fits = memory is None or memory.fits_vram  # `memory` holds the -ub's compute buffer (with_compute_buffer)
     return model.prompt(placement, prompt_tokens, ubatch=ubatch, batch=batch, depth=command.n_depth,
                         runtime=runtime, has_gpu=has_gpu, fits=fits)

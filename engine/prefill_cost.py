@@ -276,21 +276,10 @@ class PrefillModel:
 
     # --- VRAM of the micro-batch ----------------------------------------------------------
     def compute_buffer_bytes(self, ubatch: int) -> float:
-        """llama.cpp's CUDA compute buffer at -ub `ubatch`, approximately (no closed form
-        exists: ggml-alloc measures the worst-case graph): the logits [n_vocab, ub] f32, on
-        the reading that the worst-case graph llama.cpp reserves (src/llama-context.cpp)
-        counts every token as an output (not re-checked against the current source), plus
-        the largest live activations (a few hidden-sized tensors and the experts' gate/up
-        outputs [ff, k, ub] f32); flash attention keeps the attention scores out of it."""
-        m = self.model
-        per_token = m.vocab_size + 4 * m.hidden_size + 3 * m.top_k * m.expert_ffn_size
-        return 4.0 * ubatch * per_token
+        return compute_buffer_bytes(self.model, ubatch)
 
     def extra_vram_bytes(self, ubatch: int) -> float:
-        """VRAM the compute buffer needs beyond the decode plan's reserve, which holds
-        llama.cpp's buffers at its default -ub 512 (and so the copy of one layer's CPU
-        experts an offloaded micro-batch lands in, the same at any -ub)."""
-        return max(self.compute_buffer_bytes(ubatch) - self.compute_buffer_bytes(DEFAULT_UBATCH), 0.0)
+        return extra_vram_bytes(self.model, ubatch)
 
     def choose_ubatch(self, placement, prompt_tokens: int, headroom_bytes: float | None, *,  # type: ignore[no-untyped-def]
                       depth: int = 0, runtime: PrefillRuntime = LLAMA_CPP) -> PrefillCost:
@@ -309,3 +298,20 @@ def request_time_s(ttft_s: float, tpot_s: float, output_tokens: int) -> float:
     logits, each of the rest costs a TPOT; N x TPOT is the simple, stated reading)."""
     return ttft_s + max(int(output_tokens), 0) * tpot_s
 
+
+def compute_buffer_bytes(model: ModelSpec, ubatch: int) -> float:
+    """llama.cpp's CUDA compute buffer at -ub `ubatch`, approximately (no closed form
+    exists: ggml-alloc measures the worst-case graph): the logits [n_vocab, ub] f32, on
+    the reading that the worst-case graph llama.cpp reserves (src/llama-context.cpp)
+    counts every token as an output (not re-checked against the current source), plus
+    the largest live activations (a few hidden-sized tensors and the experts' gate/up
+    outputs [ff, k, ub] f32); flash attention keeps the attention scores out of it."""
+    per_token = model.vocab_size + 4 * model.hidden_size + 3 * model.top_k * model.expert_ffn_size
+    return 4.0 * ubatch * per_token
+
+
+def extra_vram_bytes(model: ModelSpec, ubatch: int) -> float:
+    """VRAM the compute buffer needs beyond the decode plan's reserve, which holds
+    llama.cpp's buffers at its default -ub 512 (and so the copy of one layer's CPU
+    experts an offloaded micro-batch lands in, the same at any -ub)."""
+    return max(compute_buffer_bytes(model, ubatch) - compute_buffer_bytes(model, DEFAULT_UBATCH), 0.0)
