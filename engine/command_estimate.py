@@ -23,6 +23,7 @@ from engine.command_flags import carry_over
 from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, buffer_problem, command_notes
 from engine.llama_fit import FitOutcome, fit_outcome
+from engine.model import ModelSpec
 from engine.llama_placement import (
     LlamaPlacement,
     layer_set_kind,
@@ -54,7 +55,7 @@ def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str,
     return {k: v for k, v in want.items() if getattr(request, k) != v}
 
 
-def _extra_buffer_bytes(model, command: LlamaCommand) -> float:  # type: ignore[no-untyped-def]
+def _extra_buffer_bytes(model: ModelSpec, command: LlamaCommand) -> float:
     """VRAM the command's -ub/-b compute buffer takes beyond the reserve (0 at -ub 512 and below)."""
     ubatch = min(command.ubatch or DEFAULT_UBATCH, command.batch or DEFAULT_BATCH)
     return extra_vram_bytes(model, ubatch) if ubatch > DEFAULT_UBATCH else 0.0
@@ -226,7 +227,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
 
 
-def with_compute_buffer(memory: PlacementMemory, model, command: LlamaCommand) -> PlacementMemory:  # type: ignore[no-untyped-def]
+def with_compute_buffer(memory: PlacementMemory, model: ModelSpec, command: LlamaCommand) -> PlacementMemory:
     """`memory` with the command's -ub/-b compute buffer in VRAM beyond the reserve (which
     holds llama.cpp's at its default -ub 512): llama.cpp allocates it when it creates the
     context, for decode too, so a -ub whose buffer does not fit stops the whole command."""

@@ -239,7 +239,8 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     prompt = _prompt_settings(values, tool, notes)
     model_name, model_source = _model_name(values, notes)
     return LlamaCommand(
-        binary=binary, tool=tool, model_path=values.get("model"), model_name=model_name, model_source=model_source, gpu_layers=values.get("gpu_layers"),
+        binary=binary, tool=tool, model_path=values.get("model"), model_name=model_name, model_source=model_source,
+        gpu_layers=values.get("gpu_layers"),
         threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
         op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
         n_depth=n_depth, n_gen=n_gen, n_cpu_moe=_int(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values

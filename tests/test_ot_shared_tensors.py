@@ -76,7 +76,8 @@ def test_one_projection_moved_costs_its_bytes_on_the_cpu_two_hand_overs_and_a_sh
     request = build_request(FAST)
     base, model = _cost("llama-server -ngl 99", request)
     one, _ = _cost(r"llama-server -ngl 99 -ot 'blk\.5\.attn_output=CPU'", request)
-    nbytes = next(t.bytes for t in shared_tensors(request.model, request.quant)[5] if t.name == "blk.5.attn_output.weight")
+    block5 = shared_tensors(request.model, request.quant)[5]
+    nbytes = next(t.bytes for t in block5 if t.name == "blk.5.attn_output.weight")
     a, threads = model.a, request.threads
     # Of the block's four pieces (projections in, attention, projection out, FFN side) one
     # now runs on the CPU: a quarter of the block's fixed cost moves with it.
@@ -130,8 +131,8 @@ def test_a_buffer_name_llama_cpp_does_not_have_would_not_run(capsys):
     for line in ("llama-server -m q.gguf -ngl 99 -ot exps=CPU", "llama-server -m q.gguf -ngl 99 -ot exps=CUDA_Host",
                  "llama-server -m q.gguf -ngl 99 -ot blk\\.1\\.ffn_up_exps=CUDA0,exps=CPU"):
         assert _estimate(line).yours.runs, line
-    words = ["estimate", "--json", "--model", "qwen3-30b-a3b", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb", "--tokens", "40",
-             "--", "llama-server", "-m", "q.gguf", "-ngl", "99", "-ot", "exps=cpu"]
+    words = ["estimate", "--json", "--model", "qwen3-30b-a3b", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb",
+             "--tokens", "40", "--", "llama-server", "-m", "q.gguf", "-ngl", "99", "-ot", "exps=cpu"]
     assert main(words) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["yours"]["runs"] is False and "unknown buffer type" in doc["yours"]["refusal"]

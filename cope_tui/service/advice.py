@@ -151,8 +151,8 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
         alone = price_command_alone(moved, pricing.cost_model, command, exc.message)
         return replace(alone, notes=first + alone.notes)
     result = price_command(redone.rec, redone.cost_model, command)
-    said = ", ".join(f"{_SETTING_NAMES[k]} {v / GIB:.2f} GiB" if k == "vram_budget_bytes" else f"{_SETTING_NAMES[k]} {v:g}"
-                     for k, v in changes.items())
+    said = ", ".join(f"{_SETTING_NAMES[k]} {v / GIB:.2f} GiB" if k == "vram_budget_bytes"
+                     else f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"
     if pricing.fidelity is not advice.pricing.fidelity:
         note += f"; priced {pricing.reason}"
