@@ -51,12 +51,12 @@ def piece_of(name: str) -> str:
 @lru_cache(maxsize=64)
 def shared_tensors(model: ModelSpec, quant: Quantization) -> tuple[tuple[SharedTensor, ...], ...]:
     """Per block (0..n_blocks-1), its weights other than the routed experts, in name order."""
-    weights = _tensor_weights(model, quant)
+    by_block: list[list[tuple[str, float]]] = [[] for _ in range(model.n_blocks)]
+    for name, (block, weight) in _tensor_weights(model, quant).items():
+        by_block[block].append((name, weight))
     out = []
-    for block in range(model.n_blocks):
-        names = [(name, w) for name, (b, w) in weights.items() if b == block]
-        total = sum(w for _, w in names) or 1.0
-        scale = model.shared_layer_bytes(quant, block) / total
+    for block, names in enumerate(by_block):
+        scale = model.shared_layer_bytes(quant, block) / (sum(w for _, w in names) or 1.0)
         out.append(tuple(SharedTensor(name, piece_of(name), w * scale) for name, w in names))
     return tuple(out)
 

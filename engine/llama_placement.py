@@ -152,7 +152,7 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     typed = [o for o in command.overrides if o[2] in ("-ot", "--override-tensor")]
     names = tensor_names(model)
     for name in (n for n in names if "_exps." not in n) if has_gpu and typed else ():
-        buffer = next((buf for pat, buf, _ in typed if search(pat, name)), None)
+        buffer = _buffer_of(name, typed)
         if buffer is None:
             continue
         if name == OUTPUT_HEAD:
@@ -167,10 +167,15 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
 
 
 def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
-    buffer = next((buf for pat, buf, _ in command.overrides if search(pat, name)), None)
+    buffer = _buffer_of(name, command.overrides)
     if buffer is None:
         return not block_on_gpu
     return not is_gpu_buffer(buffer)
+
+
+def _buffer_of(name: str, overrides) -> str | None:  # type: ignore[no-untyped-def]
+    """The buffer of the first override whose pattern `name` matches (llama.cpp's rule)."""
+    return next((buf for pat, buf, _ in overrides if search(pat, name)), None)
 
 
 @dataclass(frozen=True)
@@ -251,27 +256,18 @@ def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: i
     pieces = placement.shared_split(model, analytic.quant, block)
     kv = _kv_bytes(analytic, block)
     kv_on_gpu = bool(placement.gpu_blocks[block]) and kv_offload
-    kv_piece = (kv, 0.0) if kv_on_gpu else (0.0, kv)
-    work = [pieces[0], kv_piece, *pieces[1:]]  # in the order the block runs them
-    homes = [bool(placement.gpu_blocks[block]), kv_on_gpu] + [bool(placement.gpu_blocks[block])] * (len(work) - 2)
-    gpu_share = sum(_gpu_fraction(g, c, home) for (g, c), home in zip(work, homes)) / len(work)
-    gpu_bytes, cpu_bytes = sum(g for g, _ in work), sum(c for _, c in work)
+    home = bool(placement.gpu_blocks[block])
+    # (GPU bytes, CPU bytes, where it runs when it reads nothing) of each piece, in the
+    # order the block runs them: the attention over the cache after the input projections.
+    work = [(*pieces[0], home), (kv, 0.0, True) if kv_on_gpu else (0.0, kv, False),
+            *((g, c, home) for g, c in pieces[1:])]
+    gpu_share = sum(g / (g + c) if g + c else float(h) for g, c, h in work) / len(work)
+    gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
     gpu_s = gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * a.gpu_block_overhead_s if gpu_share else 0.0
     cpu_s = cpu_bytes / analytic.cpu_stream_bytes_per_s(threads) + (1 - gpu_share) * a.cpu_block_overhead_s
-    devices: list[str] = []
-    for i, (g, c) in enumerate(work):
-        if i == 1:  # the attention runs where the cache is, even over an empty one
-            devices.append("gpu" if kv_on_gpu else "cpu")
-            continue
-        devices += [d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
+    devices = [d for g, c, h in work for d in ([d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
+                                                or ["gpu" if h else "cpu"])]
     return gpu_s, cpu_s, devices
-
-
-def _gpu_fraction(gpu_bytes: float, cpu_bytes: float, home_on_gpu: bool) -> float:
-    """The GPU's share of a piece of work; a piece that reads nothing (attention over an
-    empty cache) runs at its home."""
-    total = gpu_bytes + cpu_bytes
-    return gpu_bytes / total if total else float(home_on_gpu)
 
 
 def _kv_bytes(analytic: AnalyticCostModel, block: int) -> float:

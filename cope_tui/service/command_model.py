@@ -35,13 +35,14 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
     if path and os.path.exists(path):
         return CommandModel(path, None)  # the model reader may know the file
     path = path or command.model_name
-    given = command.model_source or f"-m {path}"  # how the user named it, for the messages
     from engine.catalog import get_model
     from engine.model_names import model_from_file_name
 
     named = model_from_file_name(path) if path else None
     if named is None:
         raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
+    # How the user named the model, for the messages: the -hf/-hff/-mu flags, else the -m file.
+    given, short = command.model_source or f"-m {path}", command.model_source or f"-m {os.path.basename(path)}"
     # The file is elsewhere (another machine): its name says the catalog model.
     found = None if quant else named.quant
     said = f"{given}: priced as the catalog's {named.model_id}" + (f", {found}" if found else "") + \
@@ -55,8 +56,7 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
         usual = spec.default_quant
         notes = tuple(f"{n}; priced as {usual}, the model's usual GGUF (give the GGUF file for exact sizes, or "
                       "--quant)" for n in notes)
-    return CommandModel(named.model_id, found, tuple(f"{command.model_source or '-m ' + os.path.basename(path)}: {n}" for n in notes), said,
-                        alias)
+    return CommandModel(named.model_id, found, tuple(f"{short}: {n}" for n in notes), said, alias)
 
 
 def command_context(command: LlamaCommand, model: str, gguf_file: str | None = None,
