@@ -4,9 +4,10 @@
                                  [--fidelities analytic,atomic,combined,calibrated] [--json OUT]
 
 1. Builds `llama-bench` and `llama-quantize` (CPU backend) from the llama.cpp source that
-   the pinned `llama-cpp-python` source distribution vendors (fetched with `pip download
-   --no-binary :all: --no-deps`, or given with --sdist), under the user's cache folder
-   (`<cache>/llamacpp-cpu/<sdist>/`): a second run finds the binaries and does not rebuild.
+   the pinned `llama-cpp-python` source distribution vendors (bench/llamacpp_build.py:
+   fetched with `pip download --no-binary :all: --no-deps`, or given with --sdist), under the
+   user's cache folder (`<cache>/llamacpp/<sdist>/`): a second run finds the binaries and
+   does not rebuild.
 2. Writes a GGUF with Qwen3-30B-A3B's real shapes (hidden 2048, 128 experts of 768, top-8,
    32 query and 4 KV heads of 128, vocabulary 151936) but random weights and `--blocks`
    blocks (bench/synthetic_gguf.py), F16, then quantizes it to each of `--quants`.
@@ -37,11 +38,9 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,80 +48,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.cache_dirs import cache_root  # noqa: E402
+from bench.llamacpp_build import SDIST  # noqa: E402
+from bench.llamacpp_build import binaries as built_binaries  # noqa: E402
 from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output  # noqa: E402
 
-SDIST = "llama-cpp-python==0.3.36"
-SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 MODEL = "qwen3-30b-a3b"
 N_GEN = 64
 ROUNDS = 3  # measurement rounds, in turn over the files
 REPETITIONS = 1  # llama-bench -r, a round
 ERROR_TARGETS = {"calibrated": 0.05, "combined": 0.10, "analytic": 0.25}  # the largest |error| each may have
-CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF",
-               "-DGGML_VULKAN=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF")
-TARGETS = ("llama-bench", "llama-quantize")
 
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-# --- 1. the binaries ---------------------------------------------------------------------------
-
-
-def work_dir() -> Path:
-    return cache_root() / "llamacpp-cpu" / SDIST.replace("==", "-")
-
-
-def sdist_path(given: str | None, work: Path) -> Path:
-    if given:
-        return Path(given)
-    found = work / SDIST_FILE
-    if not found.exists():
-        say(f"pip download {SDIST} (source distribution, llama.cpp vendored)")
-        work.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", SDIST,
-                        "-d", str(work)], check=True, stdout=subprocess.DEVNULL)
-    return found
-
-
-def extract_llama_cpp(given: str | None, work: Path) -> Path:
-    src = work / "src"
-    if (src / "CMakeLists.txt").exists():
-        return src
-    sdist = sdist_path(given, work)
-    say(f"extracting vendor/llama.cpp from {sdist.name}")
-    tmp = work / "src.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    with tarfile.open(sdist) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        prefix = f"{top}/vendor/llama.cpp/"
-        members = []
-        for m in tar.getmembers():
-            if m.name.startswith(prefix):
-                m.name = m.name[len(prefix):]
-                members.append(m)
-        tar.extractall(tmp, members=members, filter="data")
-    tmp.rename(src)
-    return src
-
-
-def build(src: Path, work: Path) -> dict[str, Path]:
-    """The binaries, built once (cached beside the source)."""
-    out = work / "build"
-    binaries = {t: out / "bin" / t for t in TARGETS}
-    if all(b.exists() for b in binaries.values()):
-        say(f"llama.cpp binaries cached in {out / 'bin'}")
-        return binaries
-    jobs = str(os.cpu_count() or 2)
-    say(f"building {', '.join(TARGETS)} (CPU backend) in {out}; log in {work / 'build.log'}")
-    with open(work / "build.log", "w") as log:
-        subprocess.run(["cmake", "-S", str(src), "-B", str(out), *CMAKE_FLAGS], check=True, stdout=log, stderr=log)
-        subprocess.run(["cmake", "--build", str(out), "-j", jobs, "--target", *TARGETS], check=True, stdout=log,
-                       stderr=log)
-    return binaries
+# --- 1. the binaries: bench/llamacpp_build.py ------------------------------------------------
 
 
 # --- 2. the files ------------------------------------------------------------------------------
@@ -316,9 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     say("cope detect (measures this machine's memory read bandwidth)")
     rc, out, err = cope("detect", "--json")
     reads = read_figures(out) if rc == 0 else {}
-    work = work_dir()
-    work.mkdir(parents=True, exist_ok=True)
-    binaries = build(extract_llama_cpp(args.sdist, work), work)
+    binaries = built_binaries(args.sdist)
+    work = binaries["llama-bench"].parents[2]  # <cache>/llamacpp/<sdist>/build/bin/llama-bench
     built_at = time.monotonic() - start
     files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
     rounds: dict[str, list[list[BenchTest]]] = {q: [] for q in files}

@@ -106,7 +106,7 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
     runtime = runtime_named(now.runtime).info
     export = runs.export(rec, now, model_path=model_path)
     host = now.host
-    held = "mapped" if host.mapped else ("copied, --no-mmap" if runtime.can_map else "held by the runtime")
+    held = "mapped" if host.mapped else ("copied" if runtime.can_map else "held by the runtime")
     lines = [
         f"Run this now: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
         f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "

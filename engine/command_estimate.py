@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 from engine.advise import AdviseRequest, Recommendation
 from engine.analytic_cost import AnalyticCostModel
@@ -24,6 +24,7 @@ from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, buffer_problem, command_notes
 from engine.llama_fit import FitOutcome, fit_outcome
 from engine.model import ModelSpec
+from engine.runtimes.builds import LlamaBuild
 from engine.llama_placement import (
     LlamaPlacement,
     layer_set_kind,
@@ -146,13 +147,15 @@ class CommandEstimate:
         return compare(self.nearest_runnable.tpot_s, self.yours.tpot_s)
 
 
-def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand) -> CommandEstimate:
+def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand,
+                  builds: Mapping[str, LlamaBuild] | None = None) -> CommandEstimate:
     """Price `command`'s placement with `rec`'s request (already at the command's
-    settings) and `cost_model`."""
+    settings) and `cost_model`; COPE's command is spelled for `builds` (found here)."""
     request = rec.request
     yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
     # COPE's best at the command's settings: its command keeps the command's other flags.
-    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool), command)
+    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool, builds=builds),
+                        command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
     # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
     rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None

@@ -23,11 +23,12 @@ from dataclasses import replace
 
 from engine.export import OFFLOAD_ENV, Export
 from engine.llama_args import LlamaCommand, parse_llama_command
+from engine.runtimes.host import MAPPED_NOTE
 
 PLACEMENT = frozenset({"gpu_layers", "override_tensor", "cpu_moe", "n_cpu_moe"})
-# Loading: --no-mmap and llama-bench's -mmp (read by COPE), and the spellings it lists as
-# not modelled: --mmap, newer builds' -lm/--load-mode, llama-bench's -dio/--direct-io.
-MMAP_FAMILY = frozenset({"no_mmap", "bench_mmap", "--mmap", "-lm", "--load-mode", "-dio", "--direct-io"})
+# Loading: -lm/--load-mode, --no-mmap and llama-bench's -mmp (read by COPE), and the
+# spellings it lists as not modelled: --mmap, llama-bench's -dio/--direct-io.
+MMAP_FAMILY = frozenset({"no_mmap", "bench_mmap", "load_mode", "--mmap", "-dio", "--direct-io"})
 STAGING = frozenset({"no_op_offload", "op_offload", "bench_no_op_offload"})
 MODEL_SOURCES = frozenset({"hf_repo", "hf_file", "model_url"})
 USER_VALUE = frozenset({"flash_attn"})  # COPE's command sets a default; the user's value wins
@@ -42,7 +43,7 @@ def carry_over(export: Export, command: LlamaCommand) -> Export:
     cope = parse_llama_command(export.argv)
     cope_keys = {key for key, _ in cope.args}
     drop = set(PLACEMENT) | cope_keys
-    if cope_keys & MMAP_FAMILY or any(n.startswith("--no-mmap dropped") for n in export.notes):
+    if cope_keys & MMAP_FAMILY or any(n.startswith(MAPPED_NOTE) for n in export.notes):
         drop |= MMAP_FAMILY
     if OFFLOAD_ENV in export.env_dict:
         drop |= STAGING

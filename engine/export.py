@@ -11,11 +11,13 @@ its llama.cpp label (DESIGN.md §7):
   expert-cache fork's `--moe-cache-profile/--moe-cache-slots` express;
 - not-expressible in llama.cpp.
 
-A candidate the chosen runtime does not run (or not with the chosen binary: llama-bench
-does not parse the fork's flags) falls back to the nearest candidate, by estimated TPOT,
+A candidate the chosen runtime does not run (or not with the chosen binary) falls back to the nearest candidate, by estimated TPOT,
 that it runs exactly and that fits RAM, and says so with both estimates. An approximate
 run names what really runs. What the runtime keeps in host memory is checked against
-RAM (engine/runtimes/host.py): `--no-mmap` is dropped when only the mapped file fits.
+RAM (engine/runtimes/host.py): the copy (`-lm none`, `--no-mmap` in older builds) is
+dropped when only the mapped file fits. Every llama.cpp-family command is spelled for the
+build found on this machine (`builds`), else for the runtime's shipped flag manifest
+(engine/runtimes/builds.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -43,6 +45,7 @@ from engine.runtimes import (
     placement_of,
     runtime_named,
 )
+from engine.runtimes.builds import LlamaBuild
 from engine.runtimes.host import host_choice
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
 from engine.runtimes.llamacpp_flags import (
@@ -77,13 +80,16 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
 
 
 def export_for(rec, target, *, runtime: str = STOCK_NAME, binary: str | None = None,  # type: ignore[no-untyped-def]
-               model_path: str | None = None, side_dir: str | None = None, hf_model: str | None = None) -> "Export":
+               model_path: str | None = None, side_dir: str | None = None, hf_model: str | None = None,
+               builds: Mapping[str, LlamaBuild] | None = None) -> "Export":
     """The command of `target` (an Estimate or Candidate of the Recommendation `rec`) at
-    the recommendation's context and threads."""
+    the recommendation's context and threads; `builds`: the runtimes' builds found on this
+    machine, by registry name (probes/runtimes.py RuntimeScan.builds), each command spelled
+    for its runtime's build."""
     req = rec.request
     return export_candidate(target, req.model, plan_from_recommendation(rec), runtime=runtime, binary=binary,
                             model_path=model_path, context=req.context_tokens, threads=req.threads,
-                            side_dir=side_dir, hf_model=hf_model)
+                            side_dir=side_dir, hf_model=hf_model, builds=builds)
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,10 @@ class Export:
     runtime: str = STOCK_NAME
     binary: str = "llama-server"
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts) for torch
-    notes: tuple[str, ...] = ()  # caveats: SYNTHETIC routing, --no-mmap dropped, RAM
+    notes: tuple[str, ...] = ()  # caveats: SYNTHETIC routing, the copy dropped, RAM, the spelling
     support: str = "exact"  # how the runtime runs the asked candidate: exact | approximate | no
     ram: RamFit | None = None
+    spelled_for: str = ""  # the build whose flags argv uses
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -144,6 +151,7 @@ class Export:
             "nearest": self.nearest_id,
             "candidate_tpot_s": self.candidate_tpot_s,
             "nearest_tpot_s": self.nearest_tpot_s,
+            "spelled_for": self.spelled_for,
         }
 
 
@@ -194,8 +202,10 @@ def export_candidate(
     threads: int,
     side_dir: str | None = None,
     hf_model: str | None = None,
+    builds: Mapping[str, LlamaBuild] | None = None,
 ) -> Export:
-    """The command (argv, env, artefacts) of a candidate or an Estimate on `runtime`."""
+    """The command (argv, env, artefacts) of a candidate or an Estimate on `runtime`,
+    spelled for that runtime's build in `builds` (else for its shipped flag manifest)."""
     rt = runtime_named(runtime)
     binary = binary or rt.info.binaries[0]
     if rt.info.can_map and binary not in BINARIES:
@@ -203,7 +213,8 @@ def export_candidate(
     if context <= 0 or threads <= 0:
         raise CopeInputError(f"context and threads must be positive, got {context} and {threads}")
     candidate: Candidate = getattr(target, "candidate", target)
-    opts = LaunchOptions(binary, model_path or f"{model.id}.gguf", context, threads, side_dir, hf_model)
+    build = (builds or {}).get(rt.info.name)
+    opts = LaunchOptions(binary, model_path or f"{model.id}.gguf", context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
     placement = placement_of(candidate, model, plan.memory, plan.popularity)
@@ -237,7 +248,8 @@ def _build(rt, candidate: Candidate, run: Candidate, model: ModelSpec, plan: Exp
     notes = launch.notes + ((choice.note,) if choice.note else ())
     nearest_id = run.id if nearest else None
     return Export(candidate.id, run.id, label, reason, launch.argv, launch.env, launch.side_files, nearest_id,
-                  own_tpot, nearest_tpot, runtime, binary, launch.tensors, notes, support, choice.fit)
+                  own_tpot, nearest_tpot, runtime, binary, launch.tensors, notes, support, choice.fit,
+                  launch.spelled_for)
 
 
 def _ms(tpot: float | None) -> str:

@@ -59,6 +59,9 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("fit", ("-fit", "--fit"), True),
     ArgSpec("no_mmap", ("--no-mmap",), False),
     ArgSpec("bench_mmap", ("-mmp",), True),  # llama-bench: -mmp <0|1>
+    # Builds since 2026-07-23 (#20834): -lm/--load-mode auto|none|mmap|mlock|mmap+mlock|dio
+    # (common/arg.cpp, llama-bench.cpp); none and dio read the weights into memory, the rest map them.
+    ArgSpec("load_mode", ("-lm", "--load-mode"), True),
     # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
     ArgSpec("n_depth", ("-d", "--n-depth"), True),
     ArgSpec("n_gen", ("-n", "--n-gen", "--n-predict"), True),
@@ -88,6 +91,7 @@ LLAMA_PROGRAMS = {
     "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
 }
 _BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
+COPYING_LOAD_MODES = ("none", "dio")  # -lm values that do not map the file
 _OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
 # Words after a switch that read as its value (`--cpu-moe 0`): llama.cpp refuses them.
@@ -233,7 +237,8 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
     if OFFLOAD_ENV in environ:
         min_batch = _int(environ[OFFLOAD_ENV], OFFLOAD_ENV)
     no_op_offload = "no_op_offload" in switches or values.get("bench_no_op_offload", "0") not in ("0", "false", "off")
-    no_mmap = "no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
+    no_mmap = ("no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
+               or values.get("load_mode", "auto").split(",")[0] in COPYING_LOAD_MODES)
     n_depth = _first_int(values.get("n_depth"), "-d", tool, notes) or 0
     n_gen = _first_int(values.get("n_gen"), "-n", tool, notes)
     prompt = _prompt_settings(values, tool, notes)

@@ -109,6 +109,9 @@ class ModelSpec:
     # (GGUF `<arch>.context_length`, written from config.json's max_position_embeddings);
     # None: unknown.
     context_length: int | None = None
+    # A GGUF whose experts store gate and up as one tensor (blk.N.ffn_gate_up_exps): the
+    # MoE-cache fork's cache stays off for it (engine/runtimes/llamacpp.py).
+    merged_gate_up: bool = False
 
     def __post_init__(self) -> None:
         problems = []

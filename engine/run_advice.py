@@ -15,14 +15,15 @@ both picks, the speedup line and every front end's run-now row follow it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
 from engine.export import ExportPlan, plan_from_recommendation
 from engine.policy import Kind
 from engine.runtimes import REGISTRY, STOCK_NAME, Placement, Support, placement_of
+from engine.runtimes.builds import LlamaBuild
 from engine.runtimes.host import HostChoice, host_choice
 from engine.runtimes.llamacpp import llama_shape
 
@@ -112,6 +113,7 @@ class RunAdvice:
     installed: tuple[str, ...]
     plan: ExportPlan
     ranking: "WorkloadRanking | None" = None  # with a workload: the picks follow its request times
+    builds: Mapping[str, LlamaBuild] = field(default_factory=dict)  # found here: what commands are spelled for
 
     def row(self, candidate_id: str) -> CandidateRuns:
         return next(r for r in self.rows if r.id == candidate_id)
@@ -141,7 +143,7 @@ class RunAdvice:
     def export(self, rec: Recommendation, pick: RunPick, **kw) -> "Export":  # type: ignore[no-untyped-def]
         """The command of a pick on its runtime, with the -b/-ub a workload chose for it
         (engine.export.export_for keywords pass through)."""
-        return export_pick(rec, pick, ranking=self.ranking, **kw)
+        return export_pick(rec, pick, ranking=self.ranking, **{"builds": self.builds, **kw})
 
 
 def pick_order(rows: Iterable[CandidateRuns], ranking: "WorkloadRanking | None") -> list[CandidateRuns]:
@@ -208,9 +210,10 @@ def _pick(rows: Iterable[CandidateRuns], allowed: Iterable[str], installed: set[
 
 
 def plan_runs(rec: Recommendation, installed: Iterable[str] = (),
-              ranking: "WorkloadRanking | None" = None) -> RunAdvice:
+              ranking: "WorkloadRanking | None" = None, builds: Mapping[str, LlamaBuild] | None = None) -> RunAdvice:
     """`ranking`: a workload's ranking of `rec` (engine.workload.rank_workload); the picks
-    then follow request time instead of decode."""
+    then follow request time instead of decode. `builds`: the runtimes' builds found here
+    (their commands are spelled for them)."""
     plan = plan_from_recommendation(rec)
     installed_set = set(installed)
     rows = _grouped([_row(e, rec, plan) for e in rec.estimates])
@@ -220,7 +223,8 @@ def plan_runs(rec: Recommendation, installed: Iterable[str] = (),
     if run_now is None:
         run_now = _pick(order, [STOCK_NAME], installed_set)
     best = _pick(order, names, installed_set)
-    return RunAdvice(tuple(rows), run_now, best, tuple(n for n in names if n in installed_set), plan, ranking)
+    return RunAdvice(tuple(rows), run_now, best, tuple(n for n in names if n in installed_set), plan, ranking,
+                     dict(builds or {}))
 
 
 def export_pick(rec: Recommendation, pick: RunPick, *, ranking: "WorkloadRanking | None" = None,

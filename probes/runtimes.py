@@ -10,7 +10,8 @@ and SGLang with kt-kernel in this Python.
   `--moe-cache-profile`.
 - SGLang and kt-kernel are found without importing them (importing SGLang imports torch):
   importlib.util.find_spec for `sglang` and `kt_kernel`, versions from the installed
-  package metadata (`sglang-kt` or `sglang`, `kt-kernel`).
+  package metadata (`sglang-kt`, `kt-kernel`); the official `sglang` distribution lacks
+  the kt flags COPE exports, so only `sglang-kt` counts.
 Nothing here raises: what cannot be run or read becomes a note.
 """
 
@@ -25,6 +26,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.runtimes.builds import LlamaBuild, build_from_help
+from probes.llama_help import read_help
+
 LLAMA_PROGRAMS = ("llama-server", "llama-cli", "llama-bench")
 IK_MARKERS = ("--run-time-repack", "--smart-expert-reduction")
 FORK_MARKERS = ("--moe-cache-profile",)
@@ -38,10 +42,14 @@ class InstalledRuntime:
     where: str  # a folder or a module's location
     programs: tuple[str, ...] = ()  # what was found there
     how: str = ""  # how it was told apart
+    build: LlamaBuild | None = None  # the flags its programs' --help lists (llama.cpp family)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
-                "how": self.how}
+        doc = {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
+               "how": self.how}
+        if self.build is not None:
+            doc["flags_read_from"] = self.build.origin
+        return doc
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,11 @@ class RuntimeScan:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.found)
+
+    @property
+    def builds(self) -> dict[str, LlamaBuild]:
+        """The builds found, by registry name: what each runtime's commands are spelled for."""
+        return {r.name: r.build for r in self.found if r.build is not None}
 
     def to_dict(self) -> dict:
         return {"found": [r.to_dict() for r in self.found], "notes": list(self.notes)}
@@ -80,6 +93,28 @@ def _find_programs(llama_bin: str | None, path: str | None) -> dict[str, str]:
     return found
 
 
+def _helps(programs: dict[str, str], run: Runner, timeout_s: float) -> dict[str, str]:
+    """Each program's --help; one that cannot run is left out."""
+    helps = {}
+    for program, path in programs.items():
+        try:
+            helps[program] = read_help(path, run, timeout_s)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return helps
+
+
+def _family_of(version_text: str, help_text: str, main: str) -> tuple[str, str]:
+    """The registry name of a llama.cpp-family build and how it was told apart."""
+    if "ik_llama" in version_text.lower():
+        return "ik_llama.cpp", "its --version names ik_llama"
+    if any(m in help_text for m in FORK_MARKERS):
+        return "fork", f"{os.path.basename(main)} --help lists --moe-cache-profile"
+    if any(m in help_text for m in IK_MARKERS):
+        return "ik_llama.cpp", f"{os.path.basename(main)} --help lists ik_llama.cpp's --run-time-repack"
+    return "llama.cpp", "the same --version format as llama.cpp and none of ik_llama.cpp's or the fork's flags in --help"
+
+
 def _llama_family(programs: dict[str, str], run: Runner, timeout_s: float) -> tuple[InstalledRuntime | None, str]:
     main = programs.get("llama-server") or programs.get("llama-cli") or programs.get("llama-bench")
     assert main is not None
@@ -89,23 +124,13 @@ def _llama_family(programs: dict[str, str], run: Runner, timeout_s: float) -> tu
         return None, f"{main} --version could not run ({exc})"
     match = _VERSION.search(version_text)
     version = f"build {match.group(1)} ({match.group(2)})" if match else "version not reported"
-    lowered = version_text.lower()
-    if "ik_llama" in lowered:
-        name, how = "ik_llama.cpp", "its --version names ik_llama"
-    else:
-        try:
-            help_text = run([main, "--help"], timeout_s)
-        except (OSError, subprocess.SubprocessError):
-            help_text = ""
-        if any(m in help_text for m in FORK_MARKERS):
-            name, how = "fork", f"{os.path.basename(main)} --help lists --moe-cache-profile"
-        elif any(m in help_text for m in IK_MARKERS):
-            name, how = "ik_llama.cpp", f"{os.path.basename(main)} --help lists ik_llama.cpp's --run-time-repack"
-        else:
-            name, how = "llama.cpp", "the same --version format as llama.cpp and none of ik_llama.cpp's or the " \
-                                     "fork's flags in --help"
+    helps = _helps(programs, run, timeout_s)
+    main_name = os.path.basename(main)
+    name, how = _family_of(version_text, helps.get(main_name, ""), main)
     where = os.path.dirname(main)
-    return InstalledRuntime(name, version, where, tuple(sorted(programs)), how), ""
+    build = build_from_help(name, helps, f"{', '.join(sorted(helps))} --help in {where}")
+    note = "" if build is not None else f"{main} --help listed no options: commands are spelled for COPE's manifest"
+    return InstalledRuntime(name, version, where, tuple(sorted(programs)), how, build), note
 
 
 def _distribution_version(names: tuple[str, ...]) -> str | None:
@@ -123,10 +148,18 @@ def _sglang_kt() -> tuple[InstalledRuntime | None, str]:
     if sglang is None or kt is None:
         missing = " and ".join(m for m, s in (("sglang", sglang), ("kt_kernel", kt)) if s is None)
         return None, f"SGLang + kt-kernel: {missing} not importable (pip install sglang-kt kt-kernel)"
-    versions = [_distribution_version(("sglang-kt", "sglang")) or "sglang (no package metadata)",
-                _distribution_version(("kt-kernel", "kt_kernel")) or "kt_kernel (no package metadata)"]
+    # Both distributions install the module `sglang`; only sglang-kt's parser has the kt
+    # flags COPE exports (--kt-gpu-experts-ratio, --kt-expert-placement-strategy), as
+    # kt-kernel's README says, so the official one does not count.
+    fork = _distribution_version(("sglang-kt",))
+    if fork is None:
+        official = _distribution_version(("sglang",))
+        which = f"{official} is the official distribution" if official else "no package metadata says which"
+        return None, (f"SGLang + kt-kernel: the sglang module is not sglang-kt ({which}); the kt flags COPE "
+                      "exports are sglang-kt's: pip install sglang-kt")
+    versions = [fork, _distribution_version(("kt-kernel", "kt_kernel")) or "kt_kernel (no package metadata)"]
     where = os.path.dirname(os.path.dirname(sglang.origin or "")) or "this Python"
-    return InstalledRuntime("sglang-kt", ", ".join(versions), where, (), "sglang and kt_kernel importable"), ""
+    return InstalledRuntime("sglang-kt", ", ".join(versions), where, (), "sglang-kt and kt_kernel importable"), ""
 
 
 def detect_runtimes(llama_bin: str | None = None, *, path: str | None = None, run: Runner = _run,
@@ -152,3 +185,10 @@ def detect_runtimes(llama_bin: str | None = None, *, path: str | None = None, ru
     if note:
         notes.append(note)
     return RuntimeScan(tuple(found), tuple(notes))
+
+
+def bench_build(bench: str, *, run: Runner = _run, timeout_s: float = 10.0) -> LlamaBuild | None:
+    """The build of one llama-bench binary (cope verify and cope calibrate run it), or
+    None when its --version or --help cannot be read."""
+    runtime, _ = _llama_family({"llama-bench": bench}, run, timeout_s)
+    return None if runtime is None else runtime.build

@@ -13,6 +13,7 @@ from cope_tui.cli import EXIT_OK, main
 from engine.command_flags import carry_over
 from engine.export import Export
 from engine.llama_args import parse_llama_command
+from engine.runtimes.host import MAPPED_NOTE
 
 PLATFORM = ["--tokens", "100", "--gpu", "rtx-3090", "--cpu", "ryzen-9-7950x"]
 USERS = ("llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -c 65536 -ctk q8_0 -ctv q8_0 -fa on --n-cpu-moe 8 "
@@ -43,7 +44,7 @@ def test_loading_and_staging_stay_the_users_unless_cope_decides_them():
         "llama-server -m m.gguf -ngl 99 -fa on -c 8192 -t 8 --fit off --no-mmap --no-op-offload -lm none")
     staged = _export("llama-server -m m.gguf -ngl 99 -fa on -c 8192 -t 8 --fit off --cpu-moe",
                      env=(("GGML_OP_OFFLOAD_MIN_BATCH", "1"),),
-                     notes=("--no-mmap dropped: it would not fit",))
+                     notes=(f"{MAPPED_NOTE}: it would not fit",))
     assert carry_over(staged, user).display() == (
         "GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server -m m.gguf -ngl 99 -fa on -c 8192 -t 8 --fit off --cpu-moe")
 
@@ -62,7 +63,7 @@ def test_the_printed_command_runs_at_the_users_settings_and_costs_what_it_claims
     assert export["exported"] == "partition-first"  # the best is not expressible: the nearest runs
     assert export["command"] == (
         "llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -fa on -c 65536 -t 16 --fit off --n-cpu-moe 4 "
-        "--no-mmap -ctk q8_0 -ctv q8_0 --jinja --host 0.0.0.0 --port 8080 -np 2")
+        "-lm none -ctk q8_0 -ctv q8_0 --jinja --host 0.0.0.0 --port 8080 -np 2")
     # Pricing the printed command gives the figure claimed for it.
     assert main(["estimate", "--json", *PLATFORM, "--", *export["argv"]]) == EXIT_OK
     again = json.loads(capsys.readouterr().out)

@@ -137,7 +137,7 @@ def test_labels_and_flags_that_matter():
     x = do_export(ds, "partial", "partition-first", "stock", "llama-server")
     n_cpu = 26 - memory(get_model(ds), int(get_model(ds).n_experts_total * 0.6)).gpu_layers()
     assert x.argv[x.argv.index("--n-cpu-moe") + 1] == str(n_cpu + 1)
-    assert x.label == RUNS_ON_STOCK and x.argv[-1] == "--no-mmap"
+    assert x.label == RUNS_ON_STOCK and x.argv[-2:] == ("-lm", "none") and "--no-mmap" not in x.argv
     for base in (["-ngl", "99"], ["-fa", "on"], ["-c", "8192"], ["-t", "8"], ["--fit", "off"]):
         i = x.argv.index(base[0])
         assert list(x.argv[i:i + 2]) == base
@@ -146,7 +146,7 @@ def test_labels_and_flags_that_matter():
     assert x.env_dict == {"GGML_OP_OFFLOAD_MIN_BATCH": "1"} and "--cpu-moe" in x.argv
     # The fork: deepseek2 only among these; the others are refused with the reason.
     x = do_export(ds, "partial", "fixed.parallel.uniform", "fork", "llama-server")
-    assert x.label == NEEDS_FORK and x.argv[-3:] == ("-ncmoe", "99", "--no-mmap")
+    assert x.label == NEEDS_FORK and x.argv[-4:] == ("-ncmoe", "99", "-lm", "none")
     assert "--moe-cache-slots" in x.argv and len(x.side_files) == 1
     for model_id in (qwen, oss):
         x = do_export(model_id, "partial", "fixed.parallel.uniform", "fork", "llama-server")
@@ -158,7 +158,7 @@ def test_labels_and_flags_that_matter():
     assert "20.00 ms/token against 16.00 ms/token" in x.reason
     # llama-bench spellings.
     x = do_export(qwen, "partial", "all-cpu", "stock", "llama-bench")
-    assert x.argv[x.argv.index("-ncmoe") + 1] == "48" and x.argv[-2:] == ("-mmp", "0")
+    assert x.argv[x.argv.index("-ncmoe") + 1] == "48" and x.argv[-2:] == ("-lm", "none") and "-mmp" not in x.argv
     assert "-c" not in x.argv and "--fit" not in x.argv and ("-fa", "1") == x.argv[5:7]
 
 

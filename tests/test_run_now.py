@@ -33,7 +33,9 @@ def test_text_starts_with_the_command_to_run_now_and_the_faster_runtime(capsys):
     assert shlex.split(block[2])[:3] == ["llama-server", "-m", "qwen3-30b-a3b.gguf"]
     [missing] = [line for line in block[3:] if "not found on PATH" in line]
     assert "github.com/ggml-org/llama.cpp" in missing
-    assert any("newer llama.cpp builds take -lm none in place of --no-mmap" in line for line in block[3:])
+    # No build was read: the command is spelled for the current release, the older spelling beside it.
+    assert any("spelled for ggml-org/llama.cpp at" in line and "take --no-mmap in place of -lm none" in line
+               for line in block[3:])
     faster = block[-1]
     assert "x faster with SGLang + kt-kernel (fixed.parallel.nonuniform" in faster
     assert "pip install sglang-kt kt-kernel" in faster and "cope export --runtime sglang-kt" in faster
@@ -45,7 +47,8 @@ def test_text_starts_with_the_command_to_run_now_and_the_faster_runtime(capsys):
     # The learnt per-expert placement is SYNTHETIC here: said on stderr too.
     assert "SYNTHETIC" in err
     # The table says which runtime runs each row, and explains the short names.
-    assert "runs on" in out and "fork = the llama.cpp MoE expert-cache fork (github.com/thecodacus/llama.cpp)" in out
+    assert "runs on" in out and ("fork = the llama.cpp MoE expert-cache fork (github.com/thecodacus/llama.cpp, "
+                                 "branch fable5/moe-cache-readme)") in out
 
 
 def test_json_run_now_and_best_overall_and_candidate_runtimes(capsys):
@@ -89,12 +92,13 @@ def test_a_placement_that_needs_more_ram_than_the_machine_has_is_refused(capsys)
 def test_no_mmap_is_dropped_with_its_reason_when_only_the_mapped_file_fits(capsys):
     out, _ = advise(capsys, "--ram-gib", "6", "--json")
     now = json.loads(out)["recommendation"]["run_now"]
-    assert now["candidate"] == "partition-first" and now["mmap"] and "--no-mmap" not in now["argv"]
-    assert any(n.startswith("--no-mmap dropped:") for n in now["notes"])
+    assert now["candidate"] == "partition-first" and now["mmap"] and "-lm" not in now["argv"]
+    assert any(n.startswith("mapped, not copied") for n in now["notes"])
     out, _ = advise(capsys, "--ram-gib", "64", "--json")
     now = json.loads(out)["recommendation"]["run_now"]
-    assert not now["mmap"] and now["argv"][-1] == "--no-mmap"
-    assert now["notes"] == ["newer llama.cpp builds take -lm none in place of --no-mmap"]
+    assert not now["mmap"] and now["argv"][-2:] == ["-lm", "none"]
+    [spelled] = now["notes"]
+    assert spelled.startswith("spelled for ggml-org/llama.cpp at ") and "--no-mmap in place of -lm none" in spelled
 
 
 def test_identical_placements_are_one_row_that_says_so(capsys):

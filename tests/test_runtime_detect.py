@@ -107,13 +107,20 @@ def test_sglang_and_kt_kernel_found_without_importing_them(tmp_path, monkeypatch
     assert kt.version == "sglang-kt 0.5.7, kt-kernel 0.4.2"
 
 
-def test_sglang_without_package_metadata_says_so(tmp_path, monkeypatch):
+def test_only_the_sglang_kt_distribution_counts(tmp_path, monkeypatch):
+    """The official sglang (or one without metadata) lacks the kt flags COPE exports."""
     fake_sglang_kt(tmp_path / "site", monkeypatch, with_metadata=False)
     scan = detect_runtimes(path=str(tmp_path))
-    (kt,) = [r for r in scan.found if r.name == "sglang-kt"]
-    if "no package metadata" not in kt.version:  # a real sglang in this Python answers first
-        pytest.skip("a real sglang/kt-kernel distribution is installed here")
-    assert "sglang (no package metadata)" in kt.version
+    if "sglang-kt" in scan.names:  # a real sglang-kt in this Python answers first
+        pytest.skip("a real sglang-kt distribution is installed here")
+    assert any("not sglang-kt (no package metadata says which)" in n and "pip install sglang-kt" in n
+               for n in scan.notes)
+    info = tmp_path / "site" / "sglang-0.5.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+    scan = detect_runtimes(path=str(tmp_path))
+    assert "sglang-kt" not in scan.names
+    assert any("sglang 0.5.9 is the official distribution" in n for n in scan.notes)
 
 
 def test_cope_detect_lists_the_runtimes(tmp_path, monkeypatch, capsys):
@@ -152,3 +159,49 @@ def test_advise_runs_now_on_what_is_installed(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"Run this now: {now['candidate']} with SGLang + kt-kernel\n")
     assert "faster with" not in out.split("\n\n")[0]
+
+
+# common/arg.cpp's usage lines for the flags whose spelling changed (before and after 2026-09-09).
+OLD_LOADING = "--mmap, --no-mmap                    whether to memory-map model\n-fit,  --fit [on|off]\n"
+NEW_LOADING = "-lm,   --load-mode MODE                 model loading mode (default: auto)\n-fit,  --fit [on|off]\n"
+PARTIAL = ["export", "--candidate", "partition-first", "--tokens", "100", "--gpu", "rtx-4060-ti-16gb",
+           "--cpu", "desktop-ddr5", "--json"]
+
+
+@pytest.mark.parametrize("loading, expected", [(OLD_LOADING, ["--no-mmap"]), (NEW_LOADING, ["-lm", "none"])])
+def test_commands_are_spelled_for_the_build_found(tmp_path, capsys, loading, expected):
+    folder = fake_llama(tmp_path / "bin", STOCK_HELP + loading + "-ncmoe, --n-cpu-moe N\n-t, --threads N\n"
+                        "-c, --ctx-size N\n-m, --model FNAME\n-fa, --flash-attn [on|off|auto]\n")
+    assert main([*PARTIAL, "--llama-bin", str(folder)]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    argv = doc["argv"]
+    assert argv[-len(expected):] == expected and "--fit" in argv
+    assert doc["spelled_for"] == f"llama-bench, llama-cli, llama-server --help in {folder}"
+    assert not any(n.startswith("spelled for") for n in doc["notes"])  # a build was read: no older spelling
+
+
+def test_a_build_without_fit_or_the_new_flash_attn_gets_neither(tmp_path, capsys):
+    # Before 2025-12-15 there was no --fit; -fa was a switch in older builds still.
+    folder = fake_llama(tmp_path / "bin", STOCK_HELP + OLD_LOADING.splitlines()[0] + "\n-fa,   --flash-attn"
+                        "                     enable Flash Attention\n-m, --model FNAME\n-ncmoe, --n-cpu-moe N\n"
+                        "-c, --ctx-size N\n-t, --threads N\n")
+    assert main([*PARTIAL, "--llama-bin", str(folder)]) == EXIT_OK
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    assert "--fit" not in argv and argv[argv.index("-fa") + 1] == "-c"  # -fa alone, then the context
+
+
+def test_help_is_read_once_per_binary_and_again_when_it_changes(tmp_path):
+    folder = fake_llama(tmp_path / "bin", STOCK_HELP + OLD_LOADING, programs=("llama-server",))
+    counted = folder / "calls"
+    server = folder / "llama-server"
+    server.write_text(server.read_text().replace("#!/bin/sh\n", f"#!/bin/sh\necho x >> '{counted}'\n", 1))
+    for _ in range(3):
+        scan = detect_runtimes(path=str(folder))
+    assert scan.builds["llama.cpp"].takes("llama-server", "--no-mmap")
+    first = len(counted.read_text().splitlines())
+    assert first == 3 + 1  # --version every time, --help once
+    (folder / "help.txt").write_text(STOCK_HELP + NEW_LOADING)
+    server.write_text(server.read_text() + "# rebuilt\n")  # a new binary: another size and mtime
+    scan = detect_runtimes(path=str(folder))
+    build = scan.builds["llama.cpp"]
+    assert build.takes("llama-server", "--load-mode") and not build.takes("llama-server", "--no-mmap")

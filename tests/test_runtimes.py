@@ -101,7 +101,8 @@ def test_ik_llama_cpp_spells_partitions_as_overrides_and_never_fit_off():
         blocks = {int(b) for b in pattern.split("(")[1].split(")")[0].split("|")}
         assert len(blocks) == n_cpu and 0 not in blocks
         assert blocks == (set(model.moe_blocks[:n_cpu]) if cid == "partition-first" else set(model.moe_blocks[-n_cpu:]))
-        assert x.argv[-1] == "--no-mmap" and stock.argv[-1] == "--no-mmap"
+        # ik_llama.cpp (at its manifest's commit) has no -lm: --no-mmap; stock has only -lm.
+        assert x.argv[-1] == "--no-mmap" and stock.argv[-2:] == ("-lm", "none") and "--no-mmap" not in stock.argv
     assert "--cpu-moe" in do_export(model.id, "ik_llama.cpp", "partial", "all-cpu").argv
     with pytest.raises(CopeInputError, match="--binary must be one of llama-server, llama-cli for ik_llama.cpp"):
         do_export(model.id, "ik_llama.cpp", "partial", "all-cpu", binary="llama-bench")
@@ -181,8 +182,9 @@ def test_no_mmap_is_dropped_when_only_the_mapped_file_fits_and_refused_when_noth
     base = plan(model, "partial")
     x = do_export(model.id, "llama.cpp", "partial", "partition-first")
     need = x.ram.need_bytes  # 20 of 48 layers' experts at 1 MiB each, no embedding in this plan
-    assert x.argv[-1] == "--no-mmap" and x.ram.budget_bytes is None
-    assert x.notes == ("newer llama.cpp builds take -lm none in place of --no-mmap",)  # nothing dropped
+    assert x.argv[-2:] == ("-lm", "none") and x.ram.budget_bytes is None
+    [spelled] = x.notes  # nothing dropped: only which build the command is spelled for
+    assert spelled.startswith("spelled for ggml-org/llama.cpp at 0c1e57098") and "--no-mmap in place of -lm none" in spelled
     ram_for = {  # RAM at which the copy just fails but the mapped file fits; then nothing fits
         "mapped": int((need + 2 * GIB) / 0.95),
         "none": need + 2 * GIB - 1,
@@ -190,8 +192,8 @@ def test_no_mmap_is_dropped_when_only_the_mapped_file_fits_and_refused_when_noth
     p = ExportPlan(base.memory, base.popularity, base.tpot_s, ram_bytes=ram_for["mapped"])
     x = export_candidate(parse_candidate_id("partition-first"), model, p, model_path="m.gguf", context=8192,
                          threads=8)
-    assert "--no-mmap" not in x.argv and x.ram.mapped and x.ram.fits
-    assert x.notes[-1].startswith("--no-mmap dropped:") and "pinned" in x.notes[-1]
+    assert "-lm" not in x.argv and x.ram.mapped and x.ram.fits
+    assert x.notes[-1].startswith("mapped, not copied (no -lm none / --no-mmap):") and "pinned" in x.notes[-1]
     p = ExportPlan(base.memory, base.popularity, base.tpot_s, ram_bytes=ram_for["none"])
     x = export_candidate(parse_candidate_id("partition-first"), model, p, model_path="m.gguf", context=8192,
                          threads=8)
@@ -287,3 +289,32 @@ def test_activation_counts_reject_a_foreign_shape():
     model = get_model("qwen3-30b-a3b")
     with pytest.raises(ValueError, match="popularity of shape"):
         activation_counts(np.zeros((3, 4)), model)
+
+
+# --- the fork, as its source at the manifest's commit reads its flags ---------------------------
+
+
+def test_the_fork_llama_bench_runs_the_cache_from_the_environment():
+    """The fork's llama-bench has no --moe-cache-*, but init_moe_expert_cache falls back to
+    GGML_MOE_CACHE_PROFILE/GGML_MOE_CACHE_SLOTS (src/llama-model.cpp at 53a8e41)."""
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    x = do_export(model.id, "fork", "partial", "fixed.parallel.uniform", binary="llama-bench")
+    slots = x.argv[x.argv.index("-ncmoe") + 1]
+    env = x.env_dict
+    assert slots == "99" and "--moe-cache-profile" not in x.argv and "--moe-cache-slots" not in x.argv
+    assert env["GGML_MOE_CACHE_PROFILE"] == x.artefact_names[0] and int(env["GGML_MOE_CACHE_SLOTS"]) > 0
+    assert any("fable5/moe-cache-readme" in n for n in x.notes)  # the branch that has the cache, named
+
+
+def test_the_fork_is_not_offered_with_fewer_slots_than_layers_or_merged_gate_up():
+    from dataclasses import replace
+
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    few = ExportPlan(memory(model, model.n_moe_layers - 1), popularity(model), tuple(TPOTS.items()))
+    x = export_candidate(parse_candidate_id("fixed.parallel.nonuniform"), model, few, runtime="fork",
+                         model_path="m.gguf", context=8192, threads=8)
+    assert x.exported_id != "fixed.parallel.nonuniform" and "0 turns its cache off" in x.reason
+    merged = replace(model, merged_gate_up=True)
+    x = export_candidate(parse_candidate_id("fixed.parallel.uniform"), merged, plan(merged, "partial"),
+                         runtime="fork", model_path="m.gguf", context=8192, threads=8)
+    assert x.label == "not-expressible" and "ffn_gate_up_exps" in x.reason and "--moe-cache" not in x.display()

@@ -31,9 +31,12 @@ RECORDED = [
 
 FAKE = """#!{python}
 import json, os, sys, time
+if sys.argv[1:] == ["--version"]:
+    sys.stderr.write("version: 7000 (0104b151)\\nbuilt with cc for x86_64-linux-gnu\\n")
+    sys.exit(0)
 if sys.argv[1:] == ["--help"]:  # which flags this build knows: the test's help text
     help_file = os.path.join(os.path.dirname(__file__), "help.txt")
-    sys.stdout.write(open(help_file).read() if os.path.exists(help_file) else "  -mmp, --mmap <0|1>\\n")
+    sys.stdout.write(open(help_file).read() if os.path.exists(help_file) else {old_help!r})
     sys.exit(0)
 mode = open(os.path.join(os.path.dirname(__file__), "mode")).read().strip()
 with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
@@ -50,12 +53,20 @@ elif mode == "slow":
 """
 
 
+# llama-bench's print_usage before -lm (2026-07-23): the options COPE's commands use, -mmp among them.
+OPTIONS = ("-m, --model <filename>", "-p, --n-prompt <n>", "-n, --n-gen <n>", "-ngl, --n-gpu-layers <n>",
+           "-ncmoe, --n-cpu-moe <n>", "-fa, --flash-attn <0|1>", "-t, --threads <n>", "-r, --repetitions <n>",
+           "-o, --output <csv|json|jsonl|md|sql>", "-ot --override-tensor <tensor name pattern>=<buffer type>;...")
+OLD_HELP = "".join(f"  {o}\n" for o in OPTIONS + ("-mmp, --mmap <0|1>",))
+NEW_HELP = "".join(f"  {o}\n" for o in OPTIONS + ("-lm, --load-mode <auto|none|mmap|mlock|mmap+mlock|dio>",))
+
+
 @pytest.fixture
 def bench(tmp_path):
     d = tmp_path / "fake bin"
     d.mkdir()
     path = d / "llama-bench"
-    path.write_text(FAKE.format(python=sys.executable))
+    path.write_text(FAKE.format(python=sys.executable, old_help=OLD_HELP))
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     (d / "recorded.json").write_text(json.dumps(RECORDED, indent=2))
     model = tmp_path / "my model.gguf"
@@ -180,9 +191,6 @@ def test_parse_bench_json_picks_the_decode_test():
     assert (result.avg_ts, result.stddev_ts, result.problem) == (41.23, 0.51, None)
 
 
-NEW_HELP = "  -lm, --load-mode <auto|none|mmap|mlock|mmap+mlock|dio> (default: auto)\n"
-
-
 def test_a_build_with_load_mode_gets_lm_none_instead_of_mmp(bench, capsys, tmp_path):
     code, log = bench("ok", "--candidate", "all-cpu", "--ram-gib", "24", "--json")
     assert code == EXIT_OK
@@ -190,6 +198,8 @@ def test_a_build_with_load_mode_gets_lm_none_instead_of_mmp(bench, capsys, tmp_p
     assert "-mmp" in old and old[old.index("-mmp") + 1] == "0"  # the RAM fits the experts copied: --no-mmap
     log.unlink()
     (tmp_path / "fake bin" / "help.txt").write_text(NEW_HELP)
+    with open(tmp_path / "fake bin" / "llama-bench", "a") as binary:  # a new build: its --help is read again
+        binary.write("# rebuilt\n")
     code, log = bench("ok", "--candidate", "all-cpu", "--ram-gib", "24", "--json")
     assert code == EXIT_OK
     new = calls(log)[0]["argv"]

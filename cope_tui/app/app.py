@@ -89,6 +89,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self._pull_plan: tuple[str, object] | None = None  # (model id, hub_trace.PullPlan) shown, not started
         self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
+        self.builds: dict = {}  # their builds, by runtime: what the commands are spelled for
         self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
         self._focus_wanted: str | None = None  # a widget the next tab switch focuses (else _focus_into's pick)
 
@@ -164,7 +165,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         binary = pane.binary if pane.binary in runtime.binaries else None
         try:
             export = export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=binary,
-                                model_path=model_path, side_dir=side_dir)
+                                model_path=model_path, side_dir=side_dir, builds=self.builds)
         except CopeInputError as exc:
             self.say(f"Export: {exc}", "error")
             return None
@@ -221,7 +222,7 @@ class CopeApp(TraceActions, Workers, App[None]):
 
         if self.advice is None:
             return None
-        return plan_runs(self.advice.rec, self.installed, self.workload_ranking)
+        return plan_runs(self.advice.rec, self.installed, self.workload_ranking, self.builds)
 
     def run_now_id(self) -> str | None:
         pick = self.runs.run_now if self.runs is not None else None
@@ -229,6 +230,7 @@ class CopeApp(TraceActions, Workers, App[None]):
 
     def on_runtimes_found(self, message: RuntimesFound) -> None:
         self.installed = tuple(message.scan.names)
+        self.builds = message.scan.builds
         if self.advice is None:
             return
         self.runs = self._plan_runs()

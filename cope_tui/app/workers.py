@@ -81,8 +81,9 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
     def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:
-        self._deliver("estimate", lambda cancel: service.estimate_command(advice, command, cancel=cancel),
-                      CommandEstimated)
+        builds = dict(getattr(self, "builds", {}))  # the runtimes found here: COPE's command is spelled for them
+        self._deliver("estimate", lambda cancel: service.estimate_command(advice, command, cancel=cancel,
+                                                                          builds=builds), CommandEstimated)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def sweep(self, advice: service.Advice, workload=None) -> None:  # type: ignore[no-untyped-def]

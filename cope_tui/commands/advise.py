@@ -39,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     recommendation = advice.rec
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
-    runs = run_advice(recommendation, scan.names, ranking)  # with a workload, the picks follow request time
+    runs = run_advice(recommendation, scan, ranking)  # with a workload, the picks follow request time
     export = None
     if args.export:
         target = recommendation.best if ranking is None else ranking.best.estimate
-        export = export_for(recommendation, target)
+        export = export_for(recommendation, target, builds=scan.builds)
         export = export if ranking is None else export_with_batch(export, ranking)
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)

@@ -19,6 +19,7 @@ def scan_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def render_runtimes(scan) -> str:  # type: ignore[no-untyped-def]
     from engine.runtimes import REGISTRY
+    from engine.runtimes.llamacpp_flags import spelling_summary
 
     titles = {r.info.name: r.info.title for r in REGISTRY}
     lines = ["Runtimes:"]
@@ -26,6 +27,8 @@ def render_runtimes(scan) -> str:  # type: ignore[no-untyped-def]
         programs = f" ({', '.join(found.programs)})" if found.programs else ""
         lines.append(f"  {titles.get(found.name, found.name):<38} {found.version}  in {found.where}{programs}")
         lines.append(f"  {'':<38} told apart by: {found.how}")
+        if found.build is not None:
+            lines.append(f"  {'':<38} commands spelled for it: {spelling_summary(found.build)}")
     if not scan.found:
         lines.append("  none found")
     lines += [f"  - {note}" for note in scan.notes]

@@ -63,8 +63,11 @@ def run(args: argparse.Namespace) -> int:
         est = estimate_without_ranking(choices, command, exc.message,
                                        fidelity=args.fidelity, probe_budget_s=args.probe_budget_s)
     else:
+        from cope_tui.service.runtimes import scan_runtimes
+
         est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
-                               probe_budget_s=args.probe_budget_s)  # at the command's own settings where they differ
+                               probe_budget_s=args.probe_budget_s,  # at the command's own settings where they differ
+                               builds=scan_runtimes(args.llama_bin).builds)
     return _report(args, words, command, est, said)
 
 

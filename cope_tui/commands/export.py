@@ -51,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
     estimate = rec.estimate_of(args.candidate)
     # The command names its artefacts by absolute path: it runs from any folder, as the app's save does.
     side_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
+    from cope_tui.service.runtimes import scan_runtimes
+
     export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
-                        side_dir=side_dir, hf_model=args.hf_model)
+                        side_dir=side_dir, hf_model=args.hf_model, builds=scan_runtimes(args.llama_bin).builds)
     if workload is not None:  # -b/-ub only for a named workload
         export = export_with_batch(export, rank(advice, workload))
     for note in export.notes:

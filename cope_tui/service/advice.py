@@ -121,8 +121,9 @@ def parse_pasted(text: str) -> LlamaCommand:
 
 def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | None = None,
                      probe_budget_s: float = 60.0, progress: Progress | None = None,
-                     cancel: threading.Event | None = None) -> CommandEstimate:
-    """Price `command` beside the ranking of `advice`. The command's settings are honoured
+                     cancel: threading.Event | None = None, builds=None) -> CommandEstimate:  # type: ignore[no-untyped-def]
+    """Price `command` beside the ranking of `advice`; COPE's command is spelled for
+    `builds` (probes.runtimes.RuntimeScan.builds: the runtimes found here). The command's settings are honoured
     (-t, -c, the KV cache type, llama-bench's -d and -n): when they differ from the
     advice's, the ranking is recomputed at them (priced with the same fidelity when it is
     analytic or calibrated, or when `fidelity` names the one the person asked for; else by
@@ -137,7 +138,7 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
             first = (clamped,) if clamped not in request.notes else ()  # said once
     changes = command_settings(command, request)
     if not changes:
-        result = price_command(advice.rec, advice.cost_model, command)
+        result = price_command(advice.rec, advice.cost_model, command, builds)
         return replace(result, notes=first + result.notes)
     moved = replace(request, **changes)
     # The same fidelity when it never probes (analytic, calibrated); else the default policy.
@@ -150,7 +151,7 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
     except BudgetTooSmall as exc:  # nothing ranks at the command's settings: the command alone
         alone = price_command_alone(moved, pricing.cost_model, command, exc.message)
         return replace(alone, notes=first + alone.notes)
-    result = price_command(redone.rec, redone.cost_model, command)
+    result = price_command(redone.rec, redone.cost_model, command, builds)
     said = ", ".join(f"{_SETTING_NAMES[k]} {v / GIB:.2f} GiB" if k == "vram_budget_bytes"
                      else f"{_SETTING_NAMES[k]} {v:g}" for k, v in changes.items())
     note = f"COPE's best recomputed at the command's settings ({said}); the ranking shown elsewhere is at its own"

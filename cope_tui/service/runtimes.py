@@ -23,10 +23,11 @@ def scan_runtimes(llama_bin: str | None = None):  # type: ignore[no-untyped-def]
     return detect_runtimes(llama_bin)
 
 
-def run_advice(rec: Recommendation, installed: tuple[str, ...] | list[str],
-               ranking=None) -> RunAdvice:  # type: ignore[no-untyped-def]
-    """`ranking`: a workload's (engine.workload.WorkloadRanking); the picks then follow request time."""
-    return plan_runs(rec, installed, ranking)
+def run_advice(rec: Recommendation, scan, ranking=None) -> RunAdvice:  # type: ignore[no-untyped-def]
+    """The ranking seen through the runtimes of `scan` (probes.runtimes.RuntimeScan), each
+    command spelled for the build found; `ranking`: a workload's
+    (engine.workload.WorkloadRanking), the picks then follow request time."""
+    return plan_runs(rec, scan.names, ranking, scan.builds)
 
 
 def write_counts_pt(path: Path, counts: np.ndarray) -> Path:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from engine.advise import Recommendation
 from engine.export import Export, export_for, flag_args
-from engine.runtimes.llamacpp_flags import spelled_for_build
+from engine.runtimes import runtime_named
+from engine.runtimes.builds import LlamaBuild
 
 if TYPE_CHECKING:
     from cope_tui.service.advice import Advice
@@ -88,13 +89,13 @@ def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float
     return parse_bench_json(done.stdout)
 
 
-def bench_help(bench: str) -> str:
-    """`bench --help` (stdout and stderr), "" when it cannot be read: which flags this build knows."""
-    try:
-        done = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (done.stdout or "") + (done.stderr or "")
+def bench_builds(bench: str, runtime: str) -> dict[str, LlamaBuild]:
+    """The flags of the llama-bench that will run, for `runtime`'s commands (what
+    export_for spells for); empty when its --help cannot be read."""
+    from probes.runtimes import bench_build  # noqa: PLC0415
+
+    build = bench_build(bench)
+    return {} if build is None else {runtime_named(runtime).info.name: build}
 
 
 @dataclass(frozen=True)
@@ -137,17 +138,18 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     chosen = rec.estimate_of(candidate_id)
     extra = (flag_args("llama-bench", "n_prompt", 0) + flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS)
              + flag_args("llama-bench", "repetitions", BENCH_REPETITIONS) + flag_args("llama-bench", "output", "json"))
-    exported = export_for(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path)
+    builds = bench_builds(bench, runtime)
+    exported = export_for(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds)
     jobs = [("exported", exported)]
     baseline = rec.baseline()
     if baseline.candidate.id != exported.exported_id:
-        jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path)))
+        jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path,
+                                            builds=bench_builds(bench, "llama.cpp"))))
     priced = at_bench_depth(advice)
     deadline = time.monotonic() + time_limit_s
-    help_text = bench_help(bench)
     rows = []
     for role, export in jobs:
-        argv = spelled_for_build([*export.argv, *extra], help_text)
+        argv = [*export.argv, *extra]
         result = run_bench(bench, argv, export.env_dict, deadline - time.monotonic())
         predicted = priced.estimate_of(export.exported_id).tokens_per_s
         shown = replace(export, argv=(bench, *argv[1:])).display()
@@ -181,7 +183,7 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
         from engine.errors import CopeInputError  # noqa: PLC0415
 
         raise CopeInputError(f"the CPU-only plan {price.refusal}")
-    result = run_bench(bench, spelled_for_build(argv, bench_help(bench)), {}, time_limit_s)
+    result = run_bench(bench, argv, {}, time_limit_s)
     predicted = price.tokens_per_s
     shown = " ".join([bench, *argv[1:]])
     return VerifyReport(export, (VerifyRow("exported", CPU_ONLY, predicted, result, shown),),

@@ -297,6 +297,7 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
             linear_attention=_linear_attention(meta) if linear_blocks else None,
             nextn_blocks=nextn,
             context_length=_context_length(meta),
+            merged_gate_up=any(role == "gate_up" for _, role in weights),
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None

@@ -12,6 +12,7 @@ import numpy as np
 from engine.memory import MemoryPlan
 from engine.model import ModelSpec
 from engine.policy import Candidate, Execution
+from engine.runtimes.builds import LlamaBuild
 
 EXACT = "exact"
 APPROXIMATE = "approximate"
@@ -87,6 +88,7 @@ class LaunchOptions:
     threads: int
     side_dir: str | None = None  # where artefacts are written (their paths in argv)
     hf_model: str | None = None  # SGLang: the Hugging Face weights (repo id or folder)
+    build: LlamaBuild | None = None  # the build found on this machine; None: the runtime's shipped manifest
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Launch:
     side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
+    spelled_for: str = ""  # the build whose flags argv uses (engine/runtimes/builds.py LlamaBuild.origin)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """How a runtime holds a candidate's host-side weights, and whether that fits RAM.
 
-COPE prefers a copy (llama.cpp's `--no-mmap`: no page faults while decoding); when the
+COPE prefers a copy (llama.cpp's `-lm none`, `--no-mmap` in older builds: no page faults
+while decoding); when the
 copy would not fit but the mapped file would, the command maps the file and says why.
 """
 
@@ -13,6 +14,11 @@ from engine.model import ModelSpec
 from engine.policy import Candidate
 from engine.runtimes.base import ExportPlan, RuntimeImpl
 from engine.runtimes.placement import Placement
+
+
+# How a command that maps the model file instead of copying it says so (no -lm none, or
+# --no-mmap in older builds).
+MAPPED_NOTE = "mapped, not copied (no -lm none / --no-mmap)"
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ def host_choice(runtime: RuntimeImpl, candidate: Candidate, placement: Placement
     mapped_use = runtime.host_use(candidate, placement, model, plan, mapped=True)
     mapped = ram_fit(mapped_use.bytes, plan.ram_bytes, mapped=True, what=mapped_use.what)
     if mapped.fits:
-        return HostChoice(True, mapped, f"--no-mmap dropped: {copy.describe()} (--no-mmap copies into pinned "
+        return HostChoice(True, mapped, f"{MAPPED_NOTE}: {copy.describe()} (a copy goes into pinned "
                           "memory, which the kernel cannot reclaim); mapped, the file's pages fit "
                           f"({mapped.need_bytes / 2**30:.1f} of {mapped.budget_bytes / 2**30:.1f} GiB)")
     return HostChoice(True, mapped, f"does not fit in RAM: {mapped.describe()}")

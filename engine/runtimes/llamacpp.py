@@ -46,12 +46,25 @@ from engine.runtimes.llamacpp_flags import (
     OFFLOAD_ENV,
     SERVER_LIKE,
     flag_args,
+    has_setting,
     layer_set_regex,
-    load_mode_note,
+    older_spellings,
 )
+from engine.runtimes.builds import LlamaBuild, shipped_build
 from engine.runtimes.placement import Layout, Placement
 
 FORK_ARCHS = frozenset({"deepseek2", "qwen35moe", "laguna"})
+# The fork's cache is on these, not on its default branch fable5/prefetch-experts; the
+# commit is the one its flag manifest was read at (assets/runtime_flags/fork.json).
+FORK_HOME = "github.com/thecodacus/llama.cpp"
+FORK_BRANCH = "fable5/moe-cache-readme"
+FORK_COMMIT = "53a8e41318255a460d9e42b699fd8f2c333c6560"
+CACHE_PROFILE_ENV = "GGML_MOE_CACHE_PROFILE"
+CACHE_SLOTS_ENV = "GGML_MOE_CACHE_SLOTS"
+# src/llama-model.cpp create_tensor_gate_up_exps leaves ffn_gate_exps/ffn_up_exps unset for
+# a merged tensor, and init_moe_expert_cache then finds no layer to cache (at FORK_COMMIT).
+MERGED_GATE_UP = ("this GGUF stores gate and up as one tensor (ffn_gate_up_exps), and the fork's cache "
+                  "stays off for it (it logs \"no CPU-resident MoE layers\")")
 
 RUNS_ON_STOCK = "runs-on-stock"
 NEEDS_FORK = "needs-fork"
@@ -67,6 +80,18 @@ class LlamaShape:
     fork_slots: int = 0  # NEEDS_FORK: slots per layer
 
 
+def fork_blocker(placement: Placement, model: ModelSpec) -> str | None:
+    """Why the fork cannot hold this per-expert placement at all, or None."""
+    if model.arch not in FORK_ARCHS:
+        return f"the fork's --moe-cache-* is wired only for {', '.join(sorted(FORK_ARCHS))}, not for {model.arch}"
+    if placement.slots_total < model.n_moe_layers:  # --moe-cache-slots 0 turns the cache off (common/arg.cpp)
+        return (f"{placement.slots_total} expert slots for {model.n_moe_layers} MoE layers: the fork keeps the same "
+                "number in every layer, and 0 turns its cache off")
+    if model.merged_gate_up:
+        return MERGED_GATE_UP
+    return None
+
+
 def llama_shape(candidate: Candidate, placement: Placement, model: ModelSpec) -> LlamaShape:
     if placement.layout is Layout.LAYERS:
         return LlamaShape(RUNS_ON_STOCK, placement.detail)
@@ -77,9 +102,9 @@ def llama_shape(candidate: Candidate, placement: Placement, model: ModelSpec) ->
     if (candidate.residency is Residency.FIXED and candidate.execution is Execution.PARALLEL
             and candidate.allocation is Allocation.UNIFORM):
         slots = placement.slots_total // n_layers
-        if model.arch not in FORK_ARCHS:
-            return LlamaShape(NOT_EXPRESSIBLE, f"the fork's --moe-cache-* is wired only for "
-                              f"{', '.join(sorted(FORK_ARCHS))}, not for {model.arch}")
+        blocker = fork_blocker(placement, model)
+        if blocker:
+            return LlamaShape(NOT_EXPRESSIBLE, blocker)
         spare = placement.slots_total - slots * n_layers  # uniform's remainder: the fork has one count
         unused = f" ({spare} slots of COPE's uniform remainder unused)" if spare else ""
         return LlamaShape(NEEDS_FORK, f"fixed residency of {slots} popular experts per layer with a parallel "
@@ -116,15 +141,16 @@ class LlamaFamily:
             return Support(name, EXACT, shape.reason)
         if not self.moe_cache:
             return Support(name, NOT_RUN, shape.reason)
-        return self._fork_support(candidate, shape, model)
+        return self._fork_support(candidate, shape, placement, model)
 
-    def _fork_support(self, candidate: Candidate, shape: LlamaShape, model: ModelSpec) -> Support:
+    def _fork_support(self, candidate: Candidate, shape: LlamaShape, placement: Placement,
+                      model: ModelSpec) -> Support:
         name = self.info.name
         if shape.label == NEEDS_FORK:
             return Support(name, EXACT, shape.reason)
-        if model.arch not in FORK_ARCHS:
-            return Support(name, NOT_RUN, f"the fork's --moe-cache-* is wired only for "
-                           f"{', '.join(sorted(FORK_ARCHS))}, not for {model.arch}")
+        blocker = fork_blocker(placement, model) if placement.layout is Layout.EXPERTS else None
+        if blocker:
+            return Support(name, NOT_RUN, blocker)
         if candidate.residency is not Residency.FIXED:
             return Support(name, NOT_RUN, "the fork's cached experts never change while decoding")
         if candidate.execution not in (Execution.SEQUENTIAL, Execution.PARALLEL):
@@ -144,9 +170,7 @@ class LlamaFamily:
         if binary not in self.info.binaries:
             raise CopeInputError(f"--binary must be one of {', '.join(self.info.binaries)} for "
                                  f"{self.info.name}, got {binary!r}")
-        if placement.layout is Layout.EXPERTS and binary not in SERVER_LIKE:
-            return "llama-bench does not parse the fork's flags"
-        return None
+        return None  # the fork's llama-bench takes its cache from the environment (_moe_cache_args)
 
     # --- host memory ---------------------------------------------------------------------
     def host_use(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan,
@@ -170,57 +194,86 @@ class LlamaFamily:
         binary = opts.binary
         if binary == "llama-bench" and "," in opts.model_path:
             raise CopeInputError(f"--model-path {opts.model_path!r}: llama-bench splits -m on ',', rename the file")
-        argv = [binary]
-        argv += flag_args(binary, "model", opts.model_path)
-        argv += flag_args(binary, "gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1))
-        argv += flag_args(binary, "flash_attn")
-        argv += flag_args(binary, "context", opts.context)
-        argv += flag_args(binary, "threads", opts.threads)
+        build = opts.build or shipped_build(self.info.name)
+        used = ["model", "gpu_layers", "flash_attn", "context", "threads"]
         if self.fit_off:
-            argv += flag_args(binary, "fit")
+            used.append("fit")
+        argv = [binary]
+        for setting, value in zip(used, (opts.model_path, max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1), None,
+                                         opts.context, opts.threads, None)):
+            argv += flag_args(binary, setting, value, build)
         env: list[tuple[str, str]] = []
         side: list[tuple[str, str]] = []
         notes: list[str] = []
         if placement.layout is Layout.EXPERTS:
-            argv += self._moe_cache_args(candidate, placement, model, plan, opts, side, notes)
+            argv += self._moe_cache_args(placement, model, plan, opts, env, side, notes)
         elif placement.cpu_layers.any():  # type: ignore[union-attr]
-            argv += self._layer_args(placement.cpu_layers, model, binary)  # type: ignore[arg-type]
+            argv += self._layer_args(placement.cpu_layers, model, binary, build)  # type: ignore[arg-type]
         experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
         if experts_on_cpu and not mapped:
-            argv += flag_args(binary, "no_mmap")
-            if self is STOCK:  # mainline's newer builds renamed it; the forks keep --no-mmap
-                notes.append(load_mode_note(binary))
+            argv += flag_args(binary, "no_mmap", None, build)
+            used.append("no_mmap")
         if placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
-        return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes))
+        notes += self._spelling_notes(binary, build, argv, used)
+        return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes), build.origin)
 
-    def _layer_args(self, cpu: np.ndarray, model: ModelSpec, binary: str) -> list[str]:
+    def _spelling_notes(self, binary: str, build: LlamaBuild, argv: list[str], used: list[str]) -> list[str]:
+        """What a person with another build needs to know: which build the command is
+        spelled for when none was read, and the options the build does not list."""
+        notes = []
+        if not build.detected:
+            # llama.cpp's own history; the forks are pinned at the commit their manifest names.
+            older = older_spellings(binary, used, build) if self is STOCK else []
+            found = f"no build of {self.info.title} was read (PATH or --llama-bin DIR)"
+            notes.append(f"spelled for {build.origin}: {found}" + "".join(f"; {o}" for o in older))
+        rejected = build.rejected(binary, argv)
+        if rejected:
+            notes.append(f"{binary} of {build.origin} does not list {', '.join(dict.fromkeys(rejected))} in its "
+                         "--help: it may refuse this command")
+        return notes
+
+    def _layer_args(self, cpu: np.ndarray, model: ModelSpec, binary: str, build: LlamaBuild) -> list[str]:
         cpu = np.asarray(cpu, dtype=bool)
         n_cpu = int(cpu.sum())
         blocks = [model.moe_blocks[i] for i in np.flatnonzero(cpu)]
-        if cpu.all():
-            return flag_args(binary, "cpu_moe") or flag_args(binary, "n_cpu_moe", model.n_blocks)
-        if self.first_n_flag and cpu[:n_cpu].all():
+        # A build without --n-cpu-moe (an older one) gets the same placement as -ot patterns.
+        takes_first_n = self.first_n_flag and has_setting(binary, "n_cpu_moe", build)
+        if cpu.all() and has_setting(binary, "cpu_moe", build):
+            return flag_args(binary, "cpu_moe", None, build)
+        if cpu.all() and takes_first_n:
+            return flag_args(binary, "n_cpu_moe", model.n_blocks, build)
+        if takes_first_n and cpu[:n_cpu].all():
             # --n-cpu-moe counts blocks, dense leading blocks included.
-            return flag_args(binary, "n_cpu_moe", blocks[-1] + 1)
-        return flag_args(binary, "override_tensor", layer_set_regex(blocks) + "=CPU")
+            return flag_args(binary, "n_cpu_moe", blocks[-1] + 1, build)
+        return flag_args(binary, "override_tensor", layer_set_regex(blocks) + "=CPU", build)
 
-    def _moe_cache_args(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan,
-                        opts: LaunchOptions, side: list, notes: list) -> list[str]:
+    def _moe_cache_args(self, placement: Placement, model: ModelSpec, plan: ExportPlan, opts: LaunchOptions,
+                        env: list, side: list, notes: list) -> list[str]:
         slots = placement.slots_total // model.n_moe_layers
         if plan.popularity is None:
             raise CopeInputError("exporting fixed residency for the fork needs the profile trace's popularity")
         name = profile_file_name(model, slots)
         side.append((name, fork_profile_csv(plan.popularity, slots, model.moe_blocks, model.top_k)))
         path = name if opts.side_dir is None else os.path.join(opts.side_dir, name)
+        notes.append(f"the fork: {FORK_HOME}, branch {FORK_BRANCH} (checked at {FORK_COMMIT[:9]}); its default "
+                     f"branch has no --moe-cache-*")
         notes.append(f"{name} pins each layer's {slots} most routed experts of "
                      f"{plan.profile_source or 'the profile trace'} (the fork keeps the most frequent ids of its "
                      "profile's decode rows)")
         if plan.synthetic_profile:
             notes.append(f"SYNTHETIC routing: {name} pins experts of made-up routing, not of how this model "
                          "routes; record or pull a real trace (cope trace) before running it")
-        return (flag_args(opts.binary, "moe_cache_profile", path) + flag_args(opts.binary, "moe_cache_slots", slots)
-                + flag_args(opts.binary, "fork_n_cpu_moe", 99))
+        build = opts.build or shipped_build(self.info.name)
+        if opts.binary not in SERVER_LIKE:
+            # llama-bench has no cache flags, but its model parameters leave the cache unset, and
+            # init_moe_expert_cache then reads the environment (src/llama-model.cpp at FORK_COMMIT).
+            env += [(CACHE_PROFILE_ENV, path), (CACHE_SLOTS_ENV, str(slots))]
+            notes.append(f"llama-bench has no --moe-cache-*: the fork reads {CACHE_PROFILE_ENV} and {CACHE_SLOTS_ENV}")
+            return flag_args(opts.binary, "fork_n_cpu_moe", 99, build)
+        return (flag_args(opts.binary, "moe_cache_profile", path, build)
+                + flag_args(opts.binary, "moe_cache_slots", slots, build)
+                + flag_args(opts.binary, "fork_n_cpu_moe", 99, build))
 
 
 STOCK = LlamaFamily(
@@ -244,6 +297,6 @@ FORK = LlamaFamily(
             "llama.cpp plus a fixed set of each layer's most routed experts in VRAM (--moe-cache-profile, "
             "--moe-cache-slots), the rest computed on the CPU at the same time; wired for "
             + ", ".join(sorted(FORK_ARCHS)),
-            "github.com/thecodacus/llama.cpp", "build from source",
+            f"{FORK_HOME}, branch {FORK_BRANCH}", "build from source",
             Execution.PARALLEL, BINARIES, "fork", can_map=True),
     fit_off=True, first_n_flag=True, stage_env=True, moe_cache=True)

@@ -1,0 +1,170 @@
+"""Every command COPE exports for stock llama.cpp, run by the real llama-bench and
+llama-server built from the pinned source (bench/llamacpp_build.py), on tiny GGUFs of three
+architectures (tests/tiny_archs.py): qwen3moe, deepseek2 (a dense leading block, shared
+experts) and gpt-oss.
+
+For every candidate stock llama.cpp runs (layer partitions from the first and the last
+blocks, every expert on the CPU, every expert on the GPU, staging every routed expert
+with GGML_OP_OFFLOAD_MIN_BATCH=1) and one it does not (exported as its nearest), the
+exported llama-bench command runs to completion with `-r 1 -n 4 -p 8`, and the exported
+llama-server command starts, answers one completion on 127.0.0.1 and is stopped. A flag
+the binary rejects fails the test. Commands are spelled twice: for the build's own
+`--help` (what `cope detect` finds) and for COPE's shipped manifest (what a person with no
+build found gets): both must run.
+
+The binaries come from COPE_LLAMA_BIN (a folder; .ci/run builds them); without it these
+tests are skipped. The CPU build runs `-ngl 99` and CUDA0-free overrides as llama.cpp
+does on a machine without a GPU: every argument is parsed and the model runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cope_tui.sources.gguf_model import model_from_gguf
+from engine.export import NOT_EXPRESSIBLE, ExportPlan, export_candidate, expert_regexes
+from engine.memory import MemoryPlan
+from engine.policy import parse_candidate_id
+from probes.runtimes import detect_runtimes
+from tests.llama_server import complete, run_server
+from tests.tiny_archs import ARCHS, write_tiny
+
+BIN = os.environ.get("COPE_LLAMA_BIN", "")
+pytestmark = [
+    pytest.mark.real_runtimes,
+    pytest.mark.skipif(not (BIN and os.path.isfile(os.path.join(BIN, "llama-bench"))
+                            and os.path.isfile(os.path.join(BIN, "llama-server"))),
+                       reason="COPE_LLAMA_BIN does not name a folder with llama-bench and llama-server "
+                              "(python bench/llamacpp_build.py builds them)"),
+]
+CONTEXT = 256
+THREADS = 2
+BENCH_TEST = ("-r", "1", "-n", "4", "-p", "8")
+MB = 1 << 20
+COMPILED_OUT = {"--rpc", "-rpc"}  # llama-bench lists them only with RPC support (llama_supports_rpc())
+
+# (candidate, plan): "partial" leaves slots for about half the experts, "fits" for all of
+# them, "zero" for the staging buffer only.
+CASES = (
+    ("partition-first", "partial"),
+    ("partition-last", "partial"),
+    ("all-cpu", "partial"),
+    ("all-gpu", "fits"),
+    ("fixed.stage.uniform", "zero"),
+    ("layer.stage.uniform.lru", "partial"),  # not expressible: its nearest runs
+)
+
+
+def _plan(model, kind: str) -> ExportPlan:  # type: ignore[no-untyped-def]
+    total = model.n_experts_total
+    slots = {"partial": total // 2, "fits": total + model.top_k, "zero": model.top_k}[kind]
+    memory = MemoryPlan(vram_budget_bytes=slots * MB, non_expert_bytes=0, kv_cache_bytes=0, runtime_reserve_bytes=0,
+                        safety_margin_bytes=0, staging_bytes=model.top_k * MB, expert_bytes=MB,
+                        n_experts_total=total, n_routed_experts_per_layer=model.n_routed_experts,
+                        context_tokens=CONTEXT)
+    tpots = {"partition-first": 0.020, "partition-last": 0.021, "all-cpu": 0.040, "fixed.stage.uniform": 0.018,
+             "layer.stage.uniform.lru": 0.017}
+    if kind == "fits":
+        tpots["all-gpu"] = 0.010
+    popularity = np.ones((model.n_moe_layers, model.n_routed_experts), dtype=np.int64)
+    return ExportPlan(memory, popularity, tuple(tpots.items()))
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tiny-ggufs")
+    return {arch: write_tiny(folder / f"tiny-{arch}.gguf", arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="module")
+def found_build():  # type: ignore[no-untyped-def]
+    """The build as `cope detect` reads it from the binaries' --help."""
+    scan = detect_runtimes(BIN)
+    assert scan.names[:1] == ("llama.cpp",), scan
+    return scan.builds["llama.cpp"]
+
+
+def _export(path: Path, cid: str, kind: str, binary: str, builds):  # type: ignore[no-untyped-def]
+    model = model_from_gguf(path)
+    return export_candidate(parse_candidate_id(cid), model, _plan(model, kind), binary=binary,
+                            model_path=str(path), context=CONTEXT, threads=THREADS, builds=builds)
+
+
+def _run_bench(argv: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([os.path.join(BIN, "llama-bench"), *argv[1:], *BENCH_TEST], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+
+
+def _builds(spelled_for: str, found):  # type: ignore[no-untyped-def]
+    return {"llama.cpp": found} if spelled_for == "found" else {}
+
+
+@pytest.mark.parametrize("spelled_for", ["found", "shipped"])
+@pytest.mark.parametrize("cid, kind", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_exported_llama_bench_command_runs(ggufs, found_build, arch, cid, kind, spelled_for):
+    export = _export(ggufs[arch], cid, kind, "llama-bench", _builds(spelled_for, found_build))
+    assert found_build.rejected("llama-bench", export.argv) == []
+    done = _run_bench(export.argv, export.env_dict)
+    assert done.returncode == 0, f"{export.display()}\n{done.stderr[-3000:]}"
+    assert "tg4" in done.stdout and "pp8" in done.stdout, done.stdout  # both tests ran and were reported
+
+
+@pytest.mark.parametrize("spelled_for", ["found", "shipped"])
+@pytest.mark.parametrize("cid, kind", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_exported_llama_server_command_starts_and_answers(ggufs, found_build, arch, cid, kind, spelled_for):
+    export = _export(ggufs[arch], cid, kind, "llama-server", _builds(spelled_for, found_build))
+    assert found_build.rejected("llama-server", export.argv) == []
+    argv = [os.path.join(BIN, "llama-server"), *export.argv[1:]]
+    with run_server(argv, export.env_dict) as server:
+        body = complete(server.base_url)
+    assert body.get("tokens_predicted", 0) > 0 or body.get("content"), body
+
+
+def test_the_placements_name_real_tensors_and_differ(ggufs, found_build):
+    """The overrides COPE exports match the file's expert tensors (a pattern that matched
+    nothing would run, but not as planned), and the partitions are the planned ones."""
+    import re
+
+    from gguf import GGUFReader
+
+    for arch, path in ggufs.items():
+        names = [t.name for t in GGUFReader(path).tensors]
+        model = model_from_gguf(path)
+        first = _export(path, "partition-first", "partial", "llama-server", {"llama.cpp": found_build})
+        last = _export(path, "partition-last", "partial", "llama-server", {"llama.cpp": found_build})
+        assert first.argv != last.argv, arch
+        for pattern in expert_regexes(last):
+            hits = [n for n in names if re.search(pattern, n)]
+            assert hits and all("_exps" in n for n in hits), (arch, pattern)
+            blocks = {int(n.split(".")[1]) for n in hits}
+            assert max(blocks) == model.moe_blocks[-1], (arch, pattern)  # the last blocks go to the CPU
+        not_run = _export(path, "layer.stage.uniform.lru", "partial", "llama-server", {"llama.cpp": found_build})
+        assert not_run.label == NOT_EXPRESSIBLE and not_run.nearest_id is not None
+
+
+def test_the_shipped_manifest_is_this_build(found_build):
+    """With no build found, COPE spells for the manifest of the commit these binaries are
+    built from (assets/runtime_flags/llama.cpp.json): every spelling of every setting COPE
+    writes is taken by the manifest exactly when the binary's --help lists it, and the two
+    lists agree but for the removed options --help lists to refuse them and those compiled
+    out of a build without RPC."""
+    from engine.runtimes.builds import manifest, shipped_build
+    from engine.runtimes.llamacpp_flags import FLAG_TABLE
+
+    shipped = shipped_build("llama.cpp")
+    for binary in ("llama-server", "llama-bench"):
+        for flag in FLAG_TABLE:
+            for spelling in flag.spelling.get(binary, ()):
+                assert shipped.takes(binary, spelling.option) == found_build.takes(binary, spelling.option), \
+                    (binary, spelling)
+        listed, helped = shipped.program(binary).options, found_build.program(binary).options
+        removed = set(manifest("llama.cpp")["programs"][binary]["rejected"])  # listed by --help to refuse them
+        assert helped - listed <= removed, (binary, sorted(helped - listed))
+        assert listed - helped <= COMPILED_OUT, (binary, sorted(listed - helped))
