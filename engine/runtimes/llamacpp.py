@@ -13,7 +13,8 @@ turns automatic fitting on (off by default), so `--fit off` would be a stray arg
 `-ncmoe/--n-cpu-moe N` there keeps the experts of the LAST N MoE layers on the CPU with
 one GPU (the loader walks the layers from the end), unlike llama.cpp's first N blocks,
 so COPE spells every partial layer set as `-ot`. Its CUDA backend decides offloading
-with its own `-cuda` parameters, not GGML_OP_OFFLOAD_MIN_BATCH. Its other MoE options
+with its own `-cuda` parameters, not GGML_OP_OFFLOAD_MIN_BATCH: staging every routed CPU
+expert at decode is `-cuda offload-batch-size=0` (IK_STAGING). Its other MoE options
 (`-ser` smart expert reduction changes routing: out of scope; `-rtr` run-time repack,
 `-fmoe` fused up/gate, on by default) do not change placement.
 """
@@ -54,6 +55,13 @@ from engine.runtimes.builds import LlamaBuild, shipped_build
 from engine.runtimes.placement import Layout, Placement
 
 FORK_ARCHS = frozenset({"deepseek2", "qwen35moe", "laguna"})
+# ik_llama.cpp at 8337e4c, ggml/src/ggml-cuda.cu ggml_backend_cuda_offload_op: a MoE matmul whose
+# weights are in host memory goes to the GPU when batch >= N and batch x active >= N x experts,
+# N the -cuda offload-batch-size (default 32), so at decode's batch of 1 only N = 0 stages; with
+# only_active_exps (common/common.h, on by default) only the routed experts are copied.
+IK_STAGING = ("every routed expert copied from the CPU at each decode step: ik_llama.cpp with "
+              "-cuda offload-batch-size=0 and the experts on the CPU (read in its source at 8337e4c, "
+              "not run here)")
 # The fork's cache is on these, not on its default branch fable5/prefetch-experts; the
 # commit is the one its flag manifest was read at (assets/runtime_flags/fork.json).
 FORK_HOME = "github.com/thecodacus/llama.cpp"
@@ -123,17 +131,21 @@ def llama_shape(candidate: Candidate, placement: Placement, model: ModelSpec) ->
 class LlamaFamily:
     """One llama.cpp-family runtime; the knobs say where it differs from stock."""
 
-    def __init__(self, info: Runtime, *, fit_off: bool, first_n_flag: bool, stage_env: bool, moe_cache: bool):
+    def __init__(self, info: Runtime, *, fit_off: bool, first_n_flag: bool, stage_env: bool, moe_cache: bool,
+                 stage_flag: bool = False):
         self.info = info
         self.fit_off = fit_off  # spell `--fit off` (stock's auto-fit is on by default)
         self.first_n_flag = first_n_flag  # `--n-cpu-moe N` keeps the first N blocks (stock); else -ot
         self.stage_env = stage_env  # reads GGML_OP_OFFLOAD_MIN_BATCH
+        self.stage_flag = stage_flag  # stages with -cuda offload-batch-size=0 (ik_llama.cpp)
         self.moe_cache = moe_cache  # the fork's --moe-cache-*
 
     # --- what it runs ------------------------------------------------------------------
     def support(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan) -> Support:
         shape = llama_shape(candidate, placement, model)
         name = self.info.name
+        if placement.layout is Layout.STAGED and self.stage_flag:
+            return Support(name, EXACT, IK_STAGING)
         if placement.layout is Layout.STAGED and not self.stage_env:
             return Support(name, NOT_RUN, f"{self.info.title} does not read {OFFLOAD_ENV} (its CUDA backend "
                            "decides offloading with its own -cuda parameters), so staging is not expressible")
@@ -213,7 +225,9 @@ class LlamaFamily:
         if experts_on_cpu and not mapped:
             argv += flag_args(binary, "no_mmap", None, build)
             used.append("no_mmap")
-        if placement.layout is Layout.STAGED:
+        if placement.layout is Layout.STAGED and self.stage_flag:
+            argv += flag_args(binary, "cuda_offload_batch", None, build)
+        elif placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
         notes += self._spelling_notes(binary, build, argv, used)
         return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes), build.origin)
@@ -290,7 +304,7 @@ IK = LlamaFamily(
             "kernels; CPU experts run after the layer's GPU work",
             "github.com/ikawrakow/ik_llama.cpp", "build from source",
             Execution.SEQUENTIAL, SERVER_LIKE, "ik", can_map=True),
-    fit_off=False, first_n_flag=False, stage_env=False, moe_cache=False)
+    fit_off=False, first_n_flag=False, stage_env=False, moe_cache=False, stage_flag=True)
 
 FORK = LlamaFamily(
     Runtime("fork", "the llama.cpp MoE expert-cache fork",

@@ -101,6 +101,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
                      "llama-bench": (Spelling("-lm", "none"), Spelling("-mmp", "0"))},
          "arg.cpp {-lm,--load-mode} (was {--mmap,--no-mmap}); llama-bench.cpp {-lm,--load-mode} (was {-mmp,--mmap} <0|1>)",
          optional=True, older="builds before 2026-07-23 take {old} in place of {new}"),
+    # ik_llama.cpp's CUDA parameters (common/common.cpp {-cuda,--cuda-params}, parsed by
+    # ggml/src/ggml-cuda.cu ggml_cuda_parse_params): offload every MoE matmul, whatever the batch.
+    Flag("cuda_offload_batch", _server(Spelling("-cuda", "offload-batch-size=0")),
+         "ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
     Flag("moe_cache_profile", _server(Spelling("--moe-cache-profile")), "thecodacus/llama.cpp README.md"),
     Flag("moe_cache_slots", _server(Spelling("--moe-cache-slots")), "thecodacus/llama.cpp README.md"),
     Flag("n_prompt", {"llama-bench": (Spelling("-p"),)}, "llama-bench.cpp -p"),
