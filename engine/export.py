@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from engine.cpu_compute import cpu_amx
 from engine.errors import CopeInputError
 from engine.files import atomic_write_text
 from engine.fork_profile import fork_profile_csv
@@ -44,6 +45,7 @@ from engine.runtimes import (
     runtime_named,
 )
 from engine.runtimes.host import host_choice
+from engine.runtimes.sglang_memory import checkpoint_of_hf_model
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
 from engine.runtimes.llamacpp_flags import (
     BINARIES,
@@ -61,8 +63,9 @@ RUNTIMES = RUNTIME_NAMES
 
 def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
     req = rec.request
-    model, cpu = req.model, req.platform.cpu
+    model, cpu, gpu = req.model, req.platform.cpu, req.platform.gpu
     profile = req.profile
+    amx, amx_note = cpu_amx(cpu)
     return ExportPlan(
         memory=rec.memory,
         popularity=profile.popularity(),
@@ -73,6 +76,9 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         profile_source=("SYNTHETIC routing" if profile.meta.synthetic else profile.meta.source)
         + f", {profile.n_tokens} tokens",
         numa_nodes=int(cpu.numa_nodes.value) if cpu.numa_nodes.known else None,
+        gpu_vram_bytes=int(gpu.vram_bytes.value) if gpu.vram_bytes.known else None,
+        cpu_amx=amx,
+        cpu_amx_note=amx_note,
     )
 
 
@@ -206,6 +212,9 @@ def export_candidate(
     opts = LaunchOptions(binary, model_path or f"{model.id}.gguf", context, threads, side_dir, hf_model)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
+    checkpoint = checkpoint_of_hf_model(hf_model)  # a local --hf-model's config.json: what SGLang loads
+    if checkpoint is not None:
+        plan = replace(plan, checkpoint=checkpoint)
     placement = placement_of(candidate, model, plan.memory, plan.popularity)
     label = llama_shape(candidate, placement, model).label
     support = rt.support(candidate, placement, model, plan)
@@ -215,7 +224,10 @@ def export_candidate(
         run = support.runs_as or candidate
         return _build(rt, candidate, run, model, plan, opts, reason=support.note, **common)
     reason = support.note + (f"; {problem}" if problem else _elsewhere(candidate, placement, model, plan, rt))
-    nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
+    try:
+        nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
+    except CopeInputError as exc:
+        raise CopeInputError(f"{exc}: {support.note}") from None
     reason += f"; nearest that runs here: {nearest.id} ({_ms(near_tpot)} against {_ms(own_tpot)})"
     return _build(rt, candidate, nearest, model, plan, opts, reason=reason, nearest_tpot=near_tpot, nearest=True,
                   **common)
