@@ -135,3 +135,16 @@ def cpu_peak_flops(cpu: CpuSpec, threads: int, no_vnni_factor: float = 1.0) -> f
     """The CPU's peak FLOP/s in quantized matmuls with `threads` threads, before the
     kernels' efficiency (CoreCompute.rate_flops_per_s)."""
     return cores_used(cpu, threads) * core_compute(cpu).rate_flops_per_s(no_vnni_factor)
+
+
+def cpu_amx(cpu: CpuSpec) -> tuple[bool | None, str]:
+    """Whether the CPU has Intel AMX (kt-kernel's AMXINT4/AMXINT8 methods), and how that is
+    known: detected from its flags, else its preset's microarchitecture; None: unknown."""
+    if cpu.amx.known:
+        return bool(cpu.amx.value), f"{cpu.name}: {cpu.amx.note}"
+    entry = _table()["cpus"].get(cpu_model_id(cpu) or "")
+    if entry is None:
+        return None, f"{cpu.name}: AMX not known ({cpu.amx.note})"
+    arch = _table()["microarchitectures"][entry["microarchitecture"]]
+    has = bool(arch.get("amx", False))
+    return has, f"{cpu.name}: {arch['name']} {'has' if has else 'has no'} AMX"

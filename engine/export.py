@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
+from engine.cpu_compute import cpu_amx
 from engine.errors import CopeInputError
 from engine.files import atomic_write_text
 from engine.fork_profile import fork_profile_csv
@@ -47,6 +48,7 @@ from engine.runtimes import (
 )
 from engine.runtimes.builds import LlamaBuild
 from engine.runtimes.host import host_choice
+from engine.runtimes.sglang_memory import checkpoint_of_hf_model
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
 from engine.runtimes.llamacpp_flags import (
     BINARIES,
@@ -64,8 +66,9 @@ RUNTIMES = RUNTIME_NAMES
 
 def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
     req = rec.request
-    model, cpu = req.model, req.platform.cpu
+    model, cpu, gpu = req.model, req.platform.cpu, req.platform.gpu
     profile = req.profile
+    amx, amx_note = cpu_amx(cpu)
     return ExportPlan(
         memory=rec.memory,
         popularity=profile.popularity(),
@@ -76,6 +79,9 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         profile_source=("SYNTHETIC routing" if profile.meta.synthetic else profile.meta.source)
         + f", {profile.n_tokens} tokens",
         numa_nodes=int(cpu.numa_nodes.value) if cpu.numa_nodes.known else None,
+        gpu_vram_bytes=int(gpu.vram_bytes.value) if gpu.vram_bytes.known else None,
+        cpu_amx=amx,
+        cpu_amx_note=amx_note,
     )
 
 
@@ -163,15 +169,20 @@ def runs_where(candidate: Candidate, model: ModelSpec, memory) -> str:  # type: 
 def _runnable_here(runtime, candidate: Candidate, model: ModelSpec, plan: ExportPlan, binary: str) -> bool:  # type: ignore[no-untyped-def]
     placement = placement_of(candidate, model, plan.memory, plan.popularity)
     support = runtime.support(candidate, placement, model, plan)
-    if not support.exact or runtime.binary_problem(placement, binary) is not None:
+    # An approximation that names no other candidate runs this one's placement, cut to what
+    # the runtime holds (SGLang's GPU experts): the nearest may be it; one that names a twin
+    # is the twin's, which is an option of its own.
+    if not support.runs or (not support.exact and support.runs_as is not None):
+        return False
+    if runtime.binary_problem(placement, binary) is not None:
         return False
     return host_choice(runtime, candidate, placement, model, plan).fits
 
 
 def nearest_runnable(candidate: Candidate, model: ModelSpec, plan: ExportPlan, runtime: str,
                      binary: str) -> tuple[Candidate, float | None]:
-    """The candidate the runtime runs exactly (and that fits RAM) whose estimated TPOT is
-    closest (ties: the faster)."""
+    """The candidate the runtime runs (exactly, or cut to what it holds) and that fits RAM
+    whose estimated TPOT is closest (ties: the faster)."""
     rt = runtime_named(runtime)
     tpots = dict(plan.tpot_s)
     target = tpots.get(candidate.id)
@@ -217,6 +228,9 @@ def export_candidate(
     opts = LaunchOptions(binary, model_path or f"{model.id}.gguf", context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
+    checkpoint = checkpoint_of_hf_model(hf_model)  # a local --hf-model's config.json: what SGLang loads
+    if checkpoint is not None:
+        plan = replace(plan, checkpoint=checkpoint)
     placement = placement_of(candidate, model, plan.memory, plan.popularity)
     label = llama_shape(candidate, placement, model).label
     support = rt.support(candidate, placement, model, plan)
@@ -226,7 +240,10 @@ def export_candidate(
         run = support.runs_as or candidate
         return _build(rt, candidate, run, model, plan, opts, reason=support.note, **common)
     reason = support.note + (f"; {problem}" if problem else _elsewhere(candidate, placement, model, plan, rt))
-    nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
+    try:
+        nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
+    except CopeInputError as exc:
+        raise CopeInputError(f"{exc}: {support.note}") from None
     reason += f"; nearest that runs here: {nearest.id} ({_ms(near_tpot)} against {_ms(own_tpot)})"
     return _build(rt, candidate, nearest, model, plan, opts, reason=reason, nearest_tpot=near_tpot, nearest=True,
                   **common)

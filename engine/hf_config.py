@@ -50,8 +50,8 @@ from engine.model import ModelSpec
 def model_from_hf_config(path: str | Path) -> ModelSpec:
     """Read one Hugging Face `config.json` and describe the model it configures."""
     where = str(path)
-    data = _read_json_object(Path(path), where)
-    data = _text_config(data)
+    raw = _read_json_object(Path(path), where)
+    data = _text_config(raw)
     fields = _Fields(data, where)
     model_type = _model_type(data)
 
@@ -144,9 +144,29 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             nextn_blocks=nextn_blocks(fields, model_type),
             native_expert_type="MXFP4" if model_type == "gpt_oss" else "",
             context_length=_context_length(data),
+            checkpoint_dtype=_checkpoint_dtype(raw, data),
+            checkpoint_quant=_checkpoint_quant(raw, data),
         )
     except CopeInputError as exc:
         raise CopeInputError(str(exc), path=where) from None
+
+
+def _checkpoint_dtype(raw: dict, data: dict) -> str:
+    """config.json's `dtype` (transformers 5) or `torch_dtype`, top level or the text model's; "" when absent."""
+    for source in (raw, data):
+        for key in ("dtype", "torch_dtype"):
+            if isinstance(source.get(key), str) and source[key]:
+                return str(source[key])
+    return ""
+
+
+def _checkpoint_quant(raw: dict, data: dict) -> str:
+    """`quantization_config.quant_method` ("fp8", "mxfp4", ...); "" for plain float weights."""
+    for source in (raw, data):
+        config = source.get("quantization_config")
+        if isinstance(config, dict) and isinstance(config.get("quant_method"), str):
+            return config["quant_method"].lower()
+    return ""
 
 
 def _context_length(data: dict) -> int | None:

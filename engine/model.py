@@ -112,6 +112,11 @@ class ModelSpec:
     # A GGUF whose experts store gate and up as one tensor (blk.N.ffn_gate_up_exps): the
     # MoE-cache fork's cache stays off for it (engine/runtimes/llamacpp.py).
     merged_gate_up: bool = False
+    # The Hugging Face checkpoint's config.json: `torch_dtype` ("bfloat16", ...) and
+    # `quantization_config.quant_method` ("fp8", "mxfp4"); "" when not known or none. What
+    # SGLang builds its GPU side from (engine/runtimes/sglang_memory.py).
+    checkpoint_dtype: str = ""
+    checkpoint_quant: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -368,6 +373,8 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             native_expert_type=str(entry.get("native_expert_type", "")),
             context_length=int(entry["context_length"]) if entry.get("context_length") else None,
+            checkpoint_dtype=str(entry.get("checkpoint_dtype", "")),
+            checkpoint_quant=str(entry.get("checkpoint_quant", "")),
         )
     except CopeInputError as exc:
         if exc.path is None:  # ModelSpec's own checks: name the file they came from

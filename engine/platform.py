@@ -166,6 +166,10 @@ class CpuSpec:
     # product its flags offer ("AVX2", "AVX2 VNNI", "AVX-512", "AVX-512 VNNI") and its base clock.
     vector_isa: Fact = field(default=_NOT_SAID)
     base_clock_hz: Fact = field(default=_NOT_SAID)
+    # Intel AMX with int8 and bf16 tiles (the flags amx_tile, amx_int8, amx_bf16): what
+    # kt-kernel's AMXINT4/AMXINT8 methods need (engine.cpu_compute.cpu_amx reads a
+    # preset's from its microarchitecture).
+    amx: Fact = field(default=_NOT_SAID)
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)

@@ -92,6 +92,19 @@ def cpuinfo_vector_isa(text: str) -> str | None:
     return None
 
 
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+
+
+def cpuinfo_amx(text: str) -> bool | None:
+    """Whether the first "flags" line has Intel AMX with int8 and bf16 tiles (the flags
+    kt-kernel's cpu detection asks for its AMX build); None without a flags line."""
+    for block in cpuinfo_blocks(text):
+        flags = set(block.get("flags", "").split())
+        if flags:
+            return set(AMX_FLAGS) <= flags
+    return None
+
+
 def model_name_clock_hz(name: str) -> float | None:
     """The base clock an Intel model name states ("... CPU @ 2.00GHz"), or None."""
     m = re.search(r"@\s*(\d+(?:\.\d+)?)\s*GHz", name, flags=re.IGNORECASE)
@@ -255,6 +268,7 @@ def detect_cpu(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
         sockets=sockets,
         vector_isa=_vector_isa(cpuinfo, cpuinfo_path),
         base_clock_hz=_base_clock(name, sys_),
+        amx=_amx(cpuinfo, cpuinfo_path),
     )
     return with_memory_facts(cpu, detect_memory(int(sockets.value), sys_, dmidecode))  # type: ignore[arg-type]
 
@@ -264,6 +278,13 @@ def _vector_isa(cpuinfo: str | None, path: Path) -> Fact:
     if isa is None:
         return Fact.unknown(f"{path} unreadable or without the AVX2 flags ggml's x86 kernels use")
     return Fact.detected(isa, f"the flags in {path}")
+
+
+def _amx(cpuinfo: str | None, path: Path) -> Fact:
+    amx = cpuinfo_amx(cpuinfo) if cpuinfo is not None else None
+    if amx is None:
+        return Fact.unknown(f"{path} unreadable or without a flags line")
+    return Fact.detected(amx, f"{' '.join(AMX_FLAGS)} {'all' if amx else 'not all'} in the flags of {path}")
 
 
 def _base_clock(name: str, sys_: Path) -> Fact:

@@ -48,7 +48,10 @@ class InstalledRuntime:
         doc = {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
                "how": self.how}
         if self.build is not None:
+            from engine.runtimes.llamacpp_flags import spelling_summary
+
             doc["flags_read_from"] = self.build.origin
+            doc["spelling"] = spelling_summary(self.build)
         return doc
 
 

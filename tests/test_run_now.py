@@ -36,15 +36,19 @@ def test_text_starts_with_the_command_to_run_now_and_the_faster_runtime(capsys):
     # No build was read: the command is spelled for the current release, the older spelling beside it.
     assert any("spelled for ggml-org/llama.cpp at" in line and "take --no-mmap in place of -lm none" in line
                for line in block[3:])
-    faster = block[-1]
-    assert "x faster with SGLang + kt-kernel (fixed.parallel.nonuniform" in faster
-    assert "pip install sglang-kt kt-kernel" in faster and "cope export --runtime sglang-kt" in faster
+    # SGLang's static pool holds fewer of Qwen3's BF16 experts than llama.cpp's slots priced:
+    # no speed is promised for it (its exports are approximate, cut to what it holds).
+    assert not any("faster with SGLang" in line for line in block)
+    out, err = advise(capsys, "--model", "deepseek-v2-lite-chat", "--vram-budget", "8")
+    faster = out.split("\n\n")[0].splitlines()[-1]
+    assert "x faster with the llama.cpp MoE expert-cache fork (fixed.parallel.uniform" in faster
+    assert "branch fable5/moe-cache-readme" in faster and "cope export --runtime fork" in faster
     ratio = float(faster.split("x faster")[0])
-    doc_out, _ = advise(capsys, "--json")
+    doc_out, _ = advise(capsys, "--model", "deepseek-v2-lite-chat", "--vram-budget", "8", "--json")
     rec = json.loads(doc_out)["recommendation"]
     now, best = rec["run_now"], rec["best_overall"]
     assert ratio == pytest.approx(now["tpot_s"] / best["tpot_s"], abs=0.006) and ratio > 1
-    # The learnt per-expert placement is SYNTHETIC here: said on stderr too.
+    # The fork's profile pins experts of SYNTHETIC routing here: said on stderr too.
     assert "SYNTHETIC" in err
     # The table says which runtime runs each row, and explains the short names.
     assert "runs on" in out and ("fork = the llama.cpp MoE expert-cache fork (github.com/thecodacus/llama.cpp, "
@@ -59,8 +63,10 @@ def test_json_run_now_and_best_overall_and_candidate_runtimes(capsys):
     assert rec["installed_runtimes"] == [] and not now["installed"]
     assert now["candidate"] == "partition-first" and now["runtime"] == "llama.cpp" and now["argv"][0] == "llama-server"
     assert now["command"] == shlex.join(now["argv"]) and now["artefacts"] == []
-    assert best["runtime"] == "sglang-kt" and best["artefacts"] == ["cope-qwen3-30b-a3b-kt-activation.pt"]
-    assert best["tokens_per_s"] > now["tokens_per_s"]
+    # SGLang runs the per-expert candidates only cut to its pool (approximate): nothing faster is exact.
+    assert best["candidate"] == now["candidate"] and best["runtime"] == "llama.cpp"
+    kt = [r for c in doc["candidates"] for r in c["runtimes"] if r["name"] == "sglang-kt"]
+    assert kt and any("cut to the" in r["note"] and not r["exact"] for r in kt)
     by_id = {c["id"]: c for c in doc["candidates"]}
     assert {r["name"]: r["exact"] for r in by_id["partition-first"]["runtimes"]} == {
         "llama.cpp": True, "ik_llama.cpp": True, "fork": True}
@@ -125,14 +131,15 @@ def test_cope_export_writes_the_sglang_kt_command_and_activation_file(capsys, tm
     assert code == EXIT_OK, err
     command = out.splitlines()[-1]
     argv = shlex.split(command)
-    assert argv[0].startswith("SGLANG_KT_NUM_GPU_EXPERTS_BY_LAYER=") and argv[1:4] == ["python", "-m",
-                                                                                       "sglang.launch_server"]
+    assert argv[0:3] == ["python", "-m", "sglang.launch_server"]
     pt = tmp_path / "kt" / "cope-qwen3-30b-a3b-kt-activation.pt"
     assert argv[argv.index("--init-expert-location") + 1] == str(pt)
-    assert argv[argv.index("--kt-weight-path") + 1] == "/models/qwen"
+    # kt-kernel's GGUFLoader reads the one file named (a folder would load every *.gguf in it).
+    assert argv[argv.index("--kt-weight-path") + 1] == "/models/qwen/Qwen3-30B-A3B-Q4_K_M.gguf"
     counts = torch.load(pt, weights_only=True)["logical_count"]
-    # 100 profile tokens x top-8 routings in every layer
-    assert tuple(counts.shape) == (1, 48, 128) and counts.sum(dim=2).unique().tolist() == [100 * 8]
+    # 100 profile tokens x top-8 routings in every layer, written as count x N + (N - rank)
+    routed = (counts - 1) // (48 * 128)
+    assert tuple(counts.shape) == (1, 48, 128) and routed.sum(dim=2).unique().tolist() == [100 * 8]
     assert out_file.read_text().splitlines()[-1] == command
     assert "# SYNTHETIC routing" in out_file.read_text() and "cope: warning: SYNTHETIC routing" in err
     # Without --out the .pt is not written, and stderr says so.

@@ -137,27 +137,26 @@ def test_cope_detect_lists_the_runtimes(tmp_path, monkeypatch, capsys):
 
 
 def test_advise_runs_now_on_what_is_installed(tmp_path, monkeypatch, capsys):
-    """With SGLang + kt-kernel installed, the run-now answer is the per-expert candidate
-    kt-kernel runs; with only llama.cpp, the layer partition, and no "faster with" line
-    pointing at itself."""
-    fast = ["--tokens", "100", "--cpu", "desktop-ddr5"]
+    """With the MoE-cache fork installed, the run-now answer is the per-expert candidate it
+    runs; with only llama.cpp, the layer partition, and no "faster with" line pointing at
+    itself. (DeepSeek-V2-Lite in 8 GiB: the fork is wired for deepseek2.)"""
+    fast = ["--tokens", "100", "--cpu", "desktop-ddr5", "--model", "deepseek-v2-lite-chat", "--vram-budget", "8"]
     stock = fake_llama(tmp_path / "bin", STOCK_HELP)
     assert main(["advise", "--json", *fast, "--llama-bin", str(stock)]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     now, best = doc["recommendation"]["run_now"], doc["recommendation"]["best_overall"]
     assert now["runtime"] == "llama.cpp" and now["installed"] and now["candidate"] == "partition-first"
-    assert best["runtime"] == "sglang-kt" and not best["installed"]
+    assert best["runtime"] == "fork" and not best["installed"]
     assert doc["recommendation"]["installed_runtimes"] == ["llama.cpp"]
-    fake_sglang_kt(tmp_path / "site", monkeypatch)
-    assert main(["advise", "--json", *fast, "--llama-bin", str(stock)]) == EXIT_OK
+    fork = fake_llama(tmp_path / "fork-bin", FORK_HELP)
+    assert main(["advise", "--json", *fast, "--llama-bin", str(fork)]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     now = doc["recommendation"]["run_now"]
     assert now == doc["recommendation"]["best_overall"]
-    assert now["runtime"] == "sglang-kt" and now["installed"] and now["argv"][:3] == ["python", "-m",
-                                                                                      "sglang.launch_server"]
-    assert main(["advise", *fast, "--llama-bin", str(stock)]) == EXIT_OK
+    assert now["runtime"] == "fork" and now["installed"] and "--moe-cache-profile" in now["argv"]
+    assert main(["advise", *fast, "--llama-bin", str(fork)]) == EXIT_OK
     out = capsys.readouterr().out
-    assert out.startswith(f"Run this now: {now['candidate']} with SGLang + kt-kernel\n")
+    assert out.startswith(f"Run this now: {now['candidate']} with the llama.cpp MoE expert-cache fork\n")
     assert "faster with" not in out.split("\n\n")[0]
 
 
@@ -205,3 +204,7 @@ def test_help_is_read_once_per_binary_and_again_when_it_changes(tmp_path):
     scan = detect_runtimes(path=str(folder))
     build = scan.builds["llama.cpp"]
     assert build.takes("llama-server", "--load-mode") and not build.takes("llama-server", "--no-mmap")
+    # cope detect --json says what the commands are spelled for, and whether the cache flags are there.
+    [found] = scan.to_dict()["found"][:1]
+    assert found["spelling"] == ("llama-server: copies weights with -lm none, takes --fit off, "
+                                 "no MoE cache flags")

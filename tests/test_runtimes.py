@@ -8,6 +8,7 @@ with COPE_UPDATE_GOLDEN=1 python -m pytest tests/test_runtimes.py and review the
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,21 +21,31 @@ from engine.memory import GIB
 from engine.policy import parse_candidate_id
 from engine.replay import resident_mask
 from engine.runtimes import REGISTRY, placement_of, runtime_named
-from engine.runtimes.sglang_kt import BY_LAYER_ENV, activation_counts, total_flags
+from engine.runtimes.sglang_kt import activation_counts, total_flags
 from engine.synthetic import SyntheticSettings, synthetic_trace
-from tests.test_export import MODEL_PATH, TPOTS, check_golden, memory, popularity
+from tests.test_export import EB, MODEL_PATH, TPOTS, check_golden, memory, popularity
 
 GOLDEN = Path(__file__).parent / "golden" / "runtimes"
 MODELS = ("qwen3-30b-a3b", "deepseek-coder-v2-lite-instruct")
 
 
+KT_BUDGET = 24 * GIB  # SGLang's budget: an RTX 4090's memory
+AMX_NOTE = "a test CPU with AMX"
+
+
 def plan(model, kind: str, **kw) -> ExportPlan:
+    """The llama.cpp runtimes' plan of tests/test_export.py (1 MiB expert slots), in a 24 GiB
+    budget whose runtime reserve leaves exactly those slots, so that SGLang's arithmetic
+    (which counts the checkpoint's BF16 weights, not llama.cpp's slots) has a real card to
+    size; the CPU has AMX (kt-kernel's AMX methods for expert widths LLAMAFILE refuses)."""
     total = model.n_experts_total
     slots = {"partial": int(total * 0.6), "fits": total + model.top_k, "zero": model.top_k}[kind]
     tpots = dict(TPOTS, **{"fixed.parallel.nonuniform": 0.0155, "fixed.sequential.nonuniform": 0.0190})
     if kind == "fits":
         tpots["all-gpu"] = 0.0100
-    return ExportPlan(memory(model, slots), popularity(model), tuple(tpots.items()), numa_nodes=1, **kw)
+    mem = replace(memory(model, slots), vram_budget_bytes=KT_BUDGET, runtime_reserve_bytes=KT_BUDGET - slots * EB)
+    kw = {"numa_nodes": 1, "cpu_amx": True, "cpu_amx_note": AMX_NOTE, **kw}
+    return ExportPlan(mem, popularity(model), tuple(tpots.items()), **kw)
 
 
 # (case name, plan kind, candidate id, runtime)
@@ -108,21 +119,25 @@ def test_ik_llama_cpp_spells_partitions_as_overrides_and_never_fit_off():
         do_export(model.id, "ik_llama.cpp", "partial", "all-cpu", binary="llama-bench")
 
 
-def test_sglang_kt_frequency_export_carries_counts_env_and_exact_total():
+def test_sglang_kt_frequency_export_carries_counts_and_exact_total():
     model = get_model("deepseek-coder-v2-lite-instruct")
     x = do_export(model.id, "sglang-kt", "partial", "fixed.parallel.nonuniform")
     assert x.support == "exact" and x.exported_id == x.candidate_id
     argv = list(x.argv)
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
-    for flag, value in (("--kt-method", "LLAMAFILE"), ("--kt-weight-path", "/models"), ("--kt-cpuinfer", "8"),
+    # DeepSeek's experts are 1408 wide: not LLAMAFILE (% 256), AMXINT4 on this AMX CPU, from converted weights.
+    for flag, value in (("--kt-method", "AMXINT4"), ("--kt-weight-path", "deepseek-coder-v2-lite-instruct-AMXINT4"),
+                        ("--kt-cpuinfer", "8"),
                         ("--kt-expert-placement-strategy", "frequency"), ("--context-length", "8192"),
                         ("--init-expert-location", "cope-deepseek-coder-v2-lite-instruct-kt-activation.pt"),
                         ("--model-path", model.hf_repo or model.id)):
         assert argv[argv.index(flag) + 1] == value, flag
     p = plan(model, "partial")
     placement = placement_of(parse_candidate_id("fixed.parallel.nonuniform"), model, p.memory, p.popularity)
-    per_layer = [int(n) for n in x.env_dict[BY_LAYER_ENV].split(",")]
-    assert per_layer == placement.slots_per_layer.tolist() and sum(per_layer) == placement.slots_total
+    # No environment: SGLang at the manifest's commit reads no per-layer count; the total is the flags'.
+    assert x.env == ()
+    ratio = float(argv[argv.index("--kt-gpu-experts-ratio") + 1])
+    assert int(model.n_moe_layers * model.n_routed_experts * ratio) == placement.slots_total
     (name, counts), = x.tensors
     assert counts.shape == (1, model.n_blocks, model.n_routed_experts) and not counts[0, 0].any()
 
@@ -222,13 +237,12 @@ def kt_frequency_masks(path: Path, n_gpu_experts: int, moe_blocks) -> np.ndarray
     return mask.numpy()
 
 
-def strict_total(pop: np.ndarray, near: int) -> int:
-    """A slot count near `near` whose boundary is not tied (kt-kernel's topk then has one answer)."""
-    flat = np.sort(pop.ravel())[::-1]
-    for total in sorted(range(1, flat.size), key=lambda t: abs(t - near)):
-        if flat[total - 1] > flat[total]:
-            return total
-    raise AssertionError("every boundary is tied")
+def asked_total(x, model) -> int:
+    """The GPU experts an sglang-kt command asks for (per layer, or as a ratio of every expert)."""
+    argv = list(x.argv)
+    if "--kt-num-gpu-experts" in argv:
+        return int(argv[argv.index("--kt-num-gpu-experts") + 1]) * model.n_moe_layers
+    return int(model.n_experts_total * float(argv[argv.index("--kt-gpu-experts-ratio") + 1]))
 
 
 def check_activation_file(tmp_path: Path, model, profile) -> None:
@@ -237,10 +251,11 @@ def check_activation_file(tmp_path: Path, model, profile) -> None:
 
     torch = pytest.importorskip("torch")
     pop = profile.popularity()
-    total = strict_total(pop, int(model.n_experts_total * 0.4))
-    p = ExportPlan(memory(model, total), pop, ())
+    total = int(model.n_experts_total * 0.4)  # a boundary that may well be tied: the file orders strictly
+    p = ExportPlan(replace(memory(model, total), vram_budget_bytes=KT_BUDGET,
+                           runtime_reserve_bytes=KT_BUDGET - total * EB), pop, (), cpu_amx=True, cpu_amx_note=AMX_NOTE)
     candidate = parse_candidate_id("fixed.parallel.nonuniform")
-    x = export_candidate(candidate, model, p, runtime="sglang-kt", model_path="m.gguf", context=4096, threads=4,
+    x = export_candidate(candidate, model, p, runtime="sglang-kt", model_path="m.gguf", context=8192, threads=4,
                          side_dir=str(tmp_path))
     written = write_export(x, tmp_path / "run.sh", write_tensor=write_counts_pt)
     pt = tmp_path / x.tensors[0][0]
@@ -254,20 +269,16 @@ def check_activation_file(tmp_path: Path, model, profile) -> None:
         if block not in model.moe_blocks:
             assert not table[block].any(), block
     moe = table[list(model.moe_blocks)]
-    assert (moe == pop).all()  # every count is the trace's, so each layer's sum is too
-    assert (moe.sum(axis=1) == profile.n_tokens * model.top_k).all()
-    # kt-kernel's global top-N picks exactly COPE's fixed nonuniform residency.
+    n = model.n_experts_total
+    assert ((moe - 1) // n == pop).all()  # count x N + (N - rank): the trace's counts read back
+    assert (((moe - 1) // n).sum(axis=1) == profile.n_tokens * model.top_k).all()
+    assert len(np.unique(moe)) == moe.size and moe.min() > 0 and moe.max() < 2**24  # strict, float32-exact
+    # kt-kernel's global top-N picks exactly COPE's fixed nonuniform residency, at the total asked.
     placement = placement_of(candidate, model, p.memory, pop)
-    assert placement.slots_total == total
+    assert asked_total(x, model) == placement.slots_total == total  # DeepSeek's 665 fit SGLang's pool: no cut
     chosen = resident_mask(pop, placement.slots_per_layer)
     kt = kt_frequency_masks(pt, total, model.moe_blocks)
     assert (kt[list(model.moe_blocks)] == chosen).all()
-    # ... at the total the command asks for (per layer, or as a ratio of every expert).
-    argv = list(x.argv)
-    if "--kt-num-gpu-experts" in argv:
-        assert int(argv[argv.index("--kt-num-gpu-experts") + 1]) * model.n_moe_layers == total
-    else:
-        assert int(model.n_experts_total * float(argv[argv.index("--kt-gpu-experts-ratio") + 1])) == total
 
 
 def test_activation_file_for_a_synthetic_trace_with_a_dense_block(tmp_path):

@@ -13,6 +13,7 @@ from engine.memory import MemoryPlan
 from engine.model import ModelSpec
 from engine.policy import Candidate, Execution
 from engine.runtimes.builds import LlamaBuild
+from engine.runtimes.sglang_memory import Checkpoint
 
 EXACT = "exact"
 APPROXIMATE = "approximate"
@@ -78,6 +79,14 @@ class ExportPlan:
     synthetic_profile: bool = False  # the popularity comes from SYNTHETIC routing
     profile_source: str = ""  # where the popularity's trace comes from, for comments
     numa_nodes: int | None = None
+    # SGLang (engine/runtimes/sglang_memory.py): the card's whole memory, which picks its
+    # chunked prefill and CUDA-graph sizes (None: the budget is the card); the checkpoint
+    # --model-path names (None: the model's own fields); and whether the CPU has AMX for
+    # kt-kernel's AMX methods (None: unknown), with how that is known.
+    gpu_vram_bytes: int | None = None
+    checkpoint: Checkpoint | None = None
+    cpu_amx: bool | None = None
+    cpu_amx_note: str = ""
 
 
 @dataclass(frozen=True)
