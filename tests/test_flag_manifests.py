@@ -187,10 +187,11 @@ def test_every_flag_cope_emits_is_in_the_manifest(runtime, binary, model_id, spe
     # the check must have looked at real commands.
     crashed = sum(len(v) for k, v in problems.items() if k.startswith("export raised"))
     assert checked + len(refused) + crashed == n_candidates
-    if runtime == "sglang-kt" and model.arch == "gpt-oss":  # kt-kernel has no method for it: nothing to check
-        # (or, on a plan where every MXFP4 expert fits, plain SGLang)
-        assert checked == 0 and all("kt-kernel has no method for gpt-oss" in r or "every expert fits" in r
-                                    for r in refused), sorted({r.split(": ", 1)[1] for r in refused})
+    if runtime == "sglang-kt" and model.arch == "gpt-oss":
+        # kt-kernel has no method for gpt-oss (engine/runtimes/kt_method.py), and where every MXFP4
+        # expert fits, plain SGLang needs none: nothing is exported, so there is no flag to check.
+        assert checked == 0 and all("nothing COPE ranked runs on sglang-kt here" in r for r in refused), refused[:3]
+        assert any("kt-kernel has no method for gpt-oss" in r for r in refused)
         return
     assert checked >= n_candidates // 2, "most exports were refused:\n" + "\n".join(refused[:5])
     assert not problems, (f"{runtime} {binary} ({model_id}, {spelling} spelling) emits what "
