@@ -207,12 +207,13 @@ class LlamaFamily:
         if binary == "llama-bench" and "," in opts.model_path:
             raise CopeInputError(f"--model-path {opts.model_path!r}: llama-bench splits -m on ',', rename the file")
         build = opts.build or shipped_build(self.info.name)
-        used = ["model", "gpu_layers", "flash_attn", "context", "threads"]
+        base = [("model", opts.model_path), ("gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1)),
+                ("flash_attn", None), ("context", opts.context), ("threads", opts.threads)]
         if self.fit_off:
-            used.append("fit")
+            base.append(("fit", None))
+        used = [setting for setting, _ in base]
         argv = [binary]
-        for setting, value in zip(used, (opts.model_path, max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1), None,
-                                         opts.context, opts.threads, None)):
+        for setting, value in base:
             argv += flag_args(binary, setting, value, build)
         env: list[tuple[str, str]] = []
         side: list[tuple[str, str]] = []
