@@ -19,12 +19,13 @@ import math
 import sys
 from dataclasses import asdict, fields, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.published import CSV, price_all, published_rows  # noqa: E402
+from bench.published import CSV, Priced, fitted_rows, price_all, published_rows  # noqa: E402
 from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 # The constants the fit moves (in log space, so each stays positive), and where it starts.
@@ -45,8 +46,9 @@ def assumptions_of(x: np.ndarray, base: AnalyticAssumptions = START) -> Analytic
     return replace(base, **values)
 
 
-def loss(x: np.ndarray, rows_csv) -> float:  # type: ignore[no-untyped-def]
-    ratios = [p.ratio for p in price_all(rows_csv, assumptions_of(x)) if p.row.stated and p.ratio is not None]
+def loss(x: np.ndarray, rows_csv, keep: Callable[[Priced], bool] = lambda p: True) -> float:  # type: ignore[no-untyped-def]
+    """The mean squared log ratio over the fitted rows that `keep` keeps."""
+    ratios = [p.ratio for p in fitted_rows(price_all(rows_csv, assumptions_of(x))) if keep(p)]
     return float(np.mean(np.log(ratios) ** 2))
 
 
@@ -80,9 +82,11 @@ def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iterations: int = 400, 
     return simplex[int(np.argmin(values))]
 
 
-def fit(rows_csv) -> AnalyticAssumptions:  # type: ignore[no-untyped-def]
-    x0 = np.log([getattr(START, name) for name in FITTED])
-    return assumptions_of(nelder_mead(lambda x: loss(x, rows_csv), x0))
+def fit(rows_csv, keep: Callable[[Priced], bool] = lambda p: True,  # type: ignore[no-untyped-def]
+        start: AnalyticAssumptions = START) -> AnalyticAssumptions:
+    """The constants that fit the rows `keep` keeps best (all fitted rows by default)."""
+    x0 = np.log([getattr(start, name) for name in FITTED])
+    return assumptions_of(nelder_mead(lambda x: loss(x, rows_csv, keep), x0))
 
 
 def main() -> int:
@@ -97,7 +101,7 @@ def main() -> int:
         value = getattr(best, f.name)
         shown = "None (a machine's own, where measured)" if value is None else f"{value:.6g}"
         print(f"  {f.name} = {shown}{mark}")
-    ratios = [(p.row.index, p.ratio) for p in price_all(rows_csv, best) if p.row.stated and p.ratio is not None]
+    ratios = [(p.row.index, p.ratio) for p in fitted_rows(price_all(rows_csv, best))]
     print(f"rows fitted: {len(ratios)}; mean squared log ratio {np.mean(np.log([r for _, r in ratios]) ** 2):.5f}")
     print("ratios: " + ", ".join(f"{i}: {r:.2f}" for i, r in ratios))
     print(asdict(best))

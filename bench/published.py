@@ -38,6 +38,7 @@ from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel  # noqa:
 from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
 from engine.llama_args import parse_llama_command  # noqa: E402
+from engine.llama_placement import placement_of  # noqa: E402
 from engine.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
@@ -51,6 +52,9 @@ class Priced:
     published_tps: float | None  # None: not a single number
     price: CommandPrice | None
     problem: str | None  # why it has no figure (input error, would not run)
+    source: str = ""  # the CSV's source URL: what cross-validation leaves out together
+    suspect: str | None = None  # the calibration notes' SUSPECT clause: left out of fits and checks
+    regime: str = ""  # REGIMES: where the command puts the experts
 
     @property
     def ratio(self) -> float | None:
@@ -114,6 +118,7 @@ def prepared(row: Row):  # type: ignore[no-untyped-def]
 
 def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None) -> Priced:
     tps = tokens_per_s(published["tg_tok_s"])
+    facts = dict(source=published["source"], suspect=suspect_note(published))
     try:
         request, command = prepared(row)
         model = AnalyticCostModel(request.model, request.quant, request.platform,
@@ -122,8 +127,43 @@ def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumpti
                                   assumptions=assumptions or AnalyticAssumptions())
         price = price_placement_command(request, model, command)
     except CopeInputError as exc:
-        return Priced(row, tps, None, f"cannot price: {exc}")
-    return Priced(row, tps, price, price.refusal)
+        return Priced(row, tps, None, f"cannot price: {exc}", **facts)
+    return Priced(row, tps, price, price.refusal, regime=regime_of(row), **facts)
+
+
+# Where a row's command puts the routed experts, for the accuracy figures by regime.
+REGIMES = ("all-GPU", "partial offload", "experts on the CPU", "CPU-only")
+
+
+@functools.cache
+def regime_of(row: Row) -> str:
+    request, command = prepared(row)
+    has_gpu = row.gpu is not None
+    placement = placement_of(command, request.model, has_gpu=has_gpu)
+    cpu_share = placement.expert_cpu_share
+    if not has_gpu or placement.cpu_only:
+        return "CPU-only"
+    if not cpu_share.any():
+        return "all-GPU"
+    return "experts on the CPU" if bool((cpu_share == 1).all()) else "partial offload"
+
+
+def suspect_note(published: dict[str, str]) -> str | None:
+    """The calibration notes' SUSPECT clause (shared/calibration/README.md: a row that
+    contradicts its own source), or None."""
+    notes = published.get("notes", "")
+    at = notes.find("SUSPECT")
+    return notes[at:].strip() if at >= 0 else None
+
+
+def fitted_rows(priced: list[Priced]) -> list[Priced]:
+    """The rows the constants are fitted on and judged by: hardware stated, priced, not SUSPECT."""
+    return [p for p in priced if p.row.stated and p.ratio is not None and p.suspect is None]
+
+
+def signed_error(ratios: list[float]) -> float:
+    """The mean of predicted / published - 1: positive when COPE is optimistic."""
+    return sum(r - 1 for r in ratios) / len(ratios) if ratios else float("nan")
 
 
 def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None) -> list[Priced]:
@@ -145,7 +185,7 @@ def sweep_orders(priced: list[Priced]) -> list[tuple[str, bool, str]]:
     """(sweep, right order?, the published and predicted orders) of every sweep."""
     sweeps: dict[str, list[Priced]] = {}
     for p in priced:
-        if p.row.sweep and p.ratio is not None:
+        if p.row.sweep and p.ratio is not None and p.suspect is None:
             sweeps.setdefault(p.row.sweep, []).append(p)
     out = []
     for name, members in sorted(sweeps.items()):
@@ -179,8 +219,9 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
                      f"{r.cpu[:24]:<24} {pub} {est} {ratio}{mark}")
         if p.problem:
             lines.append(f"       {p.problem}")
-    stated = [p for p in priced if p.row.stated and p.ratio is not None]
-    assumed = [p for p in priced if not p.row.stated and p.ratio is not None]
+    stated = fitted_rows(priced)
+    assumed = [p for p in priced if not p.row.stated and p.ratio is not None and p.suspect is None]
+    suspects = [p for p in priced if p.suspect is not None]
     refused = [p for p in priced if p.ratio is None]
     sweeps = sweep_orders(priced)
     summary = {
@@ -190,6 +231,8 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
         "not_priced_by_cope": len(refused),
         "skipped": len(skipped_rows),
         "mape_stated": mape([p.ratio for p in stated]),
+        "signed_error_stated": signed_error([p.ratio for p in stated]),
+        "left_out_suspect": {p.row.index: p.suspect for p in suspects},
         "mape_assumed": mape([p.ratio for p in assumed]),
         "within_0.75_1.33_stated": sum(GOOD[0] <= p.ratio <= GOOD[1] for p in stated),
         "worst_low": sorted((round(p.ratio, 3), p.row.index) for p in stated)[:3],
@@ -200,8 +243,12 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
         "",
         f"priced: {len(stated)} rows with the hardware stated, {len(assumed)} on an assumed CPU or file; "
         f"{len(refused)} not priced by COPE; {len(skipped_rows)} skipped (of {total_rows})",
-        f"hardware stated: MAPE {summary['mape_stated']:.1%}, {summary['within_0.75_1.33_stated']} of {len(stated)} "
-        f"within {GOOD[0]}-{GOOD[1]}; lowest ratios {summary['worst_low']}, highest {summary['worst_high']}",
+        f"hardware stated (in-sample: these rows fitted the constants): MAPE {summary['mape_stated']:.1%}, "
+        f"mean signed error {summary['signed_error_stated']:+.1%}, {summary['within_0.75_1.33_stated']} of "
+        f"{len(stated)} within {GOOD[0]}-{GOOD[1]}; lowest ratios {summary['worst_low']}, highest "
+        f"{summary['worst_high']}",
+        "left out (SUSPECT in the calibration notes): "
+        + ("; ".join(f"{p.row.index}: {p.suspect}" for p in suspects) or "none"),
         f"assumed hardware: MAPE {summary['mape_assumed']:.1%}",
         "sweeps: " + "; ".join(f"{name} {'right' if ok else 'WRONG'} ({how})" for name, ok, how in sweeps),
         "not priced by COPE: " + "; ".join(f"{p.row.index}: {p.problem}" for p in refused),

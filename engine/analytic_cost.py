@@ -63,15 +63,15 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.600  # fitted, held to 0.6-0.9 (docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.727  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.0416  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    cpu_bandwidth_efficiency: float = 0.736  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.0439  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
     gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
-    gpu_block_overhead_s: float = 89.3e-6  # fitted: a block's other kernels (norms, rope, attention, router)
+    gpu_block_overhead_s: float = 86.6e-6  # fitted: a block's other kernels (norms, rope, attention, router)
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 202e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 216e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
     token_fixed_s: float = 500e-6  # fitted, held to <= 0.5 ms (docs/accuracy.md: why): sampling, embedding, graph launch

@@ -82,6 +82,17 @@ def model_from_file_name(path: str) -> NameMatch | None:
     return None
 
 
+def quant_from_file_name(path: str) -> tuple[str | None, str, tuple[str, ...]]:
+    """(the quantization, the tag as written, notes) a GGUF path's file name says, whatever
+    model it names: what `--model` leaves open."""
+    parts = _path_parts(path)
+    if not parts:
+        return None, "", ()
+    _, tag = _split_quant(_stem(parts[-1]))
+    quant, notes = _quant_for(tag)
+    return quant, tag, notes
+
+
 def _path_parts(path: str) -> list[str]:
     pure: PurePath = PureWindowsPath(path) if "\\" in path else PurePosixPath(path)
     return [p for p in pure.parts if p not in ("/", "\\")]

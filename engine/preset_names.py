@@ -3,7 +3,8 @@
 A preset is found by its id, its display name, or a shortened form: without the vendor
 ("RTX 4090", "Ryzen 9 7950X"), without a memory size ("RTX 5070" for "RTX 5070 12GB"; a GPU
 sold in several sizes then needs its size: engine.platform.get_gpu_preset), or
-by the model number alone ("4090", "7950x", "14900k", "6454s"). CPU names are also read
+by the model number alone ("4090", "7950x", "14900k", "6454s"); an Intel F or KF part by
+the part it is without integrated graphics ("i5-13400F" is the Core i5-13400). CPU names are also read
 the way /proc/cpuinfo and lscpu write them ("AMD Ryzen 9 7950X 16-Core Processor",
 "13th Gen Intel(R) Core(TM) i9-13900K", "Intel(R) Xeon(R) CPU E7-8880 v3 @ 2.30GHz"):
 trademark marks, core counts, "Processor", clock speeds and the integrated graphics are
@@ -24,6 +25,7 @@ _FAMILY = re.compile(
     r"^(ryzenthreadripperpro|ryzenthreadripper|threadripperpro|threadripper|ryzenaimax|ryzenai|ryzen\d|"
     r"coreultra\d|corei\d|core|epyc|xeon(?:platinum|gold|silver|bronze|w\d)?|rtx|gtx)"
 )
+_INTEL_NO_GRAPHICS = re.compile(r"^((?:intel)?(?:core(?:ultra\d?)?)?(?:i\d)?\d{3,5}k?)f$")
 _FAMILY_WORD = re.compile(r"^(ryzen|threadripper|epyc|xeon|core|rtx|gtx)")
 
 _CPU_NOISE = (
@@ -131,6 +133,8 @@ def match_preset(names: Mapping[str, str], query: str, *, extra_ids: Iterable[st
         s = squash(text)
         tries += [s, without_vendor(s)]
     tries += [t.replace("pcie", "") for t in tries]  # "A100-PCIE-40GB" as nvidia-smi says
+    # Intel's F and KF parts are the same cores and memory without the integrated graphics.
+    tries += [m.group(1) for t in tries if (m := _INTEL_NO_GRAPHICS.match(t))]
     for t in tries:
         if t in hits:
             return sorted(hits[t])

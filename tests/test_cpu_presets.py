@@ -172,3 +172,15 @@ def test_a_machine_must_name_a_cpu_preset(fresh):
     fresh.setattr(cp, "load_asset_json", lambda name: data)
     with pytest.raises(CopeInputError, match=r"machines\[0\].*no CPU preset 'pentium-4'"):
         cp.machines()
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("Core i5-13400F", "core-i5-13400"),
+    ("13th Gen Intel(R) Core(TM) i5-13400F", "core-i5-13400"),
+    ("i7-14700KF", "core-i7-14700k"),
+    ("EPYC 9175F", "epyc-9175f"),  # AMD's F is another part (frequency-optimised): kept
+])
+def test_an_intel_f_part_is_the_part_without_its_graphics(name, preset):
+    from engine.cpu_presets import find_cpu_preset_id
+
+    assert find_cpu_preset_id(name) == preset

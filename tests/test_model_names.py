@@ -103,3 +103,24 @@ def test_names_outside_the_catalog_match_nothing(path):
 def test_a_file_name_without_a_quantization_still_names_the_model():
     match = model_from_file_name("gpt-oss-20b.gguf")
     assert match is not None and match.model_id == "gpt-oss-20b" and match.quant is None
+
+
+def test_with_model_given_the_file_names_quantization_still_counts(capsys):
+    """`--model` names the model; the -m file (not on this machine) still says its
+    quantization, which wins over the model's usual one; --quant wins over both."""
+    import json
+
+    from cope_tui.cli import EXIT_OK, main
+
+    base = ["estimate", "--json", "--tokens", "100", "--gpu", "rtx-4090", "--cpu", "ryzen-9-7950x",
+            "--model", "qwen3-30b-a3b"]
+    command = ["--", "llama-server", "-m", "Qwen3-30B-A3B-Q8_0.gguf", "-ngl", "0", "-t", "16"]  # CPU only: both fit
+    assert main([*base, *command]) == EXIT_OK
+    out = capsys.readouterr()
+    q8 = json.loads(out.out)
+    assert "priced as qwen3-30b-a3b at Q8_0 (the file name says Q8_0)" in out.err
+    assert main([*base, "--quant", "Q4_K_M", *command]) == EXIT_OK
+    q4 = json.loads(capsys.readouterr().out)
+    assert q8["yours"]["tpot_s"] > 1.3 * q4["yours"]["tpot_s"]  # 1.8x the expert bytes a token
+    assert main([b for b in base if b != "--json"] + command) == EXIT_OK
+    assert "COPE estimate: Qwen3-30B-A3B Q8_0," in capsys.readouterr().out

@@ -30,7 +30,7 @@ class CommandModel:
 def command_model(command: LlamaCommand, model: str | None, quant: str | None) -> CommandModel:
     """The model `command` runs, given the --model and --quant flags (None: not given)."""
     if model is not None:
-        return CommandModel(model, None)
+        return _named_model(command, model, quant)
     path = command.model_path
     if path and os.path.exists(path):
         return CommandModel(path, None)  # the model reader may know the file
@@ -57,6 +57,23 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
         notes = tuple(f"{n}; priced as {usual}, the model's usual GGUF (give the GGUF file for exact sizes, or "
                       "--quant)" for n in notes)
     return CommandModel(named.model_id, found, tuple(f"{short}: {n}" for n in notes), said, alias)
+
+
+def _named_model(command: LlamaCommand, model: str, quant: str | None) -> CommandModel:
+    """--model names the model; the -m file, when it is not on this machine, may still say
+    its quantization (`--model qwen3-30b-a3b -- ... -m Qwen3-30B-A3B-UD-Q5_K_XL.gguf`), which
+    wins over the model's usual one; --quant wins over both."""
+    path = command.model_path or command.model_name
+    if quant or not path or os.path.exists(path) or model.lower().endswith(".gguf"):
+        return CommandModel(model, None)
+    from engine.model_names import quant_from_file_name
+
+    found, tag, notes = quant_from_file_name(path)
+    if found is None:
+        return CommandModel(model, None)
+    short = command.model_source or f"-m {os.path.basename(path)}"
+    said = f"{short}: priced as {model} at {found} (the file name says {tag})"
+    return CommandModel(model, found, tuple(f"{short}: {n}" for n in notes), said)
 
 
 def command_context(command: LlamaCommand, model: str, gguf_file: str | None = None,
