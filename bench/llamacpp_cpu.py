@@ -21,7 +21,10 @@
    command measured beside its estimate. Both measure the same configurations again: their
    figures join the spread.
 5. Prices the same file and flags with `cope estimate` at every fidelity and prints
-   predicted beside measured tokens/s, with the error, each fidelity's worst error against
+   predicted beside measured tokens/s, the ratio between every pair of configurations that
+   differ in one setting (2 threads against 1, Q4_K_M against Q8_0) measured within each
+   round beside the predicted ratio (a shared VM's drift mostly cancels in a ratio, so it can
+   be judged to 5% where the absolute figures cannot), with the error, each fidelity's worst error against
    its target (calibrated 5%, combined 10%, analytic 25%) and the largest spread, which a
    target below it cannot be told from; then the total time. First of all it runs `cope
    detect`, which measures and stores this machine's read bandwidth (one thread, every
@@ -233,6 +236,56 @@ def verdicts(rows: list[Row], fidelities: list[str]) -> list[str]:
     return lines
 
 
+RATIO_TARGET = 0.05  # a predicted ratio within 5% of the measured one
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How much faster configuration `a` decodes than `b`: measured within each round (the
+    two ran minutes apart at most, so the machine's drift mostly cancels) and predicted."""
+
+    a: Row
+    b: Row
+    measured: float  # median over the rounds of a's tokens/s / b's in the same round
+    predicted: dict[str, float]  # fidelity -> a's estimate / b's
+
+    def error(self, fidelity: str) -> float | None:
+        p = self.predicted.get(fidelity)
+        return None if p is None else p / self.measured - 1
+
+
+def pair_ratios(rows: list[Row], fidelities: list[str]) -> list[Ratio]:
+    """Every pair that differs in one setting: the threads at one quantization, the
+    quantization at one thread count."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if (a.quant == b.quant) == (a.threads == b.threads):
+                continue
+            measured = statistics.median(x.avg_ts / y.avg_ts for x, y in zip(a.rounds, b.rounds))
+            predicted = {f: a.predicted[f] / b.predicted[f] for f in fidelities
+                         if isinstance(a.predicted[f], float) and isinstance(b.predicted[f], float)}
+            out.append(Ratio(a, b, measured, predicted))
+    return out
+
+
+def ratio_lines(ratios: list[Ratio], fidelities: list[str]) -> list[str]:
+    lines = [f"ratios between configurations (measured in the same round; target: within {RATIO_TARGET:.0%}):"]
+    for r in ratios:
+        cells = []
+        for f in fidelities:
+            e = r.error(f)
+            cells.append(f"{f} {r.predicted[f]:.3f} ({e:+.1%})" if e is not None else f"{f} -")
+        lines.append(f"  {r.a.quant} {threads_text(r.a.threads)} / {r.b.quant} {threads_text(r.b.threads)}: "
+                     f"measured {r.measured:.3f}; " + ", ".join(cells))
+    for f in fidelities:
+        errors = [abs(e) for r in ratios if (e := r.error(f)) is not None]
+        if errors:
+            lines.append(f"  {f}: worst ratio error {max(errors):.1%} "
+                         f"({'met' if max(errors) <= RATIO_TARGET else 'not met'})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sdist", help=f"the {SDIST} source distribution (default: pip download into the cache)")
@@ -300,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r.quant} {r.threads} threads, {f}: {p}")
     for line in verdicts(rows, fidelities) if rows else []:
         print(line)
+    ratios = pair_ratios(rows, fidelities)
+    for line in ratio_lines(ratios, fidelities):
+        print(line)
     for q, (line, _) in verified.items():
         print(f"cope verify, {q}: {line}")
     for q, (text, _) in calibrations.items():
@@ -310,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"read_bytes_per_s": reads,
                "rows": [{"quant": r.quant, "threads": r.threads, "measured_tokens_per_s": r.measured_ts,
                          "rounds_tokens_per_s": [t.avg_ts for t in r.rounds], "others_tokens_per_s": r.others,
-                         "spread": r.spread, "predicted": r.predicted} for r in rows]}
+                         "spread": r.spread, "predicted": r.predicted} for r in rows],
+               "ratios": [{"a": [x.a.quant, x.a.threads], "b": [x.b.quant, x.b.threads], "measured": x.measured,
+                           "predicted": x.predicted} for x in ratios]}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

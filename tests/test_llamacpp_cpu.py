@@ -100,3 +100,25 @@ def test_a_configuration_is_the_median_of_its_rounds_and_its_spread_counts_every
     assert lines[0].startswith("largest spread: 22.7% (Q4_K_M, 1 thread")
     assert lines[1] == "calibrated: worst error 18.2% (Q4_K_M, 1 thread) (target 5%: not met; below the largest spread)"
     assert lines[2] == "analytic: worst error 6.4% (Q8_0, 1 thread) (target 25%: met)"
+
+
+def test_ratios_are_measured_within_a_round_and_compared_with_the_predicted_ones():
+    """A machine that drifts by 20% between rounds still gives a steady ratio between two
+    configurations measured in the same round; only pairs differing in one setting count."""
+    from dataclasses import replace
+
+    from bench.llamacpp_cpu import Row, pair_ratios, ratio_lines
+
+    test = decode_tests(parse_bench_output(GOLDEN.read_text()))[0]
+    drift = (1.0, 0.8, 1.2)
+    one = Row("Q8_0", 1, tuple(replace(test, avg_ts=10.0 * d) for d in drift), {}, {"analytic": 9.0})
+    two = Row("Q8_0", 2, tuple(replace(test, avg_ts=17.5 * d) for d in drift), {}, {"analytic": 16.2})
+    q4 = Row("Q4_K_M", 2, tuple(replace(test, avg_ts=28.0 * d) for d in drift), {}, {"analytic": "no figure"})
+    ratios = pair_ratios([one, two, q4], ["analytic"])
+    assert [(r.a.threads, r.b.threads, r.a.quant, r.b.quant) for r in ratios] == [(1, 2, "Q8_0", "Q8_0"),
+                                                                                  (2, 2, "Q8_0", "Q4_K_M")]
+    threads = ratios[0]
+    assert threads.measured == pytest.approx(10.0 / 17.5)  # the drift cancels
+    assert threads.error("analytic") == pytest.approx((9.0 / 16.2) / (10.0 / 17.5) - 1)
+    assert ratios[1].error("analytic") is None  # one side has no estimate
+    assert ratio_lines(ratios, ["analytic"])[-1] == "  analytic: worst ratio error 2.8% (met)"
