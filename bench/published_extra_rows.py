@@ -1,0 +1,163 @@
+"""The inputs of the extra published decode measurements (bench/data/published-extra.csv),
+transcribed by hand the same way bench/published_rows.py transcribes the shared CSV: the
+catalog model, the quantization of its experts (and the file size where the row gives one),
+the GPU and CPU presets, the memory, the threads and the llama.cpp command as it ran. Only
+inputs: the published tokens/s are read from the CSV and never enter the estimate.
+
+Each Row's index is its row in bench/data/published-extra.csv (0-based, header excluded).
+The conventions are bench/published_rows.py's: a llama-sweep-bench row "N_KV=D (sweep
+PP.../TGn)" is `llama-bench -p 0 -n n -d D`; llama-bench's `-gp P,n` ("tgn@ppP") is written
+`-p 0 -n n -d P`; several -ot patterns of one llama-bench test are joined by ';'. Flags COPE
+does not model (ik_llama.cpp's -fmoe, -mla, -amb, -rtr) are left out of the command, as in
+published_rows.py; the CSV's placement column keeps them. `stated` is False where the row
+leaves the CPU, its memory or the quantization to an assumption (`assumed` says which); an
+all-GPU row whose CPU is not stated is priced on a Ryzen 9 7950X, which it does not use.
+Rows COPE cannot price are in EXTRA_SKIPPED with the reason.
+"""
+
+from __future__ import annotations
+
+from bench.published_rows import Row
+
+_NO_CPU = "the CPU is not stated; it does not matter here (everything on the GPU): a Ryzen 9 7950X"
+_9B14 = ("an EPYC 9654 (the row: EPYC 9B14, the 96-core Zen 4 Genoa part sold to clouds) with the stated "
+         "12 channels of DDR5-4800")
+_9355 = "12 channels (stated) of DDR5-6000, the preset's speed (the row does not state the speed)"
+_IQ4_NL = "IQ4_NL experts priced as Q4_0 (both 4.5 bits per weight in 32-weight blocks; IQ4_NL is not in the catalog)"
+
+EXTRA_ROWS: tuple[Row, ...] = (
+    # Reddit r/LocalLLaMA, u/eloquentemu: EPYC 9B14 (96 cores, 44 threads), 12ch DDR5-4800, CPU-only llama-bench.
+    Row(0, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "epyc-9654",
+        "llama-bench -m m.gguf -ngl 0 -t 44 -fa 1 -p 0 -n 128", memory="ddr5-4800x12", file_gib=59.02,
+        stated=False, assumed=_9B14, sweep="9b14-gptoss120b"),
+    Row(1, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "epyc-9654",
+        "llama-bench -m m.gguf -ngl 0 -t 44 -fa 1 -p 0 -n 128 -d 6000", memory="ddr5-4800x12", file_gib=59.02,
+        stated=False, assumed=_9B14, sweep="9b14-gptoss120b"),
+    Row(2, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", None, "epyc-9654",
+        "llama-bench -m m.gguf -ngl 0 -t 44 -fa 1 -p 0 -n 128", memory="ddr5-4800x12", file_gib=17.28,
+        stated=False, assumed=_9B14, sweep="9b14-qwen3"),
+    Row(3, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", None, "epyc-9654",
+        "llama-bench -m m.gguf -ngl 0 -t 44 -fa 1 -p 0 -n 128 -d 6000", memory="ddr5-4800x12", file_gib=17.28,
+        stated=False, assumed=_9B14, sweep="9b14-qwen3"),
+    Row(4, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", None, "epyc-9654",
+        "llama-bench -m m.gguf -ngl 0 -t 44 -fa 0 -p 0 -n 128 -d 6000", memory="ddr5-4800x12", file_gib=17.28,
+        stated=False, assumed=_9B14),
+    # ggml-org/llama.cpp PR 16834 and PR 16649 (am17an): RTX 4090, all on the GPU, the 't/s master' column.
+    Row(5, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4090", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+    Row(6, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_0", "rtx-4090", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+    Row(7, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4090", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+    # ikawrakow/ik_llama.cpp discussion 758: RTX 4080 + Ryzen 9 7950X, gpt-oss-20b fully offloaded.
+    Row(8, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 100 -ub 2048 -t 1 -p 0 -n 512 -d 0", sweep="4080-gptoss20b-mainline"),
+    Row(9, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 100 -ub 2048 -t 1 -p 0 -n 512 -d 16384", sweep="4080-gptoss20b-mainline"),
+    Row(12, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 100 -ub 2048 -t 1 -fa 1 -p 0 -n 512 -d 0", runtime="ik_llama.cpp",
+        sweep="4080-gptoss20b-ik"),
+    Row(13, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 100 -ub 2048 -t 1 -fa 1 -p 0 -n 512 -d 16384", runtime="ik_llama.cpp",
+        sweep="4080-gptoss20b-ik"),
+    # Discussion 758, CPU-only on the Ryzen 9 7950X.
+    Row(14, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 1024 -ctk q8_0 -p 0 -n 256 -d 0", sweep="7950x-gptoss20b-mainline"),
+    Row(15, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 1024 -ctk q8_0 -p 0 -n 256 -d 16384", sweep="7950x-gptoss20b-mainline"),
+    Row(16, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 1024 -ctk q8_0 -fa 1 -p 0 -n 256 -d 0", runtime="ik_llama.cpp",
+        sweep="7950x-gptoss20b-ik"),
+    Row(17, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 1024 -ctk q8_0 -fa 1 -p 0 -n 256 -d 16384", runtime="ik_llama.cpp",
+        sweep="7950x-gptoss20b-ik"),
+    # Discussion 758, reply by Djip007: Ryzen AI MAX+ 395 (128 GB), CPU-only, gpt-oss-120b.
+    Row(18, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "ryzen-ai-max-plus-395",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 4096 -fa 1 -ctk bf16 -ctv bf16 -p 0 -n 32", runtime="ik_llama.cpp",
+        file_gib=59.02, ram_gib=128),
+    Row(19, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "ryzen-ai-max-plus-395",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 2048 -fa 1 -ctk q8_0 -p 0 -n 512 -d 0", runtime="ik_llama.cpp",
+        file_gib=59.02, ram_gib=128, sweep="395-gptoss120b"),
+    Row(20, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "ryzen-ai-max-plus-395",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -ub 2048 -fa 1 -ctk q8_0 -p 0 -n 512 -d 16384", runtime="ik_llama.cpp",
+        file_gib=59.02, ram_gib=128, sweep="395-gptoss120b"),
+    # ikawrakow/ik_llama.cpp issue 437: ikawrakow's 7950X (+4080), and kirnat's Xeon 8480 ES (8ch DDR5-4800).
+    Row(21, "Qwen3-30B-A3B", "qwen3-30b-a3b", "IQ4_XS", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -p 0 -n 128", runtime="ik_llama.cpp", file_gib=15.24),
+    Row(22, "Qwen3-30B-A3B", "qwen3-30b-a3b", "IQ4_XS", "rtx-4080", "ryzen-9-7950x",
+        r"llama-bench -m m.gguf -ngl 99 -ot blk\.3[0-9]\.ffn=CPU;blk\.4[0-7]\.ffn=CPU -p 0 -n 128",
+        runtime="ik_llama.cpp", file_gib=15.24, stated=False,
+        assumed="the 18 CPU layers taken as the ffn tensors of the last 18 of 48 layers, as in discussion 357 "
+                "(the row: 'keep 18 layers on the CPU')"),
+    Row(23, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", None, "xeon-platinum-8480plus",
+        "llama-bench -m m.gguf -ngl 0 -t 32 -fa 1 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4800x8",
+        file_gib=16.49),
+    # ikawrakow/ik_llama.cpp issue 629 (sousekd): EPYC 9355 NPS1 + RTX 5090 alone, Qwen3-235B-A22B, Windows.
+    Row(24, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q3_K_M", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.([0-9]|1[0-5])\.ffn_.*=CUDA0;blk\.[0-9]+\.ffn.*=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 0", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        file_gib=106.83, stated=False, assumed=_9355, sweep="9355-5090-iq3k"),
+    Row(25, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q3_K_M", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.([0-9]|1[0-5])\.ffn_.*=CUDA0;blk\.[0-9]+\.ffn.*=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 16384", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        file_gib=106.83, stated=False, assumed=_9355),
+    Row(26, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.[0-5]\.ffn_.*=CUDA0;blk\.[0-9]+\.ffn.*=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 0", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        stated=False, assumed=_9355, sweep="9355-5090-q8"),
+    Row(27, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.[0-5]\.ffn_.*=CUDA0;blk\.[0-9]+\.ffn.*=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 16384", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        stated=False, assumed=_9355),
+    Row(28, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q3_K_M", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.(1[5-9]|[2-9][0-9])\.ffn_.*_exps=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 0", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        file_gib=106.83, stated=False, assumed=_9355, sweep="9355-5090-iq3k"),
+    Row(29, "Qwen3-235B-A22B", "qwen3-235b-a22b", "Q8_0", "rtx-5090", "epyc-9355",
+        r"llama-bench -m m.gguf -ngl 999 -ot blk\.([6-9]|[1-9][0-9])\.ffn_.*_exps=CPU "
+        "-fa 1 -b 4096 -ub 2048 -mmp 0 -t 32 -p 0 -n 512 -d 0", runtime="ik_llama.cpp", memory="ddr5-6000x12",
+        stated=False, assumed=_9355, sweep="9355-5090-q8"),
+    # ikawrakow/ik_llama.cpp PR 598 (ubergarm): RTX 3090 Ti, DeepSeek-V2-Lite Q4_0 fully offloaded, CUDA backend.
+    Row(30, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 0", runtime="ik_llama.cpp",
+        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite"),
+    Row(31, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 16384", runtime="ik_llama.cpp",
+        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite"),
+    Row(32, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 0", runtime="ik_llama.cpp",
+        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
+    Row(33, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 16384", runtime="ik_llama.cpp",
+        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
+    # ikawrakow/ik_llama.cpp PR 235: RTX 4080 + Ryzen 9 7950X, DeepSeek-Lite IQ4_NL, llama-bench -gp.
+    Row(34, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -p 0 -n 64 -d 128", runtime="ik_llama.cpp",
+        stated=False, assumed=_IQ4_NL, sweep="4080-v2lite-cpu-experts"),
+    Row(35, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -p 0 -n 64 -d 8192", runtime="ik_llama.cpp",
+        stated=False, assumed=_IQ4_NL, sweep="4080-v2lite-cpu-experts"),
+    Row(36, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -p 0 -n 64 -d 128", runtime="ik_llama.cpp",
+        stated=False, assumed=_IQ4_NL, sweep="7950x-v2lite-cpu"),
+    Row(37, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -p 0 -n 64 -d 8192", runtime="ik_llama.cpp",
+        stated=False, assumed=_IQ4_NL, sweep="7950x-v2lite-cpu"),
+    # ggml-org/llama.cpp PR 16991 (ORippler): RTX PRO 6000 Blackwell Workstation Edition, all on the GPU.
+    Row(38, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-pro-6000", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -p 0 -n 128", file_gib=11.27, stated=False,
+        assumed=_NO_CPU + "; whether GGML_CUDA_GRAPH_OPT was set for this table is not visible in the excerpt"),
+    # eunomia-bpf/gpu_ext workload log: RTX 5090, llama-bench defaults, gpt-oss-20b fully offloaded.
+    Row(40, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-5090", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", file_gib=11.27, stated=False, assumed=_NO_CPU),
+)
+
+EXTRA_SKIPPED: dict[int, str] = {
+    10: "llama.cpp --swa-full (full KV cache for the sliding-window layers), a setting COPE does not model; "
+        "row 8 is the default run of the same table",
+    11: "llama.cpp --swa-full (full KV cache for the sliding-window layers), a setting COPE does not model; "
+        "row 9 is the default run of the same table",
+    39: "the opt-in CUDA stream concurrency (GGML_CUDA_GRAPH_OPT=1) of PR 16991, a mode COPE does not model",
+    41: "the CPU and its memory are not stated (the experts run on the CPU)",
+    42: "the CPU and its memory are not stated (the experts run on the CPU)",
+}
