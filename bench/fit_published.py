@@ -30,9 +30,10 @@ from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 # The constants the fit moves (in log space, so each stays positive), and where it starts.
 FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_mac", "gpu_block_overhead_s",
-          "cpu_block_overhead_s", "token_fixed_s")
+          "gpu_block_no_graph_s", "cpu_block_overhead_s", "sync_s", "token_fixed_s")
 START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficiency=0.5, cpu_thread_bytes_per_mac=0.03,
-                            gpu_block_overhead_s=20e-6, token_fixed_s=200e-6)
+                            gpu_block_overhead_s=20e-6, gpu_block_no_graph_s=20e-6, sync_s=50e-6,
+                            token_fixed_s=200e-6)
 # token_fixed_s: the rows (48-94 blocks each) cannot tell a per-token cost from a per-block
 # one, so it is held where earlier fits of this model put it (docs/accuracy.md).
 BOUNDS = {"gpu_bandwidth_efficiency": (0.6, 0.9), "cpu_bandwidth_efficiency": (0.1, 1.0),

@@ -3,7 +3,8 @@
     python bench/published.py [--csv PATH] [--json OUT]
 
 Each row of ../shared/calibration/published-decode.csv that bench/published_rows.py
-transcribes is priced through the code path of `cope estimate` (the request built from
+transcribes, and of the project's own bench/data/published-extra.csv (bench/published_extra_rows.py;
+its rows are named x<index>), is priced through the code path of `cope estimate` (the request built from
 the model, quantization and hardware presets, the command's own settings, its placement
 priced by engine/command_estimate.py) with the analytic cost model, the fidelity COPE
 uses for a machine it has not measured. The published tokens/s are only compared with:
@@ -31,10 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel  # noqa: E402
+from engine.analytic_cost import GPU_GRAPHS, AnalyticAssumptions, AnalyticCostModel  # noqa: E402
 from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
 from engine.llama_args import parse_llama_command  # noqa: E402
@@ -42,6 +44,7 @@ from engine.llama_placement import placement_of  # noqa: E402
 from engine.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
+EXTRA_CSV = ROOT / "bench" / "data" / "published-extra.csv"  # published runs the project collected (its .md)
 GOOD = (0.75, 1.33)
 NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GPU preset is not used
 
@@ -53,6 +56,7 @@ class Priced:
     price: CommandPrice | None
     problem: str | None  # why it has no figure (input error, would not run)
     source: str = ""  # the CSV's source URL: what cross-validation leaves out together
+    key: str = ""  # how the report names the row: its index in the shared CSV, "x<index>" in the extra one
     suspect: str | None = None  # the calibration notes' SUSPECT clause: left out of fits and checks
     regime: str = ""  # REGIMES: where the command puts the experts
 
@@ -116,15 +120,17 @@ def prepared(row: Row):  # type: ignore[no-untyped-def]
     return replace(request, **command_settings(command, request)), command
 
 
-def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None) -> Priced:
+def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None,
+              key: str | None = None) -> Priced:
     tps = tokens_per_s(published["tg_tok_s"])
-    facts = dict(source=published["source"], suspect=suspect_note(published))
+    facts = dict(source=published["source"], suspect=suspect_note(published), key=key or str(row.index))
     try:
         request, command = prepared(row)
         model = AnalyticCostModel(request.model, request.quant, request.platform,
                                   context_tokens=request.context_tokens, attention_tokens=request.attention_tokens,
                                   kv_bytes_per_element=request.kv_bytes_per_element,
-                                  assumptions=assumptions or AnalyticAssumptions())
+                                  assumptions=assumptions or AnalyticAssumptions(),
+                                  cuda_graphs=GPU_GRAPHS[row.runtime])
         price = price_placement_command(request, model, command)
     except CopeInputError as exc:
         return Priced(row, tps, None, f"cannot price: {exc}", **facts)
@@ -166,15 +172,24 @@ def signed_error(ratios: list[float]) -> float:
     return sum(r - 1 for r in ratios) / len(ratios) if ratios else float("nan")
 
 
-def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None) -> list[Priced]:
-    out = []
-    for row in ROWS:
-        published = rows_csv[row.index]
-        if row.model_in_csv not in published["model"]:
-            raise SystemExit(f"published.py: row {row.index} is {published['model']!r}, the transcription says "
-                             f"{row.model_in_csv!r}: the CSV changed; update bench/published_rows.py")
-        out.append(price_row(row, published, assumptions))
+def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None, *,
+              extra: bool = True) -> list[Priced]:
+    """Every transcribed row of the shared CSV (`rows_csv`) priced, then (`extra`) those of
+    bench/data/published-extra.csv, the project's own collection of published runs."""
+    out = [price_row(row, _checked(rows_csv, row, "bench/published_rows.py"), assumptions) for row in ROWS]
+    if extra:
+        extra_csv = published_rows(EXTRA_CSV)
+        out += [price_row(row, _checked(extra_csv, row, "bench/published_extra_rows.py"), assumptions,
+                          key=f"x{row.index}") for row in EXTRA_ROWS]
     return out
+
+
+def _checked(rows_csv: list[dict[str, str]], row: Row, transcription: str) -> dict[str, str]:
+    published = rows_csv[row.index]
+    if row.model_in_csv not in published["model"]:
+        raise SystemExit(f"published.py: row {row.index} is {published['model']!r}, the transcription says "
+                         f"{row.model_in_csv!r}: the CSV changed; update {transcription}")
+    return published
 
 
 def mape(ratios: list[float]) -> float:
@@ -191,8 +206,8 @@ def sweep_orders(priced: list[Priced]) -> list[tuple[str, bool, str]]:
     for name, members in sorted(sweeps.items()):
         if len(members) < 2:
             continue
-        by_pub = [p.row.index for p in sorted(members, key=lambda p: -p.published_tps)]
-        by_est = [p.row.index for p in sorted(members, key=lambda p: -p.price.tokens_per_s)]
+        by_pub = [p.key for p in sorted(members, key=lambda p: -p.published_tps)]
+        by_est = [p.key for p in sorted(members, key=lambda p: -p.price.tokens_per_s)]
         # Ties in the published figure (within 2%) may come in either order.
         ok = all(_not_inverted(a, b) for i, a in enumerate(members) for b in members[i + 1:])
         out.append((name, ok, f"published {by_pub}, estimated {by_est}"))
@@ -206,7 +221,7 @@ def _not_inverted(a: Priced, b: Priced) -> bool:
     return (a.price.tokens_per_s - b.price.tokens_per_s) * pub > 0
 
 
-def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) -> dict:
+def report(priced: list[Priced], skipped_rows: dict[str, str], total_rows: int) -> dict:
     lines = [f"{'row':>3}  {'runtime':<12} {'model':<16} {'quant':<8} {'gpu':<18} {'cpu':<24} "
              f"{'published':>9} {'COPE':>7} {'ratio':>6}"]
     for p in priced:
@@ -215,7 +230,7 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
         ratio = f"{p.ratio:6.2f}" if p.ratio is not None else "     -"
         pub = f"{p.published_tps:9.2f}" if p.published_tps else "        -"
         mark = "" if r.stated else "  (assumed: " + r.assumed + ")"
-        lines.append(f"{r.index:>3}  {r.runtime:<12} {r.model[:16]:<16} {r.quant:<8} {str(r.gpu or '-')[:18]:<18} "
+        lines.append(f"{p.key:>3}  {r.runtime:<12} {r.model[:16]:<16} {r.quant:<8} {str(r.gpu or '-')[:18]:<18} "
                      f"{r.cpu[:24]:<24} {pub} {est} {ratio}{mark}")
         if p.problem:
             lines.append(f"       {p.problem}")
@@ -232,11 +247,11 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
         "skipped": len(skipped_rows),
         "mape_stated": mape([p.ratio for p in stated]),
         "signed_error_stated": signed_error([p.ratio for p in stated]),
-        "left_out_suspect": {p.row.index: p.suspect for p in suspects},
+        "left_out_suspect": {p.key: p.suspect for p in suspects},
         "mape_assumed": mape([p.ratio for p in assumed]),
         "within_0.75_1.33_stated": sum(GOOD[0] <= p.ratio <= GOOD[1] for p in stated),
-        "worst_low": sorted((round(p.ratio, 3), p.row.index) for p in stated)[:3],
-        "worst_high": sorted((round(p.ratio, 3), p.row.index) for p in stated)[-3:][::-1],
+        "worst_low": sorted((round(p.ratio, 3), p.key) for p in stated)[:3],
+        "worst_high": sorted((round(p.ratio, 3), p.key) for p in stated)[-3:][::-1],
         "sweeps": [{"sweep": name, "right_order": ok, "orders": how} for name, ok, how in sweeps],
     }
     lines += [
@@ -248,11 +263,11 @@ def report(priced: list[Priced], skipped_rows: dict[int, str], total_rows: int) 
         f"{len(stated)} within {GOOD[0]}-{GOOD[1]}; lowest ratios {summary['worst_low']}, highest "
         f"{summary['worst_high']}",
         "left out (SUSPECT in the calibration notes): "
-        + ("; ".join(f"{p.row.index}: {p.suspect}" for p in suspects) or "none"),
+        + ("; ".join(f"{p.key}: {p.suspect}" for p in suspects) or "none"),
         f"assumed hardware: MAPE {summary['mape_assumed']:.1%}",
         "sweeps: " + "; ".join(f"{name} {'right' if ok else 'WRONG'} ({how})" for name, ok, how in sweeps),
-        "not priced by COPE: " + "; ".join(f"{p.row.index}: {p.problem}" for p in refused),
-        "skipped: " + "; ".join(f"{i}: {why}" for i, why in sorted(skipped_rows.items())),
+        "not priced by COPE: " + "; ".join(f"{p.key}: {p.problem}" for p in refused),
+        "skipped: " + "; ".join(f"{i}: {why}" for i, why in skipped_rows.items()),
     ]
     print("\n".join(lines))
     return summary
@@ -263,7 +278,9 @@ def main() -> int:
     if given is None:
         return 2
     rows_csv, json_out = given
-    summary = report(price_all(rows_csv), SKIPPED, len(rows_csv))
+    skipped = {**{str(i): why for i, why in sorted(SKIPPED.items())},
+               **{f"x{i}": why for i, why in sorted(EXTRA_SKIPPED.items())}}
+    summary = report(price_all(rows_csv), skipped, len(rows_csv) + len(published_rows(EXTRA_CSV)))
     # The prompt-processing figures of the rows that publish one (bench/published_prefill.py).
     from bench.published_prefill import price_all as price_prompts, report as report_prompts
 

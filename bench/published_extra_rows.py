@@ -11,7 +11,8 @@ PP.../TGn)" is `llama-bench -p 0 -n n -d D`; llama-bench's `-gp P,n` ("tgn@ppP")
 does not model (ik_llama.cpp's -fmoe, -mla, -amb, -rtr) are left out of the command, as in
 published_rows.py; the CSV's placement column keeps them. `stated` is False where the row
 leaves the CPU, its memory or the quantization to an assumption (`assumed` says which); an
-all-GPU row whose CPU is not stated is priced on a Ryzen 9 7950X, which it does not use.
+all-GPU row whose CPU is not stated is priced on a Ryzen 9 7950X, which it does not use, and
+counts as stated.
 Rows COPE cannot price are in EXTRA_SKIPPED with the reason.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from bench.published_rows import Row
 
+# An all-GPU row whose CPU is not stated counts as stated: nothing of it runs on the CPU.
 _NO_CPU = "the CPU is not stated; it does not matter here (everything on the GPU): a Ryzen 9 7950X"
 _9B14 = ("an EPYC 9654 (the row: EPYC 9B14, the 96-core Zen 4 Genoa part sold to clouds) with the stated "
          "12 channels of DDR5-4800")
@@ -44,11 +46,11 @@ EXTRA_ROWS: tuple[Row, ...] = (
         stated=False, assumed=_9B14),
     # ggml-org/llama.cpp PR 16834 and PR 16649 (am17an): RTX 4090, all on the GPU, the 't/s master' column.
     Row(5, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4090", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", assumed=_NO_CPU),
     Row(6, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_0", "rtx-4090", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", assumed=_NO_CPU),
     Row(7, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4090", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", stated=False, assumed=_NO_CPU),
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", assumed=_NO_CPU),
     # ikawrakow/ik_llama.cpp discussion 758: RTX 4080 + Ryzen 9 7950X, gpt-oss-20b fully offloaded.
     Row(8, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-4080", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 100 -ub 2048 -t 1 -p 0 -n 512 -d 0", sweep="4080-gptoss20b-mainline"),
@@ -120,16 +122,16 @@ EXTRA_ROWS: tuple[Row, ...] = (
     # ikawrakow/ik_llama.cpp PR 598 (ubergarm): RTX 3090 Ti, DeepSeek-V2-Lite Q4_0 fully offloaded, CUDA backend.
     Row(30, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 0", runtime="ik_llama.cpp",
-        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite"),
+        assumed=_NO_CPU, sweep="3090ti-v2lite"),
     Row(31, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 16384", runtime="ik_llama.cpp",
-        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite"),
+        assumed=_NO_CPU, sweep="3090ti-v2lite"),
     Row(32, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 0", runtime="ik_llama.cpp",
-        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
+        assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
     Row(33, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-3090-ti", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -fa 1 -t 1 -p 0 -n 128 -d 16384", runtime="ik_llama.cpp",
-        stated=False, assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
+        assumed=_NO_CPU, sweep="3090ti-v2lite-fmoe"),
     # ikawrakow/ik_llama.cpp PR 235: RTX 4080 + Ryzen 9 7950X, DeepSeek-Lite IQ4_NL, llama-bench -gp.
     Row(34, "DeepSeek-V2-Lite", "deepseek-v2-lite-chat", "Q4_0", "rtx-4080", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -p 0 -n 64 -d 128", runtime="ik_llama.cpp",
@@ -149,7 +151,7 @@ EXTRA_ROWS: tuple[Row, ...] = (
         assumed=_NO_CPU + "; whether GGML_CUDA_GRAPH_OPT was set for this table is not visible in the excerpt"),
     # eunomia-bpf/gpu_ext workload log: RTX 5090, llama-bench defaults, gpt-oss-20b fully offloaded.
     Row(40, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-5090", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", file_gib=11.27, stated=False, assumed=_NO_CPU),
+        "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", file_gib=11.27, assumed=_NO_CPU),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {

@@ -52,8 +52,18 @@ KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 2
 
 
 # bench/fit_local.py (docs/accuracy.md, "measured against llama.cpp on this machine")
-MEASURED_THREAD_SHARE = 0.637
-MEASURED_READ_SHARE = 0.797
+MEASURED_THREAD_SHARE = 0.626
+MEASURED_READ_SHARE = 0.773
+
+
+# Whether a runtime replays a decode step's GPU kernels as CUDA graphs (one launch for many
+# kernels). Stock llama.cpp does at decode's batch of 1 with quantized experts
+# (ggml-cuda.cu ggml_cuda_graph_check_compability: only a mul_mat_id on the synchronising
+# fallback path disables them, and mmvq does not take it; graphs are kept per split, so a
+# partial offload has one a device run); ik_llama.cpp disables them for any mul_mat_id
+# with more than one expert a token (its ggml-cuda.cu at 8337e4c: "This node type is not
+# supported by CUDA graph capture").
+GPU_GRAPHS = {"llama.cpp": True, "ik_llama.cpp": False, "fork": True}
 
 
 @dataclass(frozen=True)
@@ -62,19 +72,22 @@ class AnalyticAssumptions:
     the published runs with their hardware stated (docs/accuracy.md has the fit, its data
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
-    gpu_bandwidth_efficiency: float = 0.600  # fitted, held to 0.6-0.9 (docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.736  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.0439  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    gpu_bandwidth_efficiency: float = 0.900  # fitted, held to 0.6-0.9 (docs/accuracy.md: why): at its bound
+    cpu_bandwidth_efficiency: float = 0.636  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.0394  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
     gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
-    gpu_block_overhead_s: float = 86.6e-6  # fitted: a block's other kernels (norms, rope, attention, router)
+    gpu_block_overhead_s: float = 69.5e-6  # fitted: a block's other kernels (norms, rope, attention, router)
+    # fitted: what a block's kernels cost more when the runtime launches them one by one,
+    # without a CUDA graph (ik_llama.cpp with more than one expert a token: GPU_GRAPHS)
+    gpu_block_no_graph_s: float = 64.9e-6
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 216e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
-    sync_s: float = 20e-6  # assumed: the hidden state to the CPU and back (two PCIe transfers, a stream sync)
+    cpu_block_overhead_s: float = 102e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    sync_s: float = 34.3e-6  # fitted: a hand-over, the hidden state to the CPU and back (two PCIe transfers, a stream sync)
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 500e-6  # fitted, held to <= 0.5 ms (docs/accuracy.md: why): sampling, embedding, graph launch
+    token_fixed_s: float = 82.7e-6  # fitted, held to <= 0.5 ms (docs/accuracy.md: why): sampling, embedding, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
@@ -102,9 +115,11 @@ class AnalyticCostModel:
         attention_tokens: int | None = None,
         kv_bytes_per_element: float = KV_CACHE_BYTES_PER_ELEMENT,
         assumptions: AnalyticAssumptions | None = None,
+        cuda_graphs: bool = True,
     ):
         """`assumptions`: the constants to price with (default: the global fit, with this
-        machine's measured read figures where the Platform has them)."""
+        machine's measured read figures where the Platform has them); `cuda_graphs`: whether
+        the runtime replays a decode step's GPU kernels as CUDA graphs (GPU_GRAPHS)."""
         self.model = model
         self.quant = quant
         self.platform = platform
@@ -112,6 +127,7 @@ class AnalyticCostModel:
         self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
         self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
+        self.gpu_block_fixed_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
         self.expert_bytes = model.expert_bytes(quant)
         if plans_without_gpu(platform.gpu):  # --gpu none: no GPU term may be used (NaN shows if one were)
             self.gpu_bytes_per_s = self.h2d_bytes_per_s = float("nan")
@@ -182,7 +198,7 @@ class AnalyticCostModel:
         return weights + kv
 
     def gpu_block_s(self, block: int) -> float:
-        return self.a.gpu_block_overhead_s + self.block_bytes(block) / self.gpu_stream_bytes_per_s
+        return self.gpu_block_fixed_s + self.block_bytes(block) / self.gpu_stream_bytes_per_s
 
     def cpu_block_s(self, block: int, threads: int) -> float:
         return self.a.cpu_block_overhead_s + self.block_bytes(block) / self.cpu_stream_bytes_per_s(threads)

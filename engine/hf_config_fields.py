@@ -24,6 +24,7 @@ LLAMA_CPP_ARCH = {
     "deepseek": "deepseek",
     "deepseek_v2": "deepseek2",
     "deepseek_v3": "deepseek2",
+    "kimi_k2": "deepseek2",  # moonshotai/Kimi-K2: DeepSeek-V3's architecture (llama.cpp converts it as deepseek2)
     "phimoe": "phimoe",
     "granitemoe": "granitemoe",
     "jamba": "jamba",

@@ -263,7 +263,7 @@ def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: i
             *((g, c, home) for g, c in pieces[1:])]
     gpu_share = sum(g / (g + c) if g + c else float(h) for g, c, h in work) / len(work)
     gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
-    gpu_s = gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * a.gpu_block_overhead_s if gpu_share else 0.0
+    gpu_s = gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * analytic.gpu_block_fixed_s if gpu_share else 0.0
     cpu_s = cpu_bytes / analytic.cpu_stream_bytes_per_s(threads) + (1 - gpu_share) * a.cpu_block_overhead_s
     devices = [d for g, c, h in work for d in ([d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
                                                 or ["gpu" if h else "cpu"])]

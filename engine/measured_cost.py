@@ -63,7 +63,7 @@ class _Curve:
 
 # llama.cpp's CPU mat-vec against the probe's kernel on the same cores and threads (fitted
 # by bench/fit_local.py on one machine's llama-bench runs and probe profiles; docs/accuracy.md).
-LLAMA_CPP_KERNEL_SPEEDUP = 2.674
+LLAMA_CPP_KERNEL_SPEEDUP = 2.630
 
 
 @dataclass(frozen=True)

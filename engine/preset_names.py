@@ -3,8 +3,9 @@
 A preset is found by its id, its display name, or a shortened form: without the vendor
 ("RTX 4090", "Ryzen 9 7950X"), without a memory size ("RTX 5070" for "RTX 5070 12GB"; a GPU
 sold in several sizes then needs its size: engine.platform.get_gpu_preset), or
-by the model number alone ("4090", "7950x", "14900k", "6454s"); an Intel F or KF part by
-the part it is without integrated graphics ("i5-13400F" is the Core i5-13400). CPU names are also read
+by the model number alone ("4090", "7950x", "14900k", "6454s"; a Xeon's with its tier, "Gold
+6248R", a Xeon W's as Intel writes it, "w9-3495X", "W-2295"); an Intel F or KF part by the part
+it is without integrated graphics ("i5-13400F" is the Core i5-13400). CPU names are also read
 the way /proc/cpuinfo and lscpu write them ("AMD Ryzen 9 7950X 16-Core Processor",
 "13th Gen Intel(R) Core(TM) i9-13900K", "Intel(R) Xeon(R) CPU E7-8880 v3 @ 2.30GHz"):
 trademark marks, core counts, "Processor", clock speeds and the integrated graphics are
@@ -23,7 +24,7 @@ _VENDOR_PREFIX = re.compile(r"^(nvidia|geforce|amd|intel)+")
 # CPU families whose model number alone (or after the family word) names one part.
 _FAMILY = re.compile(
     r"^(ryzenthreadripperpro|ryzenthreadripper|threadripperpro|threadripper|ryzenaimax|ryzenai|ryzen\d|"
-    r"coreultra\d|corei\d|core|epyc|xeon(?:platinum|gold|silver|bronze|w\d)?|rtx|gtx)"
+    r"coreultra\d|corei\d|core|epyc|xeon(?:platinum|gold|silver|bronze|w\d(?=\d{4}))?|rtx|gtx)"
 )
 _INTEL_NO_GRAPHICS = re.compile(r"^((?:intel)?(?:core(?:ultra\d?)?)?(?:i\d)?\d{3,5}k?)f$")
 _FAMILY_WORD = re.compile(r"^(ryzen|threadripper|epyc|xeon|core|rtx|gtx)")
@@ -65,7 +66,10 @@ def aliases(preset_id: str, name: str) -> set[str]:
     out = {squash(x) for x in ids}
     out |= {without_vendor(squash(x)) for x in names}  # vendor words only off names
     out |= {a.replace("pcie", "").replace("sxm", "") for a in out}  # "h100" is either form factor
-    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d))", "", a) for a in out}
+    # "Threadripper 7980X", "i9-13900K", "Gold 6248R", and a Xeon W by its number as Intel writes it
+    # ("w9-3495X", "W-2295")
+    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d)|xeon(?=w\d|platinum|gold|silver|bronze))", "", a)
+            for a in out}
     numbers = {model_number(a) for a in out}
     out |= numbers  # "4090", "7950x", "13900k", "9654"
     # The family word before the number: "ryzen7950x" (as "Ryzen-7950X"), "xeon8480", "epyc9654".
