@@ -9,14 +9,12 @@ against the model cards, that a typical published GGUF file name maps to the ent
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
 from engine.catalog import catalog, get_model
-from engine.hf_config import model_from_hf_config
 from engine.model_names import model_from_file_name
+from tests.test_catalog_configs import read_as_entry
 
 QWEN35_LINEAR_64V = {"linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
                      "linear_num_value_heads": 64, "linear_value_head_dim": 128}
@@ -65,21 +63,12 @@ CONFIGS = {
     },
 }
 
-SHAPE_FIELDS = ("arch", "n_blocks", "moe_blocks", "n_routed_experts", "top_k", "n_shared_experts", "hidden_size",
-                "expert_ffn_size", "shared_expert_ffn_size", "dense_ffn_size", "vocab_size", "tied_embeddings",
-                "attention", "linear_blocks", "linear_attention", "nextn_blocks", "gated_experts")
 NEW_IDS = sorted(CONFIGS)
 
 
 @pytest.mark.parametrize("model_id", NEW_IDS)
 def test_published_config_reads_as_the_catalog_entry(tmp_path, model_id):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(CONFIGS[model_id]))
-    read = model_from_hf_config(path)
-    entry = get_model(model_id)
-    for field in SHAPE_FIELDS:
-        assert getattr(read, field) == getattr(entry, field), field
-    assert read.total_params() == entry.total_params()
+    read, entry = read_as_entry(tmp_path, CONFIGS[model_id], model_id)
     assert read.context_length == entry.context_length
     assert (read.checkpoint_dtype, read.checkpoint_quant) == (entry.checkpoint_dtype, entry.checkpoint_quant)
 
