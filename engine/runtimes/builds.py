@@ -57,7 +57,6 @@ class LlamaBuild:
     programs: tuple[tuple[str, ProgramFlags], ...]
     origin: str  # "llama-server --help in /usr/local/bin" or "ggml-org/llama.cpp at 0c1e570 (manifest)"
     detected: bool  # read from a build on this machine (False: the manifest COPE ships)
-    env: frozenset[str] = frozenset()  # environment variables the source reads (manifests only)
 
     def program(self, binary: str) -> ProgramFlags | None:
         """The flags of `binary`; a program whose help was not read shares llama-server's
@@ -116,7 +115,7 @@ def build_from_manifest(doc: Mapping) -> LlamaBuild:
     origin = f"{doc['repository'].removeprefix('https://github.com/')} at {doc['commit'][:9]}"
     if doc.get("branch"):
         origin += f" ({doc['branch']})"
-    return LlamaBuild(doc["runtime"], programs, origin, detected=False, env=frozenset(doc.get("env", ())))
+    return LlamaBuild(doc["runtime"], programs, origin, detected=False)
 
 
 MANIFESTS = {"llama.cpp": "llama.cpp.json", "ik_llama.cpp": "ik_llama.cpp.json", "fork": "fork.json",
