@@ -308,3 +308,21 @@ def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be(wi
     assert any(n.startswith("assumed CPU core: no recorded base clock") for n in unclocked.notes)
     measured = replace(custom.platform.cpu, thread_bandwidth_bytes_per_s=Fact.measured(15e9, "read, one thread"))
     assert core_assumption(measured) is None and core_assumption(get_cpu_preset("xeon-gold-6138")) is None
+
+
+def test_an_interrupted_probe_run_is_never_the_nearest_thread_count_stand_in(cache, monkeypatch):
+    """A probe run stopped part way leaves its profile marked partial: plain advice at any
+    thread count is then analytic (as if nothing were cached), never priced from that
+    run's figures, and says why."""
+    from probes.profile_cache import partial_marker
+    from probes.runner import profile_key
+
+    request = build_request(FAST)  # 2 threads
+    pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)  # complete at 2 threads
+    assert plan(FAST.with_(threads=5)).pricing.fidelity is Fidelity.COMBINED  # the complete one stands in
+    partial_marker(profile_key(request)).write_text("an interrupted probe run\n")  # as an interrupted rerun leaves it
+    for threads in (2, 5):
+        advice = plan(FAST.with_(threads=threads))
+        assert advice.pricing.fidelity is Fidelity.ANALYTIC, threads
+        assert "interrupted probe run's partial work" in advice.pricing.reason
+        assert advice.rec.best.tpot_s == plan(FAST.with_(threads=threads, fidelity="analytic")).rec.best.tpot_s

@@ -152,10 +152,13 @@ def cached_pricing(request: AdviseRequest) -> Pricing:
         return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
                        f"analytic: the cached profile could not be read ({exc})")
     if found is None:
+        partial = cached_profile_partial(request)
         why = ("the cached profile is an interrupted probe run's partial work (--fidelity combined resumes it)"
-               if cached_profile_partial(request) else "no complete cached profile of this machine and model")
-        return _nearest_threads(request) or Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
-                                                    f"analytic: {why}")
+               if partial else "no complete cached profile of this machine and model")
+        # An interrupted run's figures are never a stand-in either: what it measured may be
+        # what made someone stop it (a busy machine), and the run is not done.
+        nearest = None if partial else _nearest_threads(request)
+        return nearest or Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC, f"analytic: {why}")
     profile, source = found
     return _priced(request, Fidelity.COMBINED, profile, source, None,
                    "combined: a complete cached profile of this machine and model")
