@@ -20,7 +20,7 @@ import sys
 import threading
 import traceback
 
-from cope_tui.commands.output import clean_output, error_line
+from cope_tui.commands.output import clean_output, cope_version, error_line
 from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from engine.errors import CopeInputError
@@ -46,6 +46,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.")
+    parser.add_argument("--version", action="version", version=f"cope {cope_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for command in COMMANDS:
         command.register(sub)

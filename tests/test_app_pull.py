@@ -38,6 +38,12 @@ def pulled_file(tmp_path):
     return path
 
 
+async def relayout(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Let the screen lay out again after a status line changed size."""
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.1)
+
+
 async def test_pull_says_what_and_how_large_then_downloads_on_the_second_press(indexed, pulled_file):
     planned, asked = [], []
 
@@ -61,6 +67,7 @@ async def test_pull_says_what_and_how_large_then_downloads_on_the_second_press(i
         assert "Pull will download org/olmoe-traces/data/routing.jsonl (12.3 MB)" in status
         assert "routing of olmoe-1b-7b-0924, same shape \u2014 not this model's routing" in status
         assert "unverified" in status and "Press Pull again" in status
+        await relayout(pilot)  # the status line just grew: click where the button is now
         await pilot.click("#pull")
         await settle(pilot)
         assert asked == [("org/olmoe-traces/data/routing.jsonl", MODEL)]
@@ -84,9 +91,11 @@ async def test_escape_cancels_a_pull_mid_download(indexed, pulled_file):
         await pilot.press("3")
         await pilot.click("#pull")
         await settle(pilot)
+        await relayout(pilot)  # the status line just grew: click where the button is now
         await pilot.click("#pull")
+        # The worker's progress reaches the status as a message: wait for the text, not the event.
         for _ in range(200):
-            if started.is_set():
+            if started.is_set() and "downloading" in text_of(app, "#record-status"):
                 break
             await pilot.pause(0.05)
         assert "downloading data/routing.jsonl (Escape cancels)" in text_of(app, "#record-status")

@@ -6,6 +6,7 @@ import sys
 import warnings
 
 import numpy as np
+import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.commands.output import LINE_LIMIT, clean_output, one_line
@@ -78,3 +79,22 @@ def test_the_streams_are_restored(capsys):
     before = sys.stdout, sys.stderr, warnings.showwarning
     main(["models"])
     assert (sys.stdout, sys.stderr, warnings.showwarning) == before
+
+
+def test_every_json_document_says_its_layout_and_cope_version(capsys):
+    """A script reading `--json` can check the layout before it reads; `cope --version` says
+    the same version."""
+    import json
+
+    from cope_tui.cli import EXIT_OK, main
+    from cope_tui.commands.output import JSON_SCHEMA_VERSION, cope_version
+
+    for argv in (["models", "--json"], ["presets", "--json"], ["detect", "--json", "--no-measure"],
+                 ["estimate", "--json", "--tokens", "100", "--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf",
+                  "-ngl", "0", "-t", "2"]):
+        assert main(argv) == EXIT_OK
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["schema_version"] == JSON_SCHEMA_VERSION and doc["cope_version"] == cope_version(), argv
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"cope {cope_version()}"

@@ -35,10 +35,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"warning: {line}")
     scan = scan_for(args)
     if args.json:
-        import orjson
+        from cope_tui.commands.output import write_json
 
-        doc = {"schema_version": 1, "platform": platform.to_dict(), "warnings": warnings, "runtimes": scan.to_dict()}
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_json({"platform": platform.to_dict(), "warnings": warnings, "runtimes": scan.to_dict()})
     else:
         sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform)
                          + render_runtimes(scan))

@@ -25,10 +25,36 @@ _LONG_LIST = re.compile(r"(?:[^\s,()]+, ){7,}(?:and )?[^\s,()]+")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def write_json(doc: Any) -> None:
+# Every JSON document COPE writes says which layout it has, so a script can check before it
+# reads: bumped when a field is renamed or removed (adding one does not bump it).
+JSON_SCHEMA_VERSION = 1
+
+
+def cope_version() -> str:
+    """The installed cope-tui distribution's version ("unknown" when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cope-tui")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def versioned(doc: Any) -> Any:
+    """A JSON object with its layout's version and COPE's first (a document's own win)."""
+    if not isinstance(doc, dict):
+        return doc
+    return {"schema_version": JSON_SCHEMA_VERSION, "cope_version": cope_version(), **doc}
+
+
+def json_text(doc: Any) -> str:
     import orjson
 
-    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+    return orjson.dumps(versioned(doc), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+
+
+def write_json(doc: Any) -> None:
+    sys.stdout.write(json_text(doc))
 
 
 def escape_controls(text: str) -> str:

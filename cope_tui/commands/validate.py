@@ -74,13 +74,11 @@ def settings_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def
 
 def _writer(path: str):  # type: ignore[no-untyped-def]
     """Writes the report so far to `path`, atomically, each time it is called."""
-    import orjson
-
+    from cope_tui.commands.output import json_text
     from engine.files import atomic_write_text
 
     def write(report) -> None:  # type: ignore[no-untyped-def]
-        doc = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-        atomic_write_text(path, doc + "\n")
+        atomic_write_text(path, json_text(report.to_dict()))
 
     return write
 
