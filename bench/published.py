@@ -178,10 +178,16 @@ def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions |
     bench/data/published-extra.csv, the project's own collection of published runs."""
     out = [price_row(row, _checked(rows_csv, row, "bench/published_rows.py"), assumptions) for row in ROWS]
     if extra:
-        extra_csv = published_rows(EXTRA_CSV)
+        extra_csv = _extra_rows()
         out += [price_row(row, _checked(extra_csv, row, "bench/published_extra_rows.py"), assumptions,
                           key=f"x{row.index}") for row in EXTRA_ROWS]
     return out
+
+
+@functools.cache
+def _extra_rows() -> list[dict[str, str]]:
+    """The project's own published runs, read once (a fit prices every row hundreds of times)."""
+    return published_rows(EXTRA_CSV)
 
 
 def _checked(rows_csv: list[dict[str, str]], row: Row, transcription: str) -> dict[str, str]:
