@@ -82,6 +82,8 @@ def _run(argv: list[str]) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except SystemExit as exc:  # argparse's --help and --version print, then exit 0
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
         traceback.print_exc()
         print("cope: internal error (a bug): please report the message above", file=sys.stderr)
