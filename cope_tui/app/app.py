@@ -39,6 +39,7 @@ from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
 from engine.errors import CopeInputError
 
 TABS = ("hardware", "model", "trace", "probes", "results", "export")
+TAB_FKEYS = ("f2", "f3", "f4", "f5", "f6", "f7")  # F1 is help
 
 
 class CopeApp(TraceActions, Workers, App[None]):
@@ -50,9 +51,14 @@ class CopeApp(TraceActions, Workers, App[None]):
     """
     BINDINGS = [
         *[Binding(str(i + 1), f"show_tab('{t}')", t.capitalize(), show=False) for i, t in enumerate(TABS)],
-        # alt+1..6 switch tabs from inside an input too (inputs take digits, not alt+digits).
-        *[Binding(f"alt+{i + 1}", f"show_tab('{t}')", t.capitalize(), show=False, priority=True)
-          for i, t in enumerate(TABS)],
+        # From inside an input (which takes the digits) the tab keys must arrive as keys:
+        # F2..F7 and ctrl+pgup/pgdn do in xterm, tmux and VS Code. alt+digit arrives only in
+        # terminals with the kitty keyboard protocol; elsewhere Textual reads ESC+digit as
+        # macOS Option characters (ESC 1 is '¡'), typed into the input.
+        *[Binding(key, f"show_tab('{t}')", t.capitalize(), show=False, priority=True)
+          for i, t in enumerate(TABS) for key in (TAB_FKEYS[i], f"alt+{i + 1}")],
+        Binding("ctrl+pageup", "cycle_tab(-1)", "Previous tab", show=False, priority=True),
+        Binding("ctrl+pagedown", "cycle_tab(1)", "Next tab", show=False, priority=True),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("p", "start_probes", "Probe"),
         Binding("escape", "cancel", "Cancel"),
@@ -331,7 +337,18 @@ class CopeApp(TraceActions, Workers, App[None]):
     # --- actions ------------------------------------------------------------------
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        tabbed = self.query_one(TabbedContent)
+        if tab != tabbed.active:
+            # The tab bar takes the focus first: a focused widget that its pane hides passes
+            # the focus to a neighbour, often in the same pane, whose focus switches back to
+            # that pane (Hardware's GPU table to its CPU table: 6 stayed on Hardware).
+            self.screen.set_focus(tabbed.query_one(Tabs))
+        tabbed.active = tab
+
+    def action_cycle_tab(self, step: int) -> None:
+        """The previous (-1) or next (+1) tab, round from the last to the first."""
+        active = self.query_one(TabbedContent).active
+        self.action_show_tab(TABS[(TABS.index(active) + step) % len(TABS)])
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -17,10 +17,13 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 
 | key | does |
 |-----|------|
-| `1`..`6` (`alt+1`..`6` in a text field) | Hardware, Model, Trace, Probes, Results, Export |
+| `1`..`6` | Hardware, Model, Trace, Probes, Results, Export |
+| `F2`..`F7` | the same, also from inside a text field |
+| `ctrl+pgup` `ctrl+pgdn` | the previous / next tab, also from inside a text field |
+| `alt+1`..`6` | as `F2`..`F7` where the terminal speaks the kitty keyboard protocol (kitty, WezTerm, foot, Ghostty); elsewhere alt+digit types a character |
 | `p` | start probes (measure this machine for the chosen model) |
 | `m` | measure this machine's bandwidths (loads torch) |
-| `Escape` | cancel probes or recording; close this screen |
+| `Escape` | cancel probes or recording (with neither running: back to Results); close this screen |
 | `r` | recompute the ranking |
 | `c` | copy the command of the selected candidate (OSC 52: your terminal must support it) |
 | `s` | save it to a file (artefacts beside it) |
@@ -29,8 +32,8 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `?` / `F1` | this help |
 | `q` | quit |
 
-- **Hardware**: choose the GPU preset to plan for and the VRAM budget; the CPU is
-  this machine's.
+- **Hardware**: choose the GPU preset to plan for, the CPU (this machine's, or a
+  preset) and the VRAM budget; *Measure this machine* measures its bandwidths.
 - **Model**: search the catalog (Enter picks), open a local `.gguf` (its tensors fix
   the quantization), or type a Hugging Face repo id; context and threads.
 - **Trace**: a **SYNTHETIC** trace is made-up routing. Pull a trace from the trace
@@ -40,11 +43,26 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   runtimes: `stock` llama.cpp, `ik` ik_llama.cpp, `fork` the llama.cpp MoE
   expert-cache fork (github.com/thecodacus/llama.cpp), `kt` SGLang + kt-kernel; `~`
   approximately, `none` no runtime, `no RAM` does not fit in RAM. Move the cursor to
-  select a candidate; the chart shows tokens/s against the VRAM budget for the best few.
-  With a **Workload** (Model tab: chat, rag, code-agent) each candidate also shows its
-  time to first token, prompt and decode tok/s and the whole request's time, and the `▶`
-  row is the fastest request a runtime here runs; its export carries the `-b`/`-ub`
-  chosen for the request, and the context is sized to hold it.
+  select a candidate; the chart shows tokens/s against the VRAM budget for the best few:
+  the candidates a one-pass hit curve counts at once, the ones replayed step by step
+  (caches that prefetch or admit misses) as each finishes, its title saying how far.
+  With a **Workload** (Model tab: chat, rag, code-agent) the summary above the table
+  names the fastest request (its time, time to first token, prompt and decode tok/s),
+  the *cost per token* panel shows the selected candidate's, and the `▶` row is the
+  fastest request a runtime here runs; its export carries the `-b`/`-ub` chosen for the
+  request, and the context is sized to hold it.
+
+  | column (narrow terminal) | is |
+  |-----|------|
+  | `#` | the rank; `▶` the run-now row, pinned on top |
+  | `residency`, `execution`, `policy` (`policy`) | the candidate; `(base)` the baseline, `(+N same)` N more that place the experts identically, shown as this row |
+  | `TPOT ms` (`ms/tok`) | estimated time per output token |
+  | `tok/s` | estimated decode tokens per second |
+  | `x base` (`xbase`) | the speed-up over the baseline |
+  | `VRAM GiB` (`VRAM`) | the VRAM it uses |
+  | `hits` | the routed experts found on the GPU |
+  | `runs on` | which runtimes run it (above) |
+
 - **Export**: the command of the selected candidate for each runtime that runs it
   (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,
   with its estimated speed. Paste the command you run today (`e`) to see what it maps
