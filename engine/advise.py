@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from engine.policy import (
 )
 from engine.quant import Quantization
 from engine.replay import ReplaySetup, ReplayStats, replay, replay_many
-from engine.residency import cpu_layers_for
+from engine.residency import cache_rules, cpu_layers_for
 from engine.trace import RoutingTrace
 from engine.traces.validate import check_trace_fits_model
 
@@ -120,6 +120,96 @@ def sweep_budgets(
     return _advise_at(request, cost_model, budgets_bytes, with_cancel(progress, cancel))
 
 
+def sweep_in_stages(
+    request: AdviseRequest,
+    cost_model: CostModel,
+    budgets_bytes: Sequence[int],
+    *,
+    only: Collection[str] | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[list[Recommendation]]:
+    """`sweep_budgets` a stage at a time, for a chart that should not wait: each stage
+    yields every budget's Recommendation with the candidates priced so far (fastest first).
+
+    The first stage holds what needs no step-wise replay (the partitions, and the caches a
+    one-pass hit curve counts: fixed residencies, caches nothing changes), so it comes at
+    once; then the caches replayed step by step, one stage per admission rule and
+    prediction width (the replays that can share work share a stage: sequential and
+    parallel caches that prefetch admit nothing and run alike). `only`: the candidate ids wanted (None: all). The last stage's estimates are
+    those of `sweep_budgets`. `progress(done, total, label)` counts (budget, candidate)
+    pairs priced and is called every few replayed tokens too; `cancel` is checked there."""
+    progress = with_cancel(progress, cancel)
+    trace, shared, requests, plans = _setup(request, cost_model, budgets_bytes)
+    stages = _stages(plans, shared, trace, only)
+    total, done = sum(len(stage) for stage in stages), 0
+    estimates: list[list[Estimate]] = [[] for _ in plans]
+    for n, stage in enumerate(stages):
+        label = _stage_label(n, stage)
+
+        def replaying(_done: int, _total: int, _label: str, done: int = done, label: str = label) -> None:
+            progress(done, total, label)  # type: ignore[misc]
+
+        jobs = [(candidate, setup) for _, candidate, setup in stage if setup is not None]
+        stats = iter(replay_many(trace.expert_ids, trace.predicted_ids, jobs,
+                                 progress=replaying if progress is not None else None) if jobs else [])
+        for i, candidate, setup in stage:
+            estimates[i].append(_estimate(requests[i], candidate, next(stats) if setup is not None else None,
+                                          plans[i], shared, cost_model))
+        done += len(stage)
+        if progress is not None:
+            progress(done, total, label)
+        yield [Recommendation(r, plan.memory, tuple(sorted(es, key=lambda e: (e.tpot_s, e.candidate.id))),
+                              cost_model.describe(), plan.notes)
+               for r, plan, es in zip(requests, plans, estimates)]
+
+
+def _stages(plans, shared, trace, only) -> list[list[tuple[int, Candidate, ReplaySetup | None]]]:  # type: ignore[no-untyped-def]
+    """(budget index, candidate, replay setup or None for a partition) by stage: the
+    one-pass ones first (always a stage, so the chart has its frame), then the step-wise
+    ones by admission rule and prediction width."""
+    first: list = []
+    stepwise: dict[tuple, list] = {}
+    k = trace.top_k
+    for i, plan in enumerate(plans):
+        setups = dict(plan.matrix)
+        for candidate in plan.candidates:
+            if only is not None and candidate.id not in only:
+                continue
+            setup = setups.get(candidate)
+            rules = cache_rules(candidate, setup, k, trace.predicted_ids) if setup is not None else None
+            if rules is None or rules.static:
+                first.append((i, candidate, setup))
+            else:  # caches of the same admissions and prediction width share their replays: one stage
+                key = (tuple(rules.admit.tolist()), rules.width)
+                stepwise.setdefault(key, []).append((i, candidate, setup))
+    return [first, *stepwise.values()]
+
+
+def _stage_label(n: int, stage) -> str:  # type: ignore[no-untyped-def]
+    if n == 0:
+        return "one-pass curves"
+    executions = sorted({candidate.execution.value for _, candidate, _ in stage})
+    prefetch = " with prefetch" if any(candidate.prefetch for _, candidate, _ in stage) else ""
+    return f"{', '.join(executions)} caches{prefetch}"
+
+
+def _estimate(request: AdviseRequest, candidate: Candidate, stats: ReplayStats | None, plan: _BudgetPlan,
+              shared: _Shared, cost_model: CostModel) -> Estimate:
+    """One candidate priced: a matrix one from its replay, a partition replayed here."""
+    if stats is not None:
+        slots_used = int(stats.slots_per_layer.sum())
+        vram = plan.memory.vram_used_bytes(slots_used, staging=candidate.copies_misses)
+        detail = f"{slots_used} expert slots"
+    else:
+        stats, vram, detail = _replay_partition_candidate(candidate, request.trace, plan.memory, shared)
+    tpot, breakdown = price(
+        stats, shared.costs[candidate.execution], shared_per_token_s=shared.shared_s,
+        token_overhead_s=shared.overhead_s, prefetch_mode=request.prefetch_mode,
+    )
+    return Estimate(candidate, tpot, breakdown, stats, vram, cost_model.fidelity, detail)
+
+
 @dataclass(frozen=True)
 class _Shared:
     """What every budget of one request shares."""
@@ -134,7 +224,8 @@ class _Shared:
     moe_blocks: tuple[int, ...]  # the model's: what llama.cpp's flags count
 
 
-def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendation]:
+def _setup(request, cost_model, budgets_bytes):  # type: ignore[no-untyped-def]
+    """(trace, what every budget shares, each budget's request, each budget's plan)."""
     model, trace = request.model, request.trace
     check_trace_fits_model(trace, model)
     check_trace_fits_model(request.profile, model, what="profile trace")
@@ -158,7 +249,11 @@ def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendat
         request if int(b) == request.vram_budget_bytes else replace(request, vram_budget_bytes=int(b))
         for b in budgets_bytes
     ]
-    plans = [_plan_budget(r, shared) for r in requests]
+    return trace, shared, requests, [_plan_budget(r, shared) for r in requests]
+
+
+def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendation]:
+    trace, shared, requests, plans = _setup(request, cost_model, budgets_bytes)
 
     # Progress: the replays (reported every few tokens), then one step a candidate.
     n_candidates = sum(len(plan.candidates) for plan in plans)
@@ -185,18 +280,8 @@ def _advise_at(request, cost_model, budgets_bytes, progress) -> list[Recommendat
             if progress is not None:
                 progress(done, replayed + n_candidates, candidate.id)
             done += 1
-            if candidate in matrix:
-                stats = next(matrix_stats)
-                slots_used = int(stats.slots_per_layer.sum())
-                vram = plan.memory.vram_used_bytes(slots_used, staging=candidate.copies_misses)
-                detail = f"{slots_used} expert slots"
-            else:
-                stats, vram, detail = _replay_partition_candidate(candidate, trace, plan.memory, shared)
-            tpot, breakdown = price(
-                stats, shared.costs[candidate.execution], shared_per_token_s=shared.shared_s,
-                token_overhead_s=shared.overhead_s, prefetch_mode=request.prefetch_mode,
-            )
-            estimates.append(Estimate(candidate, tpot, breakdown, stats, vram, cost_model.fidelity, detail))
+            stats = next(matrix_stats) if candidate in matrix else None
+            estimates.append(_estimate(r, candidate, stats, plan, shared, cost_model))
         estimates.sort(key=lambda e: (e.tpot_s, e.candidate.id))
         recommendations.append(Recommendation(r, plan.memory, tuple(estimates), cost_model.describe(), plan.notes))
     if progress is not None:

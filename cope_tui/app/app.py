@@ -33,6 +33,7 @@ from cope_tui.app.panes.results import ResultsPane
 from cope_tui.app.panes.trace import TracePane
 from cope_tui.app.state import Services
 from cope_tui.app.trace_actions import TraceActions
+from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
@@ -84,6 +85,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.workload_ranking = None  # engine.workload.WorkloadRanking when a workload is chosen
         self.chart_metric = "decode"  # or "prompt" (with a workload)
         self.sweep_message = "computing the VRAM sweep..."
+        self.sweep_progress = (0, 0)  # (budget, candidate) pairs priced, of all to price
         self.selected_id: str | None = None
         self.labels: dict[str, str] = {}
         self.notices: list[tuple[str, str]] = []  # (severity, text), newest last
@@ -218,7 +220,9 @@ class CopeApp(TraceActions, Workers, App[None]):
             table.scroll_home(animate=False)
         if self.query_one(TabbedContent).active == "results" and (first or self.focused is None):
             table.focus()
-        self.sweep(self.advice, workload)
+        self.sweep_progress = (0, 0)
+        charted_ids = [cid for _, cid in charted(self.advice.rec, self.services.chart_series)]
+        self.sweep(self.advice, workload, charted_ids)  # only the lines the chart draws
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
@@ -245,7 +249,11 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.query_one(ExportPane).update_from(self)
 
     def on_sweep_ready(self, message: SweepReady) -> None:
+        """A stage of the sweep: drawn as it comes (one of an older ranking is dropped)."""
+        if message.advice is not self.advice:
+            return
         self.sweep_points = message.points
+        self.sweep_progress = (message.done, message.total)
         self.query_one(ResultsPane).show_sweep(self)
 
     def on_work_failed(self, message: WorkFailed) -> None:

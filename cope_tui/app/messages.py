@@ -30,9 +30,17 @@ class WorkFailed(Message):
 
 
 class SweepReady(Message):
-    def __init__(self, points: list) -> None:
+    """The sweep so far for `advice`: `done` of `total` (budget, candidate) pairs priced."""
+
+    def __init__(self, points: list, advice: Any = None, done: int = 0, total: int = 0) -> None:
         super().__init__()
         self.points = points
+        self.advice = advice
+        self.done, self.total = done, total
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
 
 
 class ProbesFinished(Message):

@@ -54,6 +54,12 @@ def _pull(spec: str, model: str, log, progress=None, cancel=None):  # type: igno
     return str(pull_trace(spec, model=model, log=log, progress=progress, cancel=cancel).path)
 
 
+def _sweep_stages(advice, n_points, **kw):  # type: ignore[no-untyped-def]
+    from cope_tui.service.advice import sweep_stages
+
+    return sweep_stages(advice, n_points, **kw)
+
+
 def _record(**kw):  # type: ignore[no-untyped-def]
     from cope_tui.service.traces import record_trace
 
@@ -72,5 +78,6 @@ class Services:
     plan_pull: Callable[..., Any] = _plan_pull  # (spec) -> hub_trace.PullPlan: the file and its size
     pull: Callable[..., Any] = _pull  # (spec, model id, log, progress, cancel) -> path of the pulled trace
     scan_runtimes: Callable[[], Any] | None = _scan_runtimes  # -> probes.runtimes.RuntimeScan
+    sweep_stages: Callable[..., Any] = _sweep_stages  # -> iterator of cope_tui.service.advice.SweepStage
     sweep_points: int = 6  # VRAM budgets in the chart
     chart_series: int = 4  # best candidates drawn

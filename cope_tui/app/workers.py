@@ -45,9 +45,10 @@ def why(exc: BaseException) -> str:
 class Workers:
     """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`."""
 
-    def _deliver(self, task: str, job: Callable[[threading.Event], Any], done: Callable[[Any], Message]) -> None:
-        """Run `job(cancel)` in this worker and post `done(result)`; a cancelled job posts
-        nothing, a failed one a WorkFailed line."""
+    def _deliver(self, task: str, job: Callable[[threading.Event], Any],
+                 done: Callable[[Any], Message | None]) -> None:
+        """Run `job(cancel)` in this worker and post `done(result)` (None: nothing more to
+        post); a cancelled job posts nothing, a failed one a WorkFailed line."""
         cancel = get_current_worker().cancelled_event
         try:
             result = job(cancel)
@@ -57,8 +58,9 @@ class Workers:
             if not cancel.is_set():
                 self.post_message(WorkFailed(task, why(exc)))
             return
-        if not cancel.is_set():
-            self.post_message(done(result))
+        message = done(result)
+        if message is not None and not cancel.is_set():
+            self.post_message(message)
 
     @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
     def compute(self, choices: PlanChoices, request=None, pricing: Pricing | None = None) -> None:  # type: ignore[no-untyped-def]
@@ -86,9 +88,18 @@ class Workers:
                                                                           builds=builds), CommandEstimated)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
-    def sweep(self, advice: service.Advice, workload=None) -> None:  # type: ignore[no-untyped-def]
-        self._deliver("sweep", lambda cancel: service.sweep(advice, self.services.sweep_points, cancel=cancel,
-                                                            workload=workload), SweepReady)
+    def sweep(self, advice: service.Advice, workload=None, candidate_ids=None) -> None:  # type: ignore[no-untyped-def]
+        """The chart's sweep, posted stage by stage: the one-pass curves at once, each
+        step-wise replay as it finishes (`candidate_ids`: the charted ones only)."""
+
+        def job(cancel: threading.Event) -> None:
+            for stage in self.services.sweep_stages(advice, self.services.sweep_points, candidate_ids=candidate_ids,
+                                                    cancel=cancel, workload=workload):
+                if cancel.is_set():
+                    return
+                self.post_message(SweepReady(stage.points, advice, stage.done, stage.total))
+
+        self._deliver("sweep", job, lambda _: None)
 
     @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
     def find_runtimes(self) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field, replace
+from typing import Iterator
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
-from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets
+from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets, sweep_in_stages
 from engine.command_estimate import CommandEstimate, command_settings, price_command, price_command_alone
 from engine.cost_model import CostModel
 from engine.errors import BudgetTooSmall, CopeInputError
@@ -89,6 +90,35 @@ def sweep(advice: Advice, n_points: int, *, progress: Progress | None = None,
     tokens/s at the -ub each budget leaves room for)."""
     budgets = sweep_budgets_for(advice.rec, n_points)
     recs = sweep_budgets(advice.request, advice.cost_model, budgets, progress=progress, cancel=cancel)
+    return _points(budgets, recs, workload)
+
+
+@dataclass(frozen=True)
+class SweepStage:
+    """The sweep so far: every budget's point with the candidates priced yet."""
+
+    points: list[SweepPoint]
+    done: int  # (budget, candidate) pairs priced
+    total: int
+
+
+def sweep_stages(advice: Advice, n_points: int, *, candidate_ids=None, cancel: threading.Event | None = None,
+                 workload=None) -> Iterator[SweepStage]:  # type: ignore[no-untyped-def]
+    """`sweep` a stage at a time (engine.advise.sweep_in_stages): first what the one-pass
+    curves give, then each step-wise replay as it finishes; `candidate_ids`: those only."""
+    budgets = sweep_budgets_for(advice.rec, n_points)
+    counted = [0, 0]
+
+    def progress(done: int, total: int, label: str) -> None:
+        counted[:] = [done, total]
+
+    stages = sweep_in_stages(advice.request, advice.cost_model, budgets, only=candidate_ids, progress=progress,
+                             cancel=cancel)
+    for recs in stages:
+        yield SweepStage(_points(budgets, recs, workload), *counted)
+
+
+def _points(budgets, recs, workload) -> list[SweepPoint]:  # type: ignore[no-untyped-def]
     points = []
     for b, r in zip(budgets, recs):
         prompt = {}

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from cope_tui.app.widgets.chart import ThroughputChart
+from cope_tui.app.widgets.chart import ThroughputChart, charted, swept_title
 from engine.memory import GIB
 from engine.spans import count_of
 
@@ -175,12 +175,10 @@ class ResultsPane(Vertical):
             chart.set_series([], app.sweep_message)
             return
         estimates = app.advice.rec.estimates
-        baseline = app.advice.rec.baseline()
-        shown = [(str(rank), e.candidate.id) for rank, e in enumerate(estimates[: app.services.chart_series], 1)]
-        if baseline not in estimates[: app.services.chart_series]:
-            shown.append(("B", baseline.candidate.id))
+        shown = charted(app.advice.rec, app.services.chart_series)
         prompt = getattr(app, "chart_metric", "decode") == "prompt"
-        chart.border_title = "prompt tok/s vs VRAM budget (t: decode)" if prompt else "tok/s vs VRAM budget"
+        title = "prompt tok/s vs VRAM budget (t: decode)" if prompt else "tok/s vs VRAM budget"
+        chart.border_title = swept_title(title, *getattr(app, "sweep_progress", (0, 0)))
         series = []
         for mark, cid in shown:
             speeds = (lambda p: p.prompt_tokens_per_s) if prompt else (lambda p: p.tokens_per_s)
@@ -189,7 +187,7 @@ class ResultsPane(Vertical):
                 series.append((mark, pts))
         legend = f"marks: ranks 1-{min(len(estimates), app.services.chart_series)} at this budget"
         if shown and shown[-1][0] == "B":
-            legend += f"; B = {baseline.candidate.id}"
+            legend += f"; B = {shown[-1][1]}"
         chart.set_series(series, legend=legend)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

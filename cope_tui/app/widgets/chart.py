@@ -81,6 +81,22 @@ def render_chart(
     return out
 
 
+def charted(rec, n_series: int) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(mark, candidate id) of the lines drawn: the best `n_series` at this budget by rank,
+    and the baseline as B when it is not among them. The sweep prices these alone."""
+    best = rec.estimates[:n_series]
+    shown = [(str(rank), e.candidate.id) for rank, e in enumerate(best, 1)]
+    baseline = rec.baseline()
+    if baseline not in best:
+        shown.append(("B", baseline.candidate.id))
+    return shown
+
+
+def swept_title(title: str, done: int, total: int) -> str:
+    """The chart's title while the sweep fills in: how far it is."""
+    return title if done >= total else f"{title} (filling in: {done}/{total} priced)"
+
+
 class ThroughputChart(Widget):
     """tokens/s against VRAM budget for the best few candidates, with a legend."""
 
