@@ -8,6 +8,7 @@ from engine.export import Export
 from engine.memory import GIB
 from engine.run_advice import CandidateRuns, RunAdvice, plan_runs
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
+from engine.runtimes.llamacpp import label_text
 from engine.spans import count_of
 
 def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
@@ -31,12 +32,14 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
         "",
         f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  runs on",
     ]
-    shown = runs.shown()
+    shown = run_now_first(runs)
     cut = shown if limit is None else shown[:limit]
     rank_of = {row.id: rank for rank, row in enumerate(runs.rows, start=1)}
+    now_id = runs.run_now.row.id if runs.run_now is not None else None
     for row in cut:
         e = row.estimate
-        mark = " <- baseline" if e is baseline else ""
+        marks = [m for m, on in (("run now", row.id == now_id), ("baseline", e is baseline)) if on]
+        mark = " <- " + ", ".join(marks) if marks else ""
         lines.append(
             f"{rank_of[row.id]:>4}  {e.candidate.id:<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
             f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}"
@@ -51,8 +54,8 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
     b = best.breakdown
     lines += [
         "",
-        f"Fastest estimate: {best.candidate.id}: {best.candidate.describe()}; {best.detail}; "
-        f"runs on: {runs_on_text(runs.row(best.candidate.id))}",
+        f"Fastest on paper: {best.candidate.id}: {best.candidate.describe()}; {best.detail}; "
+        f"{runs.row(best.candidate.id).who_runs_it}",
         f"      {best.tokens_per_s:.1f} tok/s, {baseline.tpot_s / best.tpot_s:.2f}x the baseline "
         f"{baseline.candidate.id} ({baseline.detail}, {baseline.tokens_per_s:.1f} tok/s)",
         f"      per token: experts {b.experts_critical_s * 1e3:.2f} ms (GPU {b.gpu_experts_s * 1e3:.2f}, "
@@ -67,6 +70,16 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
 
 RUNS_ON_LEGEND = ("runs on: " + ", ".join(f"{r.info.short} = {r.info.title} ({r.info.home})"
                                            for r in REGISTRY) + "; ~ approximately; no RAM: does not fit in RAM")
+
+
+def run_now_first(runs: RunAdvice) -> list[CandidateRuns]:
+    """The shown rows with the run-now row first (the rest keep their rank order): what
+    to run leads, the fastest on paper may be a candidate no runtime runs."""
+    shown = runs.shown()
+    now = runs.run_now.row if runs.run_now is not None else None
+    if now is None or now not in shown:
+        return shown
+    return [now, *(row for row in shown if row is not now)]
 
 
 def runs_on_text(row: CandidateRuns) -> str:
@@ -162,8 +175,7 @@ def runtime_line(export: Export) -> str:
 
 def render_export(export: Export, *, side_files_written: bool = False) -> str:
     """Comment lines (safe to paste into a shell) and the command."""
-    label = export.label if export.runtime == STOCK_NAME else f"{export.label} in stock llama.cpp"
-    lines = [f"# {export.candidate_id}: {label}", f"# {runtime_line(export)}", f"# {export.reason}"]
+    lines = [f"# {export.candidate_id}: {label_text(export.label)}", f"# {runtime_line(export)}", f"# {export.reason}"]
     if export.nearest_id is not None or export.exported_id != export.candidate_id:
         lines.append(f"# the command below runs {export.exported_id} instead")
     for name in export.artefact_names:
@@ -203,22 +215,40 @@ def render_command_estimate(est: CommandEstimate) -> str:
     if best is None:
         lines.append(f"COPE's best:   none at these settings: {est.no_ranking}")
     else:
-        speed = f"  ({best_text(est)})" if est.best_is is not None else ""
-        lines += _priced_lines("COPE's best:   ", f"{best.candidate.id}: {best.candidate.describe()}", best.tpot_s,
-                               best.vram_used_bytes, speed)
-    near = est.nearest_runnable
-    if near is not None:
-        mine = f"  ({_versus(est.nearest_is, yours.tpot_s / near.tpot_s)})" if est.nearest_is is not None else ""
-        lines.append(f"Runs on llama.cpp: {near.candidate.id}: {near.tpot_s * 1e3:.2f} ms/token  "
-                     f"{near.tokens_per_s:.1f} tok/s{mine}")
+        lines += _best_lines(est)
     if est.export is not None:
-        lines += ["", "Command for COPE's best:", *("  " + line for line in render_export(est.export).splitlines())]
+        lines += ["", f"Command for {_runnable_label(est)}:",
+                  *("  " + line for line in render_export(est.export).splitlines())]
     if est.command.unknown:
         lines += ["", "Flags not modelled (listed, not used): " + "  ".join(est.command.unknown)]
     notes = est.notes + est.ranking_notes
     if notes:
         lines += ["", "Notes:", *[f"  - {n}" for n in notes]]
     return "\n".join(lines) + "\n"
+
+
+def _runnable_label(est: CommandEstimate) -> str:
+    """ "COPE's best that stock llama.cpp runs" (the runtime of the command written for it)."""
+    runtime = runtime_named(est.export.runtime).info.title if est.export is not None else "llama.cpp"
+    return f"COPE's best that {runtime} runs"
+
+
+def _best_lines(est: CommandEstimate) -> list[str]:
+    """What runs first, then the paper optimum where it is another candidate (often one no
+    runtime runs yet), each against the command."""
+    run, best = est.runnable, est.best
+    assert run is not None and best is not None
+    said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
+    versus = f"  ({said})" if est.runnable_is is not None else ""
+    lines = [f"{_runnable_label(est)}:",
+             *_priced_lines("               ", f"{run.candidate.id}: {run.detail}", run.tpot_s,
+                            run.vram_used_bytes, versus)]
+    if run is not best:
+        speed = f"  ({best_text(est)})" if est.best_is is not None else ""
+        lines += [f"Fastest on paper ({est.paper_runs_on}):",
+                  *_priced_lines("               ", f"{best.candidate.id}: {best.candidate.describe()}", best.tpot_s,
+                                 best.vram_used_bytes, speed)]
+    return lines
 
 
 def rank_text(est: CommandEstimate) -> str:

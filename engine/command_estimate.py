@@ -24,6 +24,7 @@ from engine.export import Export, export_for
 from engine.llama_args import LlamaCommand, buffer_problem, command_notes
 from engine.llama_fit import FitOutcome, fit_outcome
 from engine.model import ModelSpec
+from engine.run_advice import who_runs
 from engine.runtimes.builds import LlamaBuild
 from engine.llama_placement import (
     LlamaPlacement,
@@ -119,6 +120,24 @@ class CommandEstimate:
     cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
     no_ranking: str | None = None  # why there is no ranking at the command's settings
     tied_with: tuple[str, ...] = ()  # the candidates exactly as fast as the command (same rank)
+    paper_runs_on: str = ""  # which runtime `best` (rank 1 on paper) needs, in words
+
+    @property
+    def runnable(self) -> Estimate | None:
+        """COPE's best that the export's runtime runs: `best` itself, or the nearest that runs."""
+        return self.nearest_runnable if self.nearest_runnable is not None else self.best
+
+    @property
+    def runnable_is(self) -> str | None:
+        """`runnable` against the command, as `best_is`."""
+        return self.nearest_is if self.nearest_runnable is not None else self.best_is
+
+    @property
+    def runnable_speedup(self) -> float | None:
+        """How many times faster `runnable` is than the command (None: either unpriced)."""
+        if self.runnable is None or not self.yours.runs:
+            return None
+        return self.yours.tpot_s / self.runnable.tpot_s
 
     @property
     def stages(self) -> bool:
@@ -161,7 +180,8 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
     tied = tuple(e.candidate.id for e in rec.estimates if yours.runs and compare(e.tpot_s, yours.tpot_s) == "as_fast")
     return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
-                           export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied)
+                           export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied,
+                           paper_runs_on=who_runs(rec, rec.best))
 
 
 def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,

@@ -9,15 +9,18 @@ Shape (all times in seconds, sizes in bytes):
   "cost_model": {"fidelity", "basis", ...},
   "notes": [...],                      # every assumption and caveat
   "baseline": "<candidate id>",        # what speedups are measured against
-  "recommendation": {
-    "fastest_estimate": "<candidate id>", # rank 1, whether or not a runtime runs it
-    "installed_runtimes": [...],
-    "ranked_by": "tpot_s" | "request_s",  # what run_now and best_overall are the fastest by
+  "recommendation": {                 # what to run first, then the paper optimum
     "run_now": {candidate, runtime, installed, tpot_s, tokens_per_s, vram_used_bytes,
                 ram_used_bytes, mmap, argv, env, command, artefacts, notes} | null,
                 # with a workload also request_s, ttft_s, prompt_tokens_per_s, ubatch, batch
                 # (argv carries -b/-ub)
     "best_overall": {... the same ...} | null,   # any runtime, installed or not
+    "ranked_by": "tpot_s" | "request_s",  # what run_now and best_overall are the fastest by
+    "installed_runtimes": [...],
+    "fastest_estimate": "<candidate id>", # rank 1, whether or not a runtime runs it
+    "fastest_on_paper": {candidate, tpot_s, tokens_per_s, runtimes, runs_on},
+        # rank 1 and what runs it: runtimes that run it exactly (may be []); runs_on in
+        # words ("runs on stock llama.cpp", "no runtime runs it yet", ...)
   },
   "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
                   prefetch, description, detail, tpot_s, tokens_per_s,
@@ -39,7 +42,7 @@ from typing import Any
 
 from engine.advise import Recommendation
 from engine.estimate import Estimate
-from engine.run_advice import RunAdvice, RunPick, pick_to_dict, plan_runs
+from engine.run_advice import CandidateRuns, RunAdvice, RunPick, pick_to_dict, plan_runs
 
 SCHEMA_VERSION = 2
 
@@ -85,11 +88,12 @@ def recommendation_to_dict(rec: Recommendation, runs: RunAdvice | None = None) -
         "notes": list(rec.notes),
         "baseline": baseline.candidate.id,
         "recommendation": {
-            "fastest_estimate": rec.best.candidate.id,
-            "installed_runtimes": list(runs.installed),
-            "ranked_by": "tpot_s" if runs.ranking is None else "request_s",
             "run_now": _pick(rec, runs, runs.run_now),
             "best_overall": _pick(rec, runs, runs.best_overall),
+            "ranked_by": "tpot_s" if runs.ranking is None else "request_s",
+            "installed_runtimes": list(runs.installed),
+            "fastest_estimate": rec.best.candidate.id,
+            "fastest_on_paper": _on_paper(runs.row(rec.best.candidate.id)),
         },
         "candidates": [
             {
@@ -102,6 +106,13 @@ def recommendation_to_dict(rec: Recommendation, runs: RunAdvice | None = None) -
             for rank, row in enumerate(runs.rows, start=1)
         ],
     }
+
+
+def _on_paper(row: CandidateRuns) -> dict:
+    """Rank 1 by estimate, and the runtime it would need (often none: the ranking covers
+    policies no runtime runs yet)."""
+    return {"candidate": row.id, "tpot_s": row.estimate.tpot_s, "tokens_per_s": row.estimate.tokens_per_s,
+            "runtimes": row.exact_runtimes(), "runs_on": row.who_runs_it}
 
 
 def _pick(rec: Recommendation, runs: RunAdvice, pick: RunPick | None) -> dict | None:

@@ -80,6 +80,19 @@ class CandidateRuns:
         return [r.support.runtime for r in self.runs if r.runs_exactly]
 
     @property
+    def who_runs_it(self) -> str:
+        """Which runtime it needs, in words: "runs on stock llama.cpp", "approximately on
+        SGLang + kt-kernel", "no runtime runs it yet", or that it does not fit in RAM."""
+        if self.ram_refused:
+            return "does not fit in RAM"
+        title = {r.info.name: r.info.title for r in REGISTRY}
+        exact = [title[name] for name in self.exact_runtimes()]
+        if exact:
+            return "runs on " + ", ".join(exact)
+        approx = [title[r.support.runtime] for r in self.runs if not r.support.exact and r.fits]
+        return "approximately on " + ", ".join(approx) if approx else "no runtime runs it yet"
+
+    @property
     def ram_refused(self) -> str | None:
         """Why it is never recommended for RAM: no runtime that runs it (exactly or
         approximately) has the RAM it needs."""
@@ -225,6 +238,11 @@ def plan_runs(rec: Recommendation, installed: Iterable[str] = (),
     best = _pick(order, names, installed_set)
     return RunAdvice(tuple(rows), run_now, best, tuple(n for n in names if n in installed_set), plan, ranking,
                      dict(builds or {}))
+
+
+def who_runs(rec: Recommendation, estimate: Estimate) -> str:
+    """Which runtime one of `rec`'s candidates needs, in words (CandidateRuns.who_runs_it)."""
+    return _row(estimate, rec, plan_from_recommendation(rec)).who_runs_it
 
 
 def export_pick(rec: Recommendation, pick: RunPick, *, ranking: "WorkloadRanking | None" = None,

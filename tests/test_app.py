@@ -277,7 +277,10 @@ async def test_select_a_result_and_export_it_to_a_file(tmp_path):
             assert command.startswith(("llama-server", "GGML_OP_OFFLOAD_MIN_BATCH=1 llama-server"))
             assert "--fit off" in command
         head = text_of(app, "#export-head")
-        assert chosen.candidate.id in head and app.labels[chosen.candidate.id] in head
+        from engine.runtimes.llamacpp import label_text
+
+        assert chosen.candidate.id in head and label_text(app.labels[chosen.candidate.id]) in head
+        assert app.labels[chosen.candidate.id] not in head  # the label in words, not the internal one
         if export.nearest_id is not None:
             assert f"nearest that runs here: {export.nearest_id}" in head
         assert app.notices[-1][0] == "information" and app.notices[-1][1].endswith(f"{tmp_path / 'out' / 'run.sh'}")
@@ -294,7 +297,7 @@ async def test_not_expressible_export_names_the_nearest_with_its_speed():
         await pilot.press("6")
         await pilot.pause()
         head = text_of(app, "#export-head")
-        assert "not-expressible" in head and "nearest that runs here" in head and "tok/s" in head
+        assert "no llama.cpp expresses it" in head and "nearest that runs here" in head and "tok/s" in head
         export = app.current_export()
         assert export.exported_id != target and export.exported_id in head
         assert text_of(app, "#command") == export.display()
@@ -406,11 +409,16 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         shown = text_of(app, "#estimate-result")
         assert "maps to partition-first: 30 of 48 MoE layers' experts on the CPU (blocks 0..29)" in shown
         assert "Priced at 8 threads, context 8192" in shown  # the command's -t and -c are honoured
-        speed = next(line for line in shown.splitlines() if "faster than your command" in line)
-        assert speed.startswith("COPE's best is ") and speed.split()[3].endswith("x")
-        assert float(speed.split()[3][:-1]) > 1.0
-        best_line = next(line for line in shown.splitlines() if line.startswith("COPE's best: "))
-        assert best_line.split()[2].rstrip(":")  # a candidate id
+        lines = shown.splitlines()
+        speed = next(line for line in lines if "faster than your command" in line)
+        assert speed.startswith("It is ") and speed.split()[2].endswith("x")
+        assert float(speed.split()[2][:-1]) > 1.0
+        # what runs leads; the paper optimum, when it is another candidate, follows with what it needs
+        runs = next(i for i, line in enumerate(lines) if line.startswith("COPE's best that stock llama.cpp runs: "))
+        runnable = lines[runs].split(": ")[1]
+        assert app.advice is not None and runnable in {e.candidate.id for e in app.advice.rec.estimates}
+        paper = [i for i, line in enumerate(lines) if line.startswith("Fastest on paper (")]
+        assert all(i > runs for i in paper)
         assert "tok/s" in shown and "ms/token" in shown
         unknown = next(line for line in shown.splitlines() if line.startswith("Not understood"))
         assert "--foo" in unknown

@@ -279,7 +279,7 @@ def test_cope_export_prints_the_command_and_writes_it(capsys, tmp_path):
     code = main(["export", "--candidate", "partition-last", *FAST, "--model-path", MODEL_PATH, "--out", str(out)])
     stdout = capsys.readouterr().out
     assert code == EXIT_OK
-    assert stdout.startswith("# partition-last: runs-on-stock\n")
+    assert stdout.startswith("# partition-last: stock llama.cpp expresses it\n")
     command = stdout.splitlines()[-1]
     assert shlex.split(command)[:3] == ["llama-server", "-m", MODEL_PATH]
     written = out.read_text().splitlines()
@@ -300,9 +300,18 @@ def test_an_exported_command_names_its_artefacts_by_absolute_path(capsys, tmp_pa
     assert Path(profile).is_absolute() and Path(profile).parent == tmp_path / "fork" and Path(profile).is_file()
 
 
-def test_the_header_says_whose_label_it_is_for_another_runtime(capsys):
+def test_the_header_says_the_label_in_words_and_which_runtime_runs_it(capsys):
     assert main(["export", "--candidate", "all-cpu", "--runtime", "ik_llama.cpp", *FAST]) == EXIT_OK
-    assert capsys.readouterr().out.startswith("# all-cpu: runs-on-stock in stock llama.cpp\n")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# all-cpu: stock llama.cpp expresses it"
+    assert lines[1].startswith("# ik_llama.cpp runs it exactly")
+
+
+def test_no_internal_label_reaches_an_export_header(capsys):
+    assert main(["export", "--candidate", "fixed.ready-first.uniform", *FAST]) == EXIT_OK
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")]
+    assert header[0] == "# fixed.ready-first.uniform: no llama.cpp expresses it"
+    assert not any(label in line for line in header for label in ("not-expressible", "runs-on-stock", "needs-fork"))
 
 
 def test_cope_export_json_and_bad_candidate(capsys):

@@ -129,7 +129,8 @@ def test_cope_estimate_shows_the_command_beside_the_best(capsys):
     out = capsys.readouterr().out
     assert code == EXIT_OK
     assert "Your command:  24 of 48 MoE layers' experts on the CPU (blocks 0..23)" in out
-    assert "COPE's best:" in out and "x yours)" in out
+    assert "COPE's best that stock llama.cpp runs:" in out and "x yours)" in out
+    assert out.index("COPE's best that stock llama.cpp runs:") < out.index("Command for COPE's best that")
     assert "Flags not modelled (listed, not used): --port 8080" in out
 
 

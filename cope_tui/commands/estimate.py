@@ -89,9 +89,12 @@ def _report(args: argparse.Namespace, words: list[str], command, est, said: tupl
                 "unknown_flags": list(command.unknown),
             },
             "yours": _yours_dict(est),
-            "best": None if best is None else {"id": best.candidate.id, "tpot_s": best.tpot_s,
-                                               "tokens_per_s": best.tokens_per_s,
-                                               "vram_used_bytes": best.vram_used_bytes},
+            # what runs first: COPE's best that the exported command's runtime runs
+            "best_that_runs": _priced(est.runnable, est.export.runtime if est.export is not None else None,
+                                      speedup=est.runnable_speedup, versus=est.runnable_is),
+            # rank 1 on paper (the "best" of schema 2), with the runtime it needs in words
+            "best": None if best is None else {**_priced(best, None, speedup=est.speedup, versus=est.best_is),
+                                               "runs_on": est.paper_runs_on},
             "no_ranking": est.no_ranking,
             "speedup_of_best": est.speedup,
             "best_is": est.best_is,
@@ -104,6 +107,14 @@ def _report(args: argparse.Namespace, words: list[str], command, est, said: tupl
 
     sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
+
+
+def _priced(e, runtime: str | None, *, speedup: float | None, versus: str | None) -> dict | None:  # type: ignore[no-untyped-def]
+    if e is None:
+        return None
+    out = {"id": e.candidate.id, "tpot_s": e.tpot_s, "tokens_per_s": e.tokens_per_s,
+           "vram_used_bytes": e.vram_used_bytes, "speedup_vs_yours": speedup, "versus_yours": versus}
+    return out if runtime is None else {**out, "runtime": runtime}
 
 
 def _shell_words(text: str) -> list[str]:

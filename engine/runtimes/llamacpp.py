@@ -77,6 +77,14 @@ MERGED_GATE_UP = ("this GGUF stores gate and up as one tensor (ffn_gate_up_exps)
 RUNS_ON_STOCK = "runs-on-stock"
 NEEDS_FORK = "needs-fork"
 NOT_EXPRESSIBLE = "not-expressible"
+# What a label means, in the words export headers and the app show (the labels stay the JSON's values).
+LABEL_TEXT = {RUNS_ON_STOCK: "stock llama.cpp expresses it", NEEDS_FORK: "needs the llama.cpp MoE expert-cache fork",
+              NOT_EXPRESSIBLE: "no llama.cpp expresses it"}
+
+
+def label_text(label: str) -> str:
+    """A llama.cpp label in words ("not-expressible" -> "no llama.cpp expresses it")."""
+    return LABEL_TEXT.get(label, label)
 
 
 @dataclass(frozen=True)

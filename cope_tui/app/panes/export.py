@@ -37,6 +37,32 @@ class CommandInput(Input):
             self.replace(line, *self.selection)
 
 
+def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
+    """What runs first (COPE's best that the command's runtime runs), then the paper optimum
+    where it is another candidate: the CLI's order (cope_tui/text_report.py)."""
+    from engine.runtimes import runtime_named
+
+    run, best, yours = result.runnable, result.best, result.yours
+    runtime = runtime_named(result.export.runtime).info.title if result.export is not None else "llama.cpp"
+    text.append(f"COPE's best that {runtime} runs: ", style="bold")
+    text.append(f"{run.candidate.id}: {run.detail}\n")
+    text.append(f"  {run.tpot_s * 1e3:.2f} ms/token, {run.tokens_per_s:.1f} tok/s, "
+                f"VRAM {run.vram_used_bytes / GIB:.2f} GiB\n")
+    speedup, versus = result.runnable_speedup, result.runnable_is
+    if versus == "faster":
+        text.append(f"It is {speedup:.2f}x faster than your command\n", style="bold green")
+    elif versus == "as_fast":
+        text.append("Your command is already as fast as it\n", style="bold green")
+    elif versus == "slower":
+        text.append(f"Your command is {1 / speedup:.2f}x faster than it\n", style="bold yellow")
+    if run is not best:
+        mine = "" if result.speedup is None else f", {result.speedup:.2f}x your command"
+        text.append(f"Fastest on paper ({result.paper_runs_on}): ", style="bold")
+        text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
+        text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
+                    f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{mine}\n")
+
+
 def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
     """What a pasted command maps to, its estimate, and COPE's best beside it."""
     yours, best, req = result.yours, result.best, result.request
@@ -51,26 +77,11 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
                     f"{yours.vram_used_bytes / GIB:.2f} GiB{faster}\n")
     else:
         text.append(f"  {yours.refusal}\n", style="bold red")
-    text.append("COPE's best: ", style="bold")
     if best is None:
+        text.append("COPE's best: ", style="bold")
         text.append(f"none at these settings: {result.no_ranking}\n")
     else:
-        text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
-        text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
-                    f"VRAM {best.vram_used_bytes / GIB:.2f} GiB\n")
-    speedup, best_is = result.speedup, result.best_is
-    if best_is == "faster":
-        text.append(f"COPE's best is {speedup:.2f}x faster than your command\n", style="bold green")
-    elif best_is == "as_fast":
-        text.append("Your command is already as fast as COPE's best\n", style="bold green")
-    elif best_is == "slower":
-        text.append(f"Your command is {1 / speedup:.2f}x faster than COPE's best\n", style="bold yellow")
-    near = result.nearest_runnable
-    if near is not None:
-        mine = ("" if result.nearest_is is None else " (as fast as your command)" if result.nearest_is == "as_fast"
-                else f" ({yours.tpot_s / near.tpot_s:.2f}x your command)")
-        text.append(f"Runs on llama.cpp: {near.candidate.id}, {near.tpot_s * 1e3:.2f} ms/token, "
-                    f"{near.tokens_per_s:.1f} tok/s{mine}\n")
+        _append_best(text, result)
     text.append(f"Priced at {count_of(req.threads, 'thread')}, context {req.context_tokens}, {yours.fidelity} cost model\n",
                 style="dim")
     unknown = result.command.unknown
@@ -181,10 +192,11 @@ class ExportPane(VerticalScroll):
         if export is None:
             return
         from cope_tui.text_report import runtime_line
+        from engine.runtimes.llamacpp import label_text
 
         head = Text()
         head.append(f"{export.candidate_id}  ", style="bold")
-        head.append(f" llama.cpp: {export.label} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")
+        head.append(f" {label_text(export.label)} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")
         head.append(f"\n{runtime_line(export)}", style="bold")
         head.append(f"\n{export.reason}")
         if export.nearest_id is not None:
