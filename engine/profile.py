@@ -5,7 +5,9 @@ A Measurement is one probed figure: an operator, the key that says which variant
 its repeats and a spread (the interquartile range), and its basis.
 
 A Profile is a set of measurements with provenance, for one hardware key and one
-model shape key. These are the values, each checked when built (a ValueError naming
+model shape key, and the probe series it refused (Refusal: measured twice and found
+inconsistent both times, engine.probe_consistency; their figures are not kept, so the
+profile lacks them and the next probe run measures them again). These are the values, each checked when built (a ValueError naming
 the field). The operators and their keys, and the cache key that names a profile's
 file, are in `engine.profile_keys`; the JSON file, written atomically and validated
 field by field when read, in `engine.profile_io`.
@@ -141,17 +143,50 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A probe series not used: `operator` at the key fields other than n (`fixed`:
+    threads for cpu_experts, none for gpu_experts), and `note`, the user's line saying
+    which figure was refused and why."""
+
+    operator: str
+    fixed: tuple[tuple[str, KeyValue], ...]  # a dict is accepted
+    note: str
+
+    def __post_init__(self):
+        fixed = dict(self.fixed.items() if isinstance(self.fixed, Mapping) else self.fixed)
+        if not isinstance(self.operator, str) or not self.operator:
+            raise ValueError(f"operator is {shown(self.operator)}, expected text")
+        for name, value in fixed.items():
+            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise ValueError(f"fixed field {shown(name)} is {shown(value)}, expected an integer or text")
+        if not isinstance(self.note, str) or not self.note:
+            raise ValueError(f"note is {shown(self.note)}, expected text")
+        object.__setattr__(self, "fixed", tuple(sorted(fixed.items())))
+
+    def covers(self, m: Measurement) -> bool:
+        """Whether `m` is a point of the refused series."""
+        return m.operator == self.operator and tuple((k, v) for k, v in m.key if k != "n") == self.fixed
+
+    def to_dict(self) -> dict:
+        return {"operator": self.operator, "fixed": dict(self.fixed), "note": self.note}
+
+
+@dataclass(frozen=True)
 class Profile:
     provenance: Provenance
     model_shape: ModelShape
     hardware: tuple[tuple[str, Any], ...]  # a dict is accepted; str/int/float/bool values
     measurements: tuple[Measurement, ...] = ()
     schema_version: int = PROFILE_SCHEMA_VERSION
+    refused: tuple[Refusal, ...] = ()  # series measured twice, inconsistent both times
 
     def __post_init__(self):
         hardware = self.hardware.items() if isinstance(self.hardware, Mapping) else self.hardware
         object.__setattr__(self, "hardware", tuple(sorted(_check_hardware(dict(hardware)).items())))
         object.__setattr__(self, "measurements", tuple(self.measurements))
+        object.__setattr__(self, "refused", tuple(self.refused))
+        if not all(isinstance(r, Refusal) for r in self.refused):
+            raise ValueError("refused holds something other than a Refusal")
         if self.schema_version != PROFILE_SCHEMA_VERSION:
             raise ValueError(f"schema_version is {shown(self.schema_version)}, expected {PROFILE_SCHEMA_VERSION}")
         seen: set[Ident] = set()
@@ -195,7 +230,20 @@ class Profile:
         provenance = self.provenance
         if probe_used_s:
             provenance = replace(provenance, probe_used_s=provenance.probe_used_s + probe_used_s)
-        return Profile(provenance, self.model_shape, self.hardware, tuple(by_ident.values()), self.schema_version)
+        return Profile(provenance, self.model_shape, self.hardware, tuple(by_ident.values()), self.schema_version,
+                       self.refused)
+
+    def refusing(self, refusal: Refusal) -> Profile:
+        """A copy without the series `refusal` names (so a later run measures it again),
+        recording the refusal in place of an older one of the same series."""
+        kept = tuple(m for m in self.measurements if not refusal.covers(m))
+        others = tuple(r for r in self.refused if (r.operator, r.fixed) != (refusal.operator, refusal.fixed))
+        return replace(self, measurements=kept, refused=(*others, refusal))
+
+    def accepting(self, operator: str, fixed: Mapping[str, KeyValue]) -> Profile:
+        """A copy with no refusal of that series (it was measured again and passed)."""
+        wanted = tuple(sorted(fixed.items()))
+        return replace(self, refused=tuple(r for r in self.refused if (r.operator, r.fixed) != (operator, wanted)))
 
     def to_dict(self) -> dict:
         return {
@@ -206,6 +254,8 @@ class Profile:
             "model_shape": self.model_shape.to_dict(),
             "hardware": self.hardware_dict,
             "measurements": [m.to_dict() for m in self.measurements],
+            # Written only when there is one, so a profile without refusals reads as before.
+            **({"refused": [r.to_dict() for r in self.refused]} if self.refused else {}),
         }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.errors import CopeInputError, shown
 from engine.files import atomic_write_text, open_regular
-from engine.profile import Measurement, ModelShape, Profile, Provenance, _check_hardware
+from engine.profile import Measurement, ModelShape, Profile, Provenance, Refusal, _check_hardware
 from engine.profile_keys import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 # A profile is a few hundred measurements; anything far larger is not one (and is not read whole).
@@ -85,7 +85,8 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
         raise CopeInputError(
             f"field 'schema_version' is {shown(version)}; this COPE reads version {PROFILE_SCHEMA_VERSION}", path=where
         )
-    r.exact_fields(doc, {"schema", "schema_version", "key", "provenance", "model_shape", "hardware", "measurements"}, "")
+    r.exact_fields(doc, {"schema", "schema_version", "key", "provenance", "model_shape", "hardware", "measurements"}, "",
+                   optional={"refused"})
 
     prov = r.obj(doc["provenance"], "provenance")
     r.exact_fields(prov, {"host", "gpu_name", "driver", "torch_version", "date_iso", "probe_budget_s",
@@ -141,7 +142,7 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
             method=r.text(item.get("method", ""), name + ".method"),
         ))
     profile = r.build(Profile, "measurements", provenance=provenance, model_shape=model_shape,
-                      hardware=hardware, measurements=tuple(measurements))
+                      hardware=hardware, measurements=tuple(measurements), refused=_refusals(r, doc.get("refused", [])))
     stored = doc["key"]
     if stored != profile.key:
         raise CopeInputError(
@@ -149,6 +150,20 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
             path=where,
         )
     return profile
+
+
+def _refusals(r: "_Reader", items: Any) -> tuple[Refusal, ...]:
+    """The series a probe run refused (engine.probe_consistency), each checked."""
+    if not isinstance(items, list):
+        r.fail("refused", f"is {type(items).__name__}, expected a list")
+    refusals = []
+    for i, item in enumerate(items):
+        name = f"refused[{i}]"
+        r.obj(item, name)
+        r.exact_fields(item, {"operator", "fixed", "note"}, name + ".")
+        refusals.append(r.build(Refusal, name, operator=r.text(item["operator"], name + ".operator"),
+                                fixed=r.obj(item["fixed"], name + ".fixed"), note=r.text(item["note"], name + ".note")))
+    return tuple(refusals)
 
 
 class _Reader:

@@ -13,9 +13,11 @@ folder should be) is reported once and the run goes on with what it measured in 
 
 `ProfileWriter` saves as it goes, so a probe run that is interrupted keeps what it
 measured; the next run resumes from the cached file and asks `missing(planned)`.
-While a run is under way a marker `<key>.json.partial` sits beside the profile: a
-profile with its marker is the partial work of an interrupted run, never taken as
-complete. A run that replaces a profile (`--reprobe`) writes `<key>.json.reprobe`
+While a run is under way a marker `<key>.json.partial` sits beside the profile, naming
+the thread count the run measures at (one file holds every thread count): a thread
+count the marker names is an interrupted run's partial work, never taken as complete
+nor as a stand-in for another count, until a run at that count completes. A marker
+that names no count (an older COPE's) puts every count in doubt. A run that replaces a profile (`--reprobe`) writes `<key>.json.reprobe`
 instead and swaps it in only when it completes (`commit`), so the old profile stays
 whole until the new one is.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from engine.cache_dirs import profiles_dir
 from engine.errors import CopeInputError
-from engine.profile import Measurement, Profile
+from engine.profile import Measurement, Profile, Refusal
 from engine.files import atomic_write_text, set_aside_saying
 from engine.profile_io import load_profile, save_profile
 from engine.profile_keys import Ident
@@ -73,8 +75,39 @@ def partial_marker(key: str, root: str | os.PathLike | None = None) -> Path:
     return path.with_name(path.name + ".partial")
 
 
-def is_partial(key: str, root: str | os.PathLike | None = None) -> bool:
-    return os.path.lexists(partial_marker(key, root))
+_MARKER_HEAD = "an interrupted probe run"
+
+
+def partial_threads(key: str, root: str | os.PathLike | None = None) -> frozenset[int] | None:
+    """The thread counts whose measurements are an interrupted run's partial work: None
+    when there is no marker; an empty set when the marker names none (every count)."""
+    path = partial_marker(key, root)
+    if not os.path.lexists(path):
+        return None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError:
+        text = ""  # unreadable: every count stays in doubt
+    counts = set()
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "threads" and value.strip().isdigit():
+            counts.add(int(value))
+    return frozenset(counts)
+
+
+def is_partial(key: str, root: str | os.PathLike | None = None, threads: int | None = None) -> bool:
+    """Whether the profile of `key` holds an interrupted run's partial work (at `threads`,
+    when given)."""
+    doubted = partial_threads(key, root)
+    if doubted is None:
+        return False
+    return threads is None or not doubted or threads in doubted
+
+
+def _write_marker(key: str, root, threads: frozenset[int]) -> None:
+    lines = [_MARKER_HEAD, *(f"threads={t}" for t in sorted(threads))]
+    atomic_write_text(partial_marker(key, root), "\n".join(lines) + "\n")
 
 
 def staging_path(key: str, root: str | os.PathLike | None = None) -> Path:
@@ -107,10 +140,11 @@ class ProfileWriter:
     """
 
     def __init__(self, base: Profile, *, root: str | os.PathLike | None = None, resume: bool = True, every: int = 1,
-                 staging: bool = False):
+                 staging: bool = False, threads: int | None = None):
         if every < 1:
             raise ValueError("every must be at least 1")
         self.root = root
+        self.threads = threads  # the thread count this run measures at (None: not said)
         self.every = every
         self.staging = staging
         self.resumed = 0  # measurements an earlier, interrupted run left (0 unless it was interrupted)
@@ -125,8 +159,8 @@ class ProfileWriter:
                     base.provenance, probe_used_s=cached.provenance.probe_used_s + base.provenance.probe_used_s
                 )
                 merged = cached.merged(base.measurements).measurements
-                profile = Profile(provenance, base.model_shape, base.hardware, merged)
-                if is_partial(base.key, root):
+                profile = Profile(provenance, base.model_shape, base.hardware, merged, refused=cached.refused)
+                if is_partial(base.key, root, threads):
                     self.resumed = len(cached.measurements)
         self._profile = profile
 
@@ -143,29 +177,59 @@ class ProfileWriter:
         return staging_path(self._profile.key, self.root) if self.staging else self.path
 
     def start(self) -> None:
-        """Mark the cached profile partial until `commit` (a replacing run leaves it alone)."""
+        """Mark the cached profile partial at this run's thread count until `commit` (a
+        replacing run leaves it alone)."""
         if self.staging or self.unsaved is not None:
             return
+        key = self._profile.key
+        doubted = partial_threads(key, self.root)
+        if doubted is not None and not doubted:
+            return  # a marker that puts every count in doubt stays so
+        mine = frozenset() if self.threads is None else frozenset({self.threads})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(partial_marker(self._profile.key, self.root), "an interrupted probe run\n")
+            _write_marker(key, self.root, (doubted or frozenset()) | mine)
         except (OSError, CopeInputError):
             pass  # an unwritable cache is reported by flush(); nothing is kept to mislead a later run
 
     def commit(self) -> Path:
-        """The run completed: write the profile, swap a staged one in, drop the partial marker."""
+        """The run completed: write the profile, swap a staged one in, clear this run's
+        thread count from the partial marker (all of it for a staged one: the profile it
+        replaces, and whatever was in doubt there, is gone)."""
         self.flush()
         if self.unsaved is None:
             try:
                 if self.staging:
                     os.replace(self.file, self.path)
-                partial = partial_marker(self._profile.key, self.root)
-                if os.path.lexists(partial):
-                    os.unlink(partial)
+                self._clear_marker()
             except OSError as exc:
                 self.unsaved = f"{self.path}: cannot finish the profile: {exc.strerror or exc}"
                 warnings.warn(self.unsaved, ProfileCacheWarning, stacklevel=2)
         return self.path
+
+    def _clear_marker(self) -> None:
+        key = self._profile.key
+        doubted = partial_threads(key, self.root)
+        if doubted is None:
+            return
+        left = frozenset() if self.staging or self.threads is None else doubted - {self.threads}
+        if left:
+            _write_marker(key, self.root, left)
+        else:
+            os.unlink(partial_marker(key, self.root))
+
+    def refuse(self, refusal: Refusal) -> None:
+        """Drop the series `refusal` names from the profile and record why (the next run
+        measures it again)."""
+        self._profile = self._profile.refusing(refusal)
+        self.flush()
+
+    def accept(self, operator: str, fixed: dict) -> None:
+        """The series passed its check: forget an earlier refusal of it."""
+        before = self._profile
+        self._profile = before.accepting(operator, fixed)
+        if self._profile.refused != before.refused:
+            self.flush()
 
     def add(self, measurement: Measurement, *, elapsed_s: float = 0.0) -> None:
         """Merge one measurement (replacing an older one of the same thing); `elapsed_s`

@@ -10,7 +10,11 @@
   else probe now within the budget (resuming from the cache), then price with it.
 
 Probing writes every measurement as it comes, so a cancelled or failed run keeps what
-it measured. Imports torch only when it probes.
+it measured; but its figures price nothing until a run at that thread count completes
+(a cancelled run is not repriced from, and plain advice does not use them, not even as
+the nearest thread count's stand-in). A probe series that failed its consistency check
+twice is refused (probes/runner.py): pricing is then analytic for it, and the ranking's
+notes say which figure was refused and why. Imports torch only when it probes.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from engine.cost_models import Fidelity, ProfileUse, build_cost_model
 from engine.errors import CopeInputError
 from engine.policy import Execution
 from engine.profile import Profile
-from engine.progress import Progress
+from engine.progress import Cancelled, Progress
 
 PROBER_FACTORY = None  # tests put a fake prober factory here: () -> Prober
 
@@ -36,15 +40,17 @@ class ProbeReport:
     measured: int = 0
     skipped: int = 0
     left: int = 0
-    stopped: str | None = None  # "budget", "cancelled", "failed" or None
+    stopped: str | None = None  # "budget", "cancelled", "refused", "failed" or None
     elapsed_s: float = 0.0
     resumed: int = 0  # measurements an interrupted earlier run had left
+    refused: tuple[str, ...] = ()  # a line for each probe series refused (inconsistent twice)
 
     def summary(self) -> str:
         stopped = f" ({self.stopped})" if self.stopped else ""
         resumed = f"resumed an interrupted run ({self.resumed} measurements kept): " if self.resumed else ""
+        refused = "".join(f"; {line}" for line in self.refused)
         return (f"{resumed}{self.measured} measured, {self.skipped} already cached, {self.left} left{stopped} "
-                f"in {self.elapsed_s:.1f} s")
+                f"in {self.elapsed_s:.1f} s{refused}")
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,12 @@ def choose_cost_model(
         return analytic(request)
     outcome = probe_then_price(request, wanted, budget_s=probe_budget_s, reprobe=reprobe,
                                progress=progress, cancel=cancel, kernels=kernels)
+    if outcome.report.stopped == "cancelled":
+        raise Cancelled()  # what was measured is kept; nothing is priced from it
+    if outcome.pricing is None and outcome.report.refused:
+        said = "; ".join(outcome.report.refused)
+        return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC, f"analytic: {said}",
+                       outcome.source, outcome.report, note=said)
     if outcome.pricing is None:
         raise CopeInputError(f"the {wanted.value} profile is incomplete ({outcome.error}); "
                              "probe again with a larger --probe-budget", path=outcome.source or None)
@@ -144,7 +156,7 @@ def _required_calibration(request: AdviseRequest) -> Pricing:
 def cached_pricing(request: AdviseRequest) -> Pricing:
     """Combined from a complete cached profile, else analytic; never probes, and a
     damaged cache entry falls back to analytic with the reason."""
-    from probes.runner import cached_profile_complete, cached_profile_partial  # noqa: PLC0415 - no torch
+    from probes.runner import cached_profile_complete  # noqa: PLC0415 - no torch
 
     try:
         found = cached_profile_complete(request)
@@ -152,29 +164,52 @@ def cached_pricing(request: AdviseRequest) -> Pricing:
         return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC,
                        f"analytic: the cached profile could not be read ({exc})")
     if found is None:
-        partial = cached_profile_partial(request)
-        why = ("the cached profile is an interrupted probe run's partial work (--fidelity combined resumes it)"
-               if partial else "no complete cached profile of this machine and model")
-        # An interrupted run's figures are never a stand-in either: what it measured may be
-        # what made someone stop it (a busy machine), and the run is not done.
-        nearest = None if partial else _nearest_threads(request)
-        return nearest or Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC, f"analytic: {why}")
+        return _without_complete_profile(request)
     profile, source = found
     return _priced(request, Fidelity.COMBINED, profile, source, None,
                    "combined: a complete cached profile of this machine and model")
 
 
+def _without_complete_profile(request: AdviseRequest) -> Pricing:
+    """No complete, trusted profile at the request's threads: the nearest trusted thread
+    count stands in, else analytic; the reason (and, for a refused series, the note) says why."""
+    from probes.runner import cached_profile_doubts, cached_profile_partial  # noqa: PLC0415 - no torch
+
+    try:
+        partial = cached_profile_partial(request)
+        doubts = () if partial else cached_profile_doubts(request)
+    except (OSError, ValueError, CopeInputError):
+        partial, doubts = False, ()
+    if partial:
+        why = "the cached profile is an interrupted probe run's partial work (--fidelity combined resumes it)"
+    else:
+        why = "; ".join(doubts) or "no complete cached profile of this machine and model"
+    # An interrupted run's figures are never a stand-in either: what it measured may be
+    # what made someone stop it (a busy machine), and the run is not done.
+    nearest = None if partial else _nearest_threads(request)
+    said = "; ".join(doubts) or None
+    if nearest is None:
+        return Pricing(build_cost_model(Fidelity.ANALYTIC, request), Fidelity.ANALYTIC, f"analytic: {why}", note=said)
+    if said is None:
+        return nearest
+    return replace(nearest, reason=f"{nearest.reason}; {said}", note=f"{said}; {nearest.note}")
+
+
 def _nearest_threads(request: AdviseRequest) -> Pricing | None:
-    """Combined from the cached profile at the nearest thread count it has complete (the
-    threads changed: never probe unasked), or None."""
+    """Combined from the cached profile at the nearest thread count it has complete and
+    trusted (the threads changed: never probe unasked), or None. A count an interrupted
+    run left partial, or whose series fail their check, never stands in."""
     from engine.profile_threads import at_threads, complete_thread_counts, nearest_thread_count
-    from probes.runner import cached_profile, profile_key  # noqa: PLC0415 - reads the cache, no torch
-    from probes.profile_cache import profile_path  # noqa: PLC0415
+    from probes.runner import cached_profile, profile_key, trusted_at  # noqa: PLC0415 - reads the cache, no torch
+    from probes.profile_cache import is_partial, profile_path  # noqa: PLC0415
 
     try:
         profile = cached_profile(request)
-        nearest = nearest_thread_count(complete_thread_counts(profile, request.model.top_k), request.threads) \
-            if profile is not None else None
+        if profile is None:
+            return None
+        k, key = request.model.top_k, profile_key(request)
+        counts = [t for t in complete_thread_counts(profile, k) if not is_partial(key, None, t) and trusted_at(profile, k, t)]
+        nearest = nearest_thread_count(counts, request.threads)
         if nearest is None:
             return None
         said = (f"priced with the cached profile measured at {nearest} threads, the nearest to {request.threads} "
@@ -210,7 +245,12 @@ def probe_then_price(
                              make_prober=PROBER_FACTORY, cancel=cancel, progress=progress)
     ran = outcome.ran
     report = ProbeReport() if ran is None else ProbeReport(ran.measured, ran.skipped, ran.left, ran.stopped,
-                                                           ran.elapsed_s, ran.resumed)
+                                                           ran.elapsed_s, ran.resumed, ran.refused)
+    if report.stopped == "cancelled":  # an interrupted run prices nothing until it completes
+        return ProbeOutcome(fidelity, report, None, outcome.source,
+                            "cancelled: its figures are used once a run completes them (the next run resumes)")
+    if report.refused:  # the profile lacks the refused series: nothing to price them with
+        return ProbeOutcome(fidelity, report, None, outcome.source, "; ".join(report.refused))
     reason = f"{fidelity.value}: " + ("the cached profile" if ran is None else "probed now")
     try:
         pricing = _priced(request, fidelity, outcome.profile, outcome.source, report if ran else None, reason,
