@@ -9,6 +9,18 @@ before anything is timed, its torch thread count set only when it changes.
 
 The default thread count of a CPU lane leaves one core to the thread that drives the
 GPU when a GPU lane runs beside it (`default_lane_threads`).
+
+A lane with nothing beside it (sequential, or no GPU work in the step) runs on the
+calling thread instead (`run_here`), as the probes of the CPU kernels do. torch's CPU
+kernels run on OpenMP (libgomp), and every thread that starts a parallel region owns a
+team of its own; when a process holds more OpenMP threads than it has CPUs, libgomp
+stops spinning between regions (its throttled spin count) and each helper sleeps on a
+futex between every two regions. A batch-1 expert is a few short regions, so a second
+team (the worker's beside the calling thread's, which the probes and any earlier
+multi-threaded torch call made) left 2 threads no faster than 1 on a 2-core machine:
+the all-CPU candidate of Qwen3-30B-A3B executed in 207 ms/token at 1 thread and 209 ms
+at 2, one core busy. One team per process keeps the threads spinning, as the probes
+and llama.cpp's own thread pool run.
 """
 
 from __future__ import annotations
@@ -98,19 +110,45 @@ class CpuWorker:
 
     def warm(self, threads: int) -> None:
         """Start the thread and its OpenMP team for `threads` before timing."""
-        def work() -> None:
-            import torch
-
-            a = torch.ones(256, 256)
-            for _ in range(3):
-                a = torch.tanh(a @ a * 1e-3)
-
-        self.run(work, threads)
+        self.run(_warm_work, threads)
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             self._jobs.put(_STOP)
             self._thread.join(timeout=10)
+
+
+def _warm_work() -> None:
+    import torch
+
+    a = torch.ones(256, 256)
+    for _ in range(3):
+        a = torch.tanh(a @ a * 1e-3)
+
+
+def set_here(threads: int) -> int:
+    """torch's intra-op threads of the calling thread set to `threads` (OpenMP's count
+    is the calling thread's own); returns the count it had. Set only when it changes:
+    a change resizes the thread's OpenMP team at its next parallel region."""
+    import torch
+
+    if threads < 1:
+        raise ValueError(f"a CPU lane needs at least one thread, got {threads}")
+    before = torch.get_num_threads()
+    if before != threads:
+        torch.set_num_threads(int(threads))
+    return before
+
+
+def run_here(fn: Callable[[], Any], threads: int) -> Any:
+    """fn() on the calling thread with `threads` torch threads (left set: see set_here)."""
+    set_here(threads)
+    return fn()
+
+
+def warm_here(threads: int) -> None:
+    """The calling thread's OpenMP team for `threads` started before timing."""
+    run_here(_warm_work, threads)
 
 
 @cache

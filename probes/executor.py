@@ -33,6 +33,13 @@ Modes:
   zero with `gpu_side="not executed"` for the caller to add from a preset. Any other
   candidate raises GpuRequired.
 
+Threads: `threads` is every CPU lane's torch (OpenMP) thread count, set on the thread
+that runs the lane: the calling thread for a lane with nothing beside it (all-on-CPU,
+sequential), in the same OpenMP team the probes of the CPU kernels use; LayerStep's
+worker, started only for candidates with a CPU lane beside GPU work (parallel,
+ready-first), otherwise. The replay's compiled loops (numba) run before timing, none
+inside it. `ExecutedRun.cpu_lane_threads` says what the lanes ran with.
+
 VRAM budget: `weights_budget_bytes` bounds what the executor allocates on the device
 for expert weights (resident slots plus the staging buffer, counted from the real
 tensors); a candidate that needs more raises VramBudgetExceeded before anything is
@@ -98,6 +105,8 @@ class ExecutedRun:
     n_slots: int
     threads: int
     outputs: dict | None = field(default=None, compare=False)  # (t, l) -> float32 [1, hidden]
+    # torch threads the CPU lane ran with, by where it ran ("calling thread", "worker")
+    cpu_lane_threads: dict = field(default_factory=dict, compare=False)
 
     @property
     def tpot_s(self) -> float:
@@ -124,6 +133,7 @@ class ExecutedRun:
             "gpu_side": self.gpu_side, "hits_per_layer": [int(h) for h in self.hits_per_layer()],
             "admissions": self.admissions, "prefetch_used": self.prefetch_used,
             "device_weight_bytes": self.device_weight_bytes, "slots": self.n_slots, "threads": self.threads,
+            "cpu_lane_threads": {where: sorted(seen) for where, seen in sorted(self.cpu_lane_threads.items())},
         }
 
 
@@ -294,7 +304,7 @@ class Executor:
         """The timed (or functional) replay, token by token. On CUDA the host waits once
         per token (the head's sampled token); the steps, shared blocks and head are timed
         with CUDA events, read after that wait."""
-        from probes.layer_step import copy_expert
+        from probes.layer_step import GPU_BESIDE, copy_expert
 
         n_tokens, n_layers, k = ids.shape
         E = self.model.n_routed_experts
@@ -311,7 +321,9 @@ class Executor:
             return {int(e): float(w) for e, w in zip(ids[t, l], weights[t, l])}
 
         if self.warmup and self.mode == "timed":
-            step.warm(threads)
+            # The worker (and its OpenMP team) only for a CPU lane beside GPU work: a second
+            # team idle beside the calling thread's slows both (probes.cpu_worker).
+            step.warm(threads, beside=execution in GPU_BESIDE and self.needs_device(plan, candidate))
             step.prepare([slots[i] for i in range(len(slots))])  # every resident slot's graphs, before timing
             for l in range(n_layers):  # kernels and lanes warm; residency untouched
                 hits = [e for e in ids[0, l] if l * E + int(e) in slot_of]
@@ -391,7 +403,7 @@ class Executor:
         return ExecutedRun(
             candidate.id, mode, n_tokens, token_s, token_experts_s, experts_total / n_tokens, shared_total / n_tokens,
             head_total / n_tokens, gpu_side, counts, admissions, plan.prefetch_used, device_weight_bytes,
-            plan.n_slots, threads, outputs,
+            plan.n_slots, threads, outputs, {where: set(seen) for where, seen in step.lane_threads.items()},
         )
 
 

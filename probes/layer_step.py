@@ -20,8 +20,10 @@ step as a whole.
 
 As a runtime runs it: on CUDA each expert of the GPU lane is one replayed CUDA graph
 (probes.cuda_graphs.GraphLane), an expert moves host to device as one copy (its one
-buffer), the CPU lane runs on one persistent worker thread (probes.cpu_worker), and the
-step is timed with CUDA events from its start to the end of its last GPU work. The host
+buffer), a CPU lane beside GPU work runs on one persistent worker thread
+(probes.cpu_worker), a CPU lane with nothing beside it (sequential, or a step with no
+GPU work) on the calling thread, in the one OpenMP team the probes of the CPU kernels
+use too (see probes.cpu_worker for why a second team is slow), and the step is timed with CUDA events from its start to the end of its last GPU work. The host
 waits only where the work needs it: the CPU lane for the hidden state, and (with
 `sync`, the default) once at the end. A caller that runs many steps per token passes
 `sync=False` and waits once per token; `StepResult.elapsed_s` then waits when read.
@@ -40,13 +42,14 @@ torch is imported lazily.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.policy import Execution
-from probes.cpu_worker import CpuWorker, default_lane_threads
+from probes.cpu_worker import CpuWorker, default_lane_threads, set_here, warm_here
 from probes.experts import Expert, ExpertPool, _fit, copy_expert, experts_of
 from probes.step_device import step_device
 
@@ -120,7 +123,10 @@ class LayerStep:
         self.staging = DeviceSlots(kernels, str(self.device), staging_slots)
         use_graphs = self.cuda if graphs is None else bool(graphs)
         self.lane = kernels.graph_lane(str(self.device)) if use_graphs else None
-        self.worker = CpuWorker()
+        self.worker = CpuWorker()  # started only when a CPU lane runs beside GPU work
+        self._threads_before: int | None = None  # the calling thread's torch threads before a step set them
+        # torch threads each CPU lane ran with, by where it ran ("calling thread", "worker").
+        self.lane_threads: dict[str, set[int]] = {}
         hidden = kernels.shape.hidden_size
         self.gpu_down_in = torch.zeros(1, kernels.widths[-1], dtype=torch.bfloat16, device=self.device)
         self.cpu_down_in = torch.zeros(1, kernels.widths[-1], dtype=torch.bfloat16)
@@ -128,9 +134,19 @@ class LayerStep:
         self.sum_host = self.dev.host_buffer(1, hidden, dtype=torch.float32)
         self.sum_dev = torch.zeros(1, hidden, dtype=torch.float32, device=self.device)
 
-    def warm(self, threads: int) -> None:
-        """Start the CPU worker and its threads before timing."""
-        self.worker.warm(threads)
+    def warm(self, threads: int, *, beside: bool = True) -> None:
+        """Start the CPU lane's threads before timing: the calling thread's OpenMP team for
+        `threads` and, with `beside` (a GPU lane will run beside a CPU lane), the worker
+        and its team. A worker left out is never started: its team would slow the other."""
+        self._set_here(threads)
+        warm_here(threads)
+        if beside:
+            self.worker.warm(threads)
+
+    def _set_here(self, threads: int) -> None:
+        before = set_here(threads)
+        if self._threads_before is None:
+            self._threads_before = before
 
     def prepare(self, experts) -> None:
         """Capture the GPU lane's graphs of `experts` (device experts) before timing."""
@@ -138,7 +154,11 @@ class LayerStep:
             self.lane.prepare(experts)
 
     def close(self) -> None:
+        """End the worker; the calling thread's torch threads as they were before the steps."""
         self.worker.close()
+        if self._threads_before is not None:
+            set_here(self._threads_before)
+            self._threads_before = None
 
     # --- lanes -------------------------------------------------------------------------
     def _gpu_experts(self, acc, items) -> None:
@@ -164,6 +184,8 @@ class LayerStep:
 
     def _cpu_lane(self, ids, experts, x_event, weights):
         torch = self.torch
+        where = "worker" if threading.get_ident() == self.worker.ident else "calling thread"
+        self.lane_threads.setdefault(where, set()).add(torch.get_num_threads())
         self.dev.host_wait(x_event)
         acc = torch.zeros(1, self.kernels.shape.hidden_size, dtype=torch.float32)
         for e in ids:
@@ -288,11 +310,19 @@ class LayerStep:
             prefetch_event = dev.record(dev.prefetch_stream)
 
         cpu_job = None
+        # The worker only when GPU work runs beside the CPU lane; else the calling thread
+        # runs the lane (once the GPU work is queued), in its own OpenMP team.
+        beside = execution in GPU_BESIDE and bool(hits or to_copy)
+
+        def cpu_lane():  # type: ignore[no-untyped-def]
+            lane = lambda: self._cpu_lane(on_cpu, host_experts, x_event, weights)  # noqa: E731
+            return self.worker.submit(lane, threads) if beside else _Here(self, lane, threads)
+
         if execution is Execution.SEQUENTIAL:
             self._gpu_experts(acc, resident)
             if on_cpu:
                 x_event = self._hidden_to_host(self._x)
-                cpu_job = self.worker.submit(lambda: self._cpu_lane(on_cpu, host_experts, x_event, weights), threads)
+                cpu_job = cpu_lane()
         elif execution is Execution.STAGE:
             if to_copy:
                 self._copied_lane(acc, to_copy, host_experts, staged, wait_all_first=True, before=resident)
@@ -301,13 +331,13 @@ class LayerStep:
         else:  # parallel, ready-first: the CPU lane beside the GPU
             if on_cpu:
                 x_event = self._hidden_to_host(self._x)
-                cpu_job = self.worker.submit(lambda: self._cpu_lane(on_cpu, host_experts, x_event, weights), threads)
+                cpu_job = cpu_lane()
             self._gpu_experts(acc, resident)
             if to_copy:
                 self._copied_lane(acc, to_copy, host_experts, staged, wait_all_first=False)
         queued_s = time.perf_counter() - t0
         if cpu_job is not None:
-            cpu_job.result()  # re-raises the lane's error on this thread
+            cpu_job.result()  # the worker's: re-raises the lane's error on this thread; else runs it here
             self.sum_dev.copy_(self.sum_host, non_blocking=True)
             output = acc + self.sum_dev
         else:
@@ -337,6 +367,18 @@ class LayerStep:
 
         n_copy = compose_ready_first(n_hits, len(misses), lanes)[5]
         return list(misses[:n_copy])
+
+
+class _Here:
+    """A CPU lane with nothing beside it: run on the calling thread, with `threads` torch
+    threads, when its result is asked for (after the step's GPU work is queued)."""
+
+    def __init__(self, step: LayerStep, lane, threads: int):  # type: ignore[no-untyped-def]
+        self.step, self.lane, self.threads = step, lane, int(threads)
+
+    def result(self):  # type: ignore[no-untyped-def]
+        self.step._set_here(self.threads)
+        return self.lane()
 
 
 def dense_reference(kernels: ExpertPool, experts: Mapping[int, Mats], x, ids: Sequence[int],

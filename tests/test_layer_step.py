@@ -21,6 +21,14 @@ K = 4
 N_EXPERTS = 8
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """A step's CPU lane sets the calling thread's torch threads (restored by close())."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def layer(quant: str = "Q8_0", int8: bool | None = None, staging_slots: int = 8):
     model = tiny_model(k=K, hidden=64, expert_ffn=32, experts=N_EXPERTS)
     shape = ExpertShape.of(model, get_quantization(quant))
@@ -141,16 +149,16 @@ def test_a_step_refuses_weights_on_the_wrong_tier_and_a_missing_cuda():
 # --- as a runtime runs it: one persistent CPU worker, the host waiting only where needed ----
 
 
-def test_the_cpu_lane_runs_on_one_persistent_worker_started_before_timing(monkeypatch):
+def test_a_cpu_lane_beside_gpu_work_runs_on_one_persistent_worker_and_one_alone_on_the_calling_thread(monkeypatch):
     pool, step, x, weights = layer()
     device, host = split(pool, [0, 1])
     step.warm(1)
     assert step.worker.starts == 1 and step.worker.ident not in (None, threading.get_ident())
-    seen: list[int] = []
+    seen: list[tuple[str, int]] = []
     original = step._cpu_lane
 
     def spy(*args):
-        seen.append(threading.get_ident())
+        seen.append((execution.value, threading.get_ident()))
         return original(*args)
 
     monkeypatch.setattr(step, "_cpu_lane", spy)
@@ -159,8 +167,28 @@ def test_the_cpu_lane_runs_on_one_persistent_worker_started_before_timing(monkey
             out = step.run(execution, x, device_experts=device, host_experts=host, hit_ids=[0, 1], miss_ids=[2, 3],
                            router_weights=weights, threads=1, copy_ids=[]).output
     assert_matches(out, dense_reference(pool, {**device, **host}, x, [0, 1, 2, 3], weights))
-    assert len(seen) == 9 and set(seen) == {step.worker.ident}
-    assert step.worker.starts == 1 and step.worker.jobs_run == 10  # the warm-up, then every lane
+    beside = [who for what, who in seen if what != "sequential"]
+    assert len(beside) == 6 and set(beside) == {step.worker.ident}
+    # Sequential: the GPU work is done when the CPU lane starts; the calling thread runs it.
+    assert [who for what, who in seen if what == "sequential"] == [threading.get_ident()] * 3
+    assert step.worker.starts == 1 and step.worker.jobs_run == 7  # the warm-up, then every lane beside
+    # Parallel with no GPU work (no hits, nothing copied): nothing beside, the calling thread.
+    seen.clear()
+    execution = Execution.PARALLEL
+    step.run(execution, x, device_experts={}, host_experts={**device, **host}, hit_ids=[], miss_ids=[0, 1, 2, 3],
+             router_weights=weights, threads=1, copy_ids=[])
+    assert seen == [("parallel", threading.get_ident())] and step.worker.jobs_run == 7
+
+
+def test_a_step_with_nothing_beside_its_cpu_lane_never_starts_the_worker():
+    pool, step, x, weights = layer()
+    device, host = split(pool, [0, 1])
+    step.warm(1, beside=False)
+    for execution in (Execution.SEQUENTIAL, Execution.STAGE):
+        step.run(execution, x, device_experts=device, host_experts=host, hit_ids=[0, 1], miss_ids=[2, 3],
+                 router_weights=weights, threads=1)
+    assert step.worker.starts == 0 and step.worker.ident is None
+    assert step.lane_threads == {"calling thread": {1}}
 
 
 def test_an_error_in_the_cpu_lane_reaches_the_caller_and_the_worker_goes_on(monkeypatch):
