@@ -171,3 +171,42 @@ def test_a_candidate_that_runs_out_of_memory_is_refused_and_the_rest_still_run(f
     refused = {r["candidate"]: r["refused"] for r in rows}
     assert any("out of memory" in (v or "") for k, v in refused.items() if "stage" in k)
     assert next(r for r in rows if r["candidate"] == "all-cpu")["measured_tpot_s"] > 0
+
+
+def test_validate_reports_the_speedup_executed_against_the_one_the_probes_imply(fakes, monkeypatch, capsys):
+    # The fake probe's CPU experts get faster with threads; the fake executor does not.
+    def scaling_probe(self, operator, key, share_s):  # type: ignore[no-untyped-def]
+        basis = "preset" if operator in GPU_OPERATORS else "measured"
+        return Measurement(operator, key, 1e-4 * (1 + key.get("n", 1)) / key.get("threads", 1), 1e-6, 3, basis=basis)
+
+    monkeypatch.setattr(FakeProber, "measure", scaling_probe)
+    args = ["validate", "--threads", "1,2", "--vram-budgets", "16", "--tokens", "4", "--cpu", "desktop-ddr5",
+            "--fidelity", "combined"]
+    assert cli.main([*args, "--json"]) == cli.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    scaling = doc["thread_scaling"]
+    assert scaling["tolerance"] == 0.15
+    (row,) = [r for r in scaling["rows"] if r["candidate"] == "all-cpu"]
+    assert (row["base_threads"], row["threads"], row["fidelity"], row["vram_budget_gib"]) == (1, 2, "combined", 16)
+    by_threads = {c["threads"]: next(r for r in c["candidates"] if r["candidate"] == "all-cpu")
+                  for c in doc["configurations"]}
+    assert row["executed_base_tpot_s"] == by_threads[1]["measured_tpot_s"]
+    assert row["estimated_tpot_s"] == by_threads[2]["estimated_tpot_s"]["combined"]
+    assert row["achieved_speedup"] == pytest.approx(1.0)  # the fake executor takes 50 ms at any count
+    assert row["implied_speedup"] == pytest.approx(by_threads[1]["estimated_tpot_s"]["combined"]
+                                                   / by_threads[2]["estimated_tpot_s"]["combined"])
+    assert row["implied_speedup"] > 1.3 and row["warn"] is True
+    assert len(scaling["rows"]) == 1  # only all-on-CPU executed
+    assert len(scaling["warnings"]) == 1 and "all-cpu" in scaling["warnings"][0] and "1 to 2 threads" in scaling["warnings"][0]
+    assert cli.main(args) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "Thread scaling" in out and "1->2 threads" in out and "WARNING" in out
+    assert "warning: thread scaling: qwen3-30b-a3b all-cpu budget 16 GiB, combined: executed 1.00x" in out
+
+
+def test_one_thread_count_has_no_scaling_to_report(fakes, capsys):
+    assert cli.main(["validate", "--json", "--threads", "2", "--vram-budgets", "16", "--tokens", "4",
+                     "--cpu", "desktop-ddr5", "--fidelity", "analytic"]) == cli.EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["thread_scaling"]["rows"] == [] and doc["thread_scaling"]["warnings"] == []

@@ -141,6 +141,32 @@ def render(doc: dict) -> str:
         for x, t in doc["cpu_target"]["by_fidelity"].items():
             lines.append(f"  {x}: worst |error| {t['worst_abs_error']:.1%}, experts {t['worst_abs_experts_error']:.1%}:"
                          f" {'met' if t['met'] else 'NOT met'}")
+    lines.extend(render_thread_scaling(doc.get("thread_scaling") or {}))
     for n in doc["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def render_thread_scaling(scaling: dict) -> list[str]:
+    """The all-on-CPU candidate's rows in full; of the others, the count that disagree;
+    then every warning (the JSON's thread_scaling has every row)."""
+    rows = scaling.get("rows") or []
+    if not rows:
+        return []
+    tolerance = scaling.get("tolerance", 0.15)
+    lines = ["", f"Thread scaling (speed-up from the fewest threads, executed against implied by the estimates;"
+                 f" warned beyond {tolerance:.0%}):"]
+    for r in rows:
+        if r["candidate"] != "all-cpu":
+            continue
+        lines.append(f"  {r['model']} {r['candidate']} budget {r['vram_budget_gib']:g} {r['fidelity']:<9}"
+                     f" {r['base_threads']}->{r['threads']} threads: est {r['estimated_base_tpot_s'] * 1e3:.2f} ->"
+                     f" {r['estimated_tpot_s'] * 1e3:.2f} ms ({r['implied_speedup']:.2f}x); executed"
+                     f" {r['executed_base_tpot_s'] * 1e3:.2f} -> {r['executed_tpot_s'] * 1e3:.2f} ms"
+                     f" ({r['achieved_speedup']:.2f}x)  {r['disagreement']:+6.1%}{'  WARNING' if r['warn'] else ''}")
+    others = [r for r in rows if r["candidate"] != "all-cpu"]
+    if others:
+        lines.append(f"  other candidates: {sum(r['warn'] for r in others)} of {len(others)} comparisons more than"
+                     f" {tolerance:.0%} apart (all rows in the JSON's thread_scaling)")
+    lines.extend(f"warning: thread scaling: {w}" for w in scaling.get("warnings") or [])
+    return lines

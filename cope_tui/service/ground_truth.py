@@ -12,6 +12,11 @@ real; the GPU-side work every candidate pays (shared layers, head, hand-over) ca
 here and is added from the GPU preset, so the "CPU target" also reports the error of
 the expert work alone.
 
+Across thread counts, every candidate executed at more than one is checked for
+scaling (engine.thread_speedup): the speed-up its execution achieved from the fewest
+threads to N against the one each fidelity's estimates imply; more than 15% apart is a
+warning (the executor or the probes do not use the threads they were given).
+
 Every configuration is reported through `on_config` as soon as it is done, so a run cut
 short (a time limit, Ctrl-C) keeps what it finished. A candidate the device cannot hold
 (out of memory) is refused like any other, and the run goes on.
@@ -69,6 +74,7 @@ class GroundTruthReport:
     summary: dict[str, dict]
     cpu_target: dict[str, Any]
     probing: dict[str, Any]
+    thread_scaling: dict[str, Any]
     elapsed_s: float
     notes: tuple[str, ...]
     complete: bool
@@ -84,6 +90,7 @@ class GroundTruthReport:
             "summary": self.summary,
             "cpu_target": self.cpu_target,
             "probing": self.probing,
+            "thread_scaling": self.thread_scaling,
             "elapsed_s": self.elapsed_s,
             "notes": list(self.notes),
             "complete": self.complete,
@@ -184,6 +191,11 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
         for est in recs[split_from][i].estimates:
             check_cancel(cancel)
             row = _execute(executor, est, request, threads, analytic, out_of_time)
+            lanes = (row["executed"] or {}).get("cpu_lane_threads") or {}
+            off = {where: ran for where, ran in lanes.items() if set(ran) != {threads}}
+            if off:
+                run.notes.append(f"{model.id} {est.candidate.id} at {threads} threads: the executor's CPU lane ran "
+                                 f"with {off} torch threads")
             row["estimated_tpot_s"] = {f.value: estimates[f.value][est.candidate.id].tpot_s
                                        for f in settings.fidelities}
             rows.append(row)
@@ -291,5 +303,32 @@ def _report(settings: GroundTruthSettings, run: _Progress, device: str | None, e
         {f: summarize(accs) for f, accs in run.per_fidelity.items()},
         {"rows": list(run.cpu_target), "by_fidelity": targets, "threshold": CPU_TARGET},
         {"runs": list(run.probing), "total_s": sum(p["seconds"] for p in run.probing)},
+        thread_scaling(run.configurations, [f.value for f in settings.fidelities]),
         elapsed_s, tuple(notes), complete,
     )
+
+
+def thread_scaling(configurations: list[dict], fidelities: list[str]) -> dict[str, Any]:
+    """Per (model, budget, candidate) executed at several thread counts, and fidelity:
+    the speed-up executed from the fewest threads to each other against the estimates'."""
+    from engine.thread_speedup import SPEEDUP_TOLERANCE, describe, speedup_checks
+
+    seen: dict[tuple, tuple[dict, dict]] = {}
+    for cfg in configurations:
+        for row in cfg["candidates"]:
+            if row["measured_tpot_s"] is None:
+                continue
+            estimated, executed = seen.setdefault((cfg["model"], cfg["vram_budget_gib"], row["candidate"]), ({}, {}))
+            executed[cfg["threads"]] = row["measured_tpot_s"]
+            for f, tpot in row["estimated_tpot_s"].items():
+                estimated.setdefault(f, {})[cfg["threads"]] = tpot
+    rows, warnings = [], []
+    for (model, budget, candidate), (estimated, executed) in seen.items():
+        for f in fidelities:
+            for check in speedup_checks(estimated.get(f, {}), executed):
+                rows.append({"model": model, "vram_budget_gib": budget, "candidate": candidate, "fidelity": f,
+                             **check.to_dict()})
+                if check.warn:
+                    warnings.append(f"{model} {candidate} budget {budget:g} GiB, {f}: {describe(check)}: "
+                                    f"more than {SPEEDUP_TOLERANCE:.0%} apart")
+    return {"tolerance": SPEEDUP_TOLERANCE, "rows": rows, "warnings": warnings}
