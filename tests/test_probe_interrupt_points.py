@@ -88,30 +88,39 @@ def _stopped_run(prober: Stopping, reprobe: bool, monkeypatch) -> None:
                                   reprobe=reprobe, cancel=prober.cancel)
 
 
-def _calls_of_a_whole_run(prior: str, busy: bool, root, monkeypatch) -> int:
+def _phases_of_a_whole_run(prior: str, busy: bool, root, monkeypatch) -> list[str]:
+    """What each measurement of the uninterrupted run is: "atomic", "again" (a series
+    measured once more after failing its check) or "schedule" (a layer step)."""
     monkeypatch.setenv("COPE_CACHE_DIR", str(root))
     earlier, reprobe = PRIORS[prior]
     _complete_earlier_run(earlier, monkeypatch)
     whole = Stopping(None, busy=busy)
     monkeypatch.setattr(pricing, "PROBER_FACTORY", lambda: whole)
     plan(CHOICES.with_(threads=2, fidelity="combined", probe_budget_s=30, reprobe=reprobe))
-    return len(whole.calls)
+    seen, phases = set(), []
+    for operator, key in whole.calls:
+        ident = (operator, tuple(sorted(key.items())))
+        phases.append("schedule" if operator == "schedule" else "again" if ident in seen else "atomic")
+        seen.add(ident)
+    return phases
 
 
 def test_twenty_random_stops_leave_plain_advice_analytic_or_the_last_complete_profiles(tmp_path, monkeypatch):
     rng = random.Random(30)
     analytic = {t: answer(plan(CHOICES.with_(threads=t, fidelity="analytic"))) for t in (2, 3)}
-    whole_runs: dict[tuple[str, bool], int] = {}
+    whole_runs: dict[tuple[str, bool], list[str]] = {}
     seen = set()
     for i in range(20):
-        prior, how, busy = rng.choice(sorted(PRIORS)), rng.choice(("event", "signal")), rng.random() < 0.3
+        prior, how, busy = rng.choice(sorted(PRIORS)), rng.choice(("event", "signal")), rng.random() < 0.4
         if (prior, busy) not in whole_runs:
-            whole_runs[prior, busy] = _calls_of_a_whole_run(prior, busy, tmp_path / f"whole-{len(whole_runs)}",
-                                                            monkeypatch)
-        total = whole_runs[prior, busy]
-        at = rng.randint(1, total - 1 if how == "event" else total)  # an event at the last one stops nothing
-        seen.add((prior, how))
-        where = f"stop {i}: {prior}, {how} at measurement {at} of {total}, busy={busy}"
+            whole_runs[prior, busy] = _phases_of_a_whole_run(prior, busy, tmp_path / f"whole-{len(whole_runs)}",
+                                                             monkeypatch)
+        phases = whole_runs[prior, busy]
+        phase = rng.choice(sorted(set(phases)))
+        points = [n for n, p in enumerate(phases, 1) if p == phase and (how == "signal" or n < len(phases))]
+        at = rng.choice(points)  # an event at the last measurement would stop nothing
+        seen.add((prior, how, phase))
+        where = f"stop {i}: {prior}, {how} at measurement {at} of {len(phases)} ({phase})"
 
         monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / f"run-{i}"))
         earlier, reprobe = PRIORS[prior]
@@ -133,7 +142,9 @@ def test_twenty_random_stops_leave_plain_advice_analytic_or_the_last_complete_pr
             else:
                 expected = before[threads]  # the last complete profile's (itself, or its nearest count), or analytic
             assert after == expected, f"{where}; {threads} threads"
-    assert seen == {(p, h) for p in PRIORS for h in ("event", "signal")}  # every way of stopping, every prior
+    # Every way of stopping, every prior, and stops in each phase of a run.
+    assert {(p, h) for p, h, _ in seen} == {(p, h) for p in PRIORS for h in ("event", "signal")}
+    assert {phase for _, _, phase in seen} == {"atomic", "again", "schedule"}
 
 
 def test_a_run_stopped_at_one_thread_count_leaves_the_others_trusted(tmp_path, monkeypatch):
