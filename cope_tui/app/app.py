@@ -99,7 +99,8 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.builds: dict = {}  # their builds, by runtime: what the commands are spelled for
         self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
-        self._focus_wanted: str | None = None  # a widget the next tab switch focuses (else _focus_into's pick)
+        # (tab, widget): the widget a switch to that tab focuses (else _focus_into's pick)
+        self._focus_wanted: tuple[str, str] | None = None
 
     # --- layout -------------------------------------------------------------------
 
@@ -332,20 +333,24 @@ class CopeApp(TraceActions, Workers, App[None]):
         if tab != self.query_one(TabbedContent).active:
             return
         wanted, self._focus_wanted = self._focus_wanted, None
-        if wanted is not None:  # asked for with the switch (e: the paste field)
-            self.query_one(wanted).focus()
+        # screen.set_focus, not widget.focus(): that one lands later, after a tab key
+        # handled meanwhile, and a focused widget of a hidden pane shows its pane again.
+        if wanted is not None and wanted[0] == tab:  # asked for with the switch (e: the paste field)
+            self.screen.set_focus(self.query_one(wanted[1]))
             return
         pane = self.query_one(f"TabPane#{tab}", TabPane)
         for widget in pane.query("DataTable, OptionList"):
             if widget.focusable and not any(isinstance(a, Select) for a in widget.ancestors):  # not a Select's list
-                widget.focus()
+                self.screen.set_focus(widget, scroll_visible=False)  # the pane opens at its top
                 return
-        self.query_one(TabbedContent).query_one(Tabs).focus()
+        self.screen.set_focus(self.query_one(TabbedContent).query_one(Tabs))
 
     # --- actions ------------------------------------------------------------------
 
     def action_show_tab(self, tab: str) -> None:
         tabbed = self.query_one(TabbedContent)
+        if self._focus_wanted is not None and self._focus_wanted[0] != tab:
+            self._focus_wanted = None  # asked for with a switch that this one overrides
         if tab != tabbed.active:
             # The tab bar takes the focus first: a focused widget that its pane hides passes
             # the focus to a neighbour, often in the same pane, whose focus switches back to
@@ -371,9 +376,13 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.query_one(ResultsPane).show_sweep(self)
 
     def action_paste_command(self) -> None:
-        self._focus_wanted = "#paste-command"  # where the tab switch leaves the focus
+        if self.query_one(TabbedContent).active == "export":
+            self.screen.set_focus(self.query_one("#paste-command"))
+            return
+        # Left to the switch, never focused later unasked: focusing a widget of a hidden pane
+        # shows that pane, so a tab key pressed meanwhile (e then F2 at once) was undone.
+        self._focus_wanted = ("export", "#paste-command")
         self.action_show_tab("export")
-        self.call_after_refresh(self.query_one("#paste-command").focus)  # when Export was already shown
 
     def action_recompute(self) -> None:
         self.compute(self.choices)
