@@ -86,8 +86,8 @@ def runs_on_text(row: CandidateRuns) -> str:
     if row.ram_refused:
         return "no RAM"
     short = {r.info.name: r.info.short for r in REGISTRY}
-    exact = [short[r.support.runtime] for r in row.runs if r.runs_exactly]
-    approx = ["~" + short[r.support.runtime] for r in row.runs if not r.support.exact and r.fits]
+    exact = [short[name] for name in row.exact_runtimes()]
+    approx = ["~" + short[name] for name in row.approximate_runtimes()]
     return " ".join(exact + approx) or "none"
 
 
@@ -217,7 +217,7 @@ def render_command_estimate(est: CommandEstimate) -> str:
     else:
         lines += _best_lines(est)
     if est.export is not None:
-        lines += ["", f"Command for {_runnable_label(est)}:",
+        lines += ["", f"Command for {runnable_label(est)}:",
                   *("  " + line for line in render_export(est.export).splitlines())]
     if est.command.unknown:
         lines += ["", "Flags not modelled (listed, not used): " + "  ".join(est.command.unknown)]
@@ -227,7 +227,7 @@ def render_command_estimate(est: CommandEstimate) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _runnable_label(est: CommandEstimate) -> str:
+def runnable_label(est: CommandEstimate) -> str:
     """ "COPE's best that stock llama.cpp runs" (the runtime of the command written for it)."""
     runtime = runtime_named(est.export.runtime).info.title if est.export is not None else "llama.cpp"
     return f"COPE's best that {runtime} runs"
@@ -240,7 +240,7 @@ def _best_lines(est: CommandEstimate) -> list[str]:
     assert run is not None and best is not None
     said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
     versus = f"  ({said})" if est.runnable_is is not None else ""
-    lines = [f"{_runnable_label(est)}:",
+    lines = [f"{runnable_label(est)}:",
              *_priced_lines("               ", f"{run.candidate.id}: {run.detail}", run.tpot_s,
                             run.vram_used_bytes, versus)]
     if run is not best:

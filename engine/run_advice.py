@@ -79,6 +79,10 @@ class CandidateRuns:
         """Runtimes that run it exactly and whose host memory fits RAM, registry order."""
         return [r.support.runtime for r in self.runs if r.runs_exactly]
 
+    def approximate_runtimes(self) -> list[str]:
+        """Runtimes that run it approximately and whose host memory fits RAM, registry order."""
+        return [r.support.runtime for r in self.runs if not r.support.exact and r.fits]
+
     @property
     def who_runs_it(self) -> str:
         """Which runtime it needs, in words: "runs on stock llama.cpp", "approximately on
@@ -89,7 +93,7 @@ class CandidateRuns:
         exact = [title[name] for name in self.exact_runtimes()]
         if exact:
             return "runs on " + ", ".join(exact)
-        approx = [title[r.support.runtime] for r in self.runs if not r.support.exact and r.fits]
+        approx = [title[name] for name in self.approximate_runtimes()]
         return "approximately on " + ", ".join(approx) if approx else "no runtime runs it yet"
 
     @property

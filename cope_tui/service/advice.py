@@ -1,8 +1,8 @@
 """The main job, for every front end: choices -> request -> pricing -> ranked advice.
 
 `plan` is what `cope advise` (and export, estimate, verify) and the app's compute worker
-both call, so the same inputs and profile give the same ranking everywhere; `sweep`
-feeds the app's tok/s-vs-VRAM chart; `estimate_command` prices a llama.cpp command a
+both call, so the same inputs and profile give the same ranking everywhere; `sweep_stages`
+feeds the app's tok/s-vs-VRAM chart a stage at a time; `estimate_command` prices a llama.cpp command a
 person already runs beside the ranking.
 """
 
@@ -16,7 +16,7 @@ from typing import Iterator
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
-from engine.advise import AdviseRequest, Recommendation, advise, sweep_budgets, sweep_in_stages
+from engine.advise import AdviseRequest, Recommendation, advise, sweep_in_stages
 from engine.command_estimate import CommandEstimate, command_settings, price_command, price_command_alone
 from engine.cost_model import CostModel
 from engine.errors import BudgetTooSmall, CopeInputError
@@ -84,15 +84,6 @@ def sweep_budgets_for(rec: Recommendation, n_points: int) -> list[int]:
     return [int(low + i * step) for i in range(n_points)]
 
 
-def sweep(advice: Advice, n_points: int, *, progress: Progress | None = None,
-          cancel: threading.Event | None = None, workload=None) -> list[SweepPoint]:  # type: ignore[no-untyped-def]
-    """tokens/s of every candidate at a few VRAM budgets (and, with a workload, prompt
-    tokens/s at the -ub each budget leaves room for)."""
-    budgets = sweep_budgets_for(advice.rec, n_points)
-    recs = sweep_budgets(advice.request, advice.cost_model, budgets, progress=progress, cancel=cancel)
-    return _points(budgets, recs, workload)
-
-
 @dataclass(frozen=True)
 class SweepStage:
     """The sweep so far: every budget's point with the candidates priced yet."""
@@ -104,7 +95,8 @@ class SweepStage:
 
 def sweep_stages(advice: Advice, n_points: int, *, candidate_ids=None, cancel: threading.Event | None = None,
                  workload=None) -> Iterator[SweepStage]:  # type: ignore[no-untyped-def]
-    """`sweep` a stage at a time (engine.advise.sweep_in_stages): first what the one-pass
+    """tokens/s of every candidate at a few VRAM budgets (and, with a workload, prompt
+    tokens/s at the -ub each budget leaves room for), a stage at a time (engine.advise.sweep_in_stages): first what the one-pass
     curves give, then each step-wise replay as it finishes; `candidate_ids`: those only."""
     budgets = sweep_budgets_for(advice.rec, n_points)
     counted = [0, 0]

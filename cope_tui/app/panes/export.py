@@ -40,11 +40,10 @@ class CommandInput(Input):
 def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
     """What runs first (COPE's best that the command's runtime runs), then the paper optimum
     where it is another candidate: the CLI's order (cope_tui/text_report.py)."""
-    from engine.runtimes import runtime_named
+    from cope_tui.text_report import runnable_label
 
-    run, best, yours = result.runnable, result.best, result.yours
-    runtime = runtime_named(result.export.runtime).info.title if result.export is not None else "llama.cpp"
-    text.append(f"COPE's best that {runtime} runs: ", style="bold")
+    run, best = result.runnable, result.best
+    text.append(f"{runnable_label(result)}: ", style="bold")
     text.append(f"{run.candidate.id}: {run.detail}\n")
     text.append(f"  {run.tpot_s * 1e3:.2f} ms/token, {run.tokens_per_s:.1f} tok/s, "
                 f"VRAM {run.vram_used_bytes / GIB:.2f} GiB\n")
