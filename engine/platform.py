@@ -17,7 +17,7 @@ from typing import Any
 from engine.asset_rows import Rows as _Rows
 from engine.assets_io import load_asset_json
 from engine.errors import CopeInputError
-from engine.preset_names import find_preset
+from engine.preset_names import find_preset, match_preset
 
 BASES = ("preset", "detected", "measured", "given", "assumed", "unknown")
 
@@ -307,14 +307,14 @@ def get_gpu_preset(name: str) -> GpuSpec:
     # The name with the card's memory, as people write it: "RTX 4090 24GB", "RTX 5070 (12GB)".
     sized = {k: [f"{_SIZE.sub('', v.name)} {int(v.vram_bytes.value) // 2**30}GB"]  # type: ignore[arg-type]
              for k, v in table.items()}
-    preset_id = find_preset("GPU", GPU_ASSET, names, name, more_names=sized)
-    if _SIZE.search(preset_id) and not _SIZE.search(name):
-        # An id carries its memory only where the card comes in other sizes (docs/hardware.md:
-        # the RTX 4060 Ti 8 GB has no preset): the bare name could be the other one.
-        raise CopeInputError(f"--gpu {name!r}: the {_SIZE.sub('', table[preset_id].name)} comes in more than "
-                             f"one memory size; name it with its memory, e.g. {preset_id} (a size without a "
-                             "preset has none: its memory and bandwidth differ)")
-    return table[preset_id]
+    found = match_preset(names, name, more_names=sized)
+    if not _SIZE.search(name) and found and all(_SIZE.search(pid) for pid in found):
+        # An id carries its memory only where the card comes in other sizes (docs/hardware.md):
+        # the bare name could be any of them, or a size without a preset.
+        raise CopeInputError(f"--gpu {name!r}: the {_SIZE.sub('', table[found[0]].name)} comes in more than "
+                             f"one memory size; name it with its memory, e.g. {' or '.join(found)} (a size "
+                             "without a preset has none: its memory and bandwidth differ)")
+    return table[find_preset("GPU", GPU_ASSET, names, name, more_names=sized)]
 
 
 def get_cpu_preset(name: str) -> CpuSpec:

@@ -44,6 +44,8 @@ MiB = 1024**2
         ("NVIDIA GeForce RTX 3080 Ti", 12288 * MiB, "rtx-3080-ti"),
         ("NVIDIA GeForce RTX 4080 SUPER", 16376 * MiB, "rtx-4080-super"),
         ("NVIDIA GeForce RTX 5070", 12227 * MiB, "rtx-5070"),
+        ("NVIDIA GeForce RTX 4060 Ti", 8188 * MiB, "rtx-4060-ti-8gb"),  # one name, two cards: the memory tells
+        ("NVIDIA GeForce RTX 4060 Ti", 16380 * MiB, "rtx-4060-ti-16gb"),
         ("NVIDIA GeForce GTX 1650 SUPER", 3911 * MiB, "gtx-1650-super"),
         ("GeForce RTX 2080 Ti", 11019 * MiB, "rtx-2080-ti"),  # a driver from before 2021: no vendor word
         ("NVIDIA RTX 6000 Ada Generation", 49140 * MiB, "rtx-6000-ada"),
@@ -70,7 +72,6 @@ def test_real_device_names_find_their_preset(name, vram, pid):
         ("NVIDIA GeForce RTX 3080", 12288 * MiB),  # the 12 GB card, 912 GB/s
         ("NVIDIA GeForce RTX 5060 Ti", 8151 * MiB),
         ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984 * MiB),  # a slice is not the card
-        ("NVIDIA GeForce RTX 4060 Ti", 8188 * MiB),  # the 8 GB card has no preset
         ("Tesla V100-SXM2-16GB", 16160 * MiB),
         ("", None),
     ],

@@ -59,6 +59,7 @@ GPU_IDS = {
     "rtx-5060", "rtx-5070", "rtx-5090d", "rtx-a4000", "rtx-a4500", "rtx-a5000", "rtx-a5500", "rtx-2000-ada",
     "rtx-4000-sff-ada", "rtx-4000-ada", "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada", "rtx-pro-6000-max-q", "t4",
     "a10", "a40", "l4", "l40", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-nvl", "h200-nvl",
+    "rtx-4060-ti-8gb",  # the 8 GB variant, named like the 16 GB card
 }
 
 
@@ -188,11 +189,11 @@ def test_gpu_lookup_variants(query, pid):
     assert get_gpu_preset(query).preset_id == pid
 
 
-@pytest.mark.parametrize("query, pid", [("rtx 3060", "rtx-3060-12gb"), ("4060 Ti", "rtx-4060-ti-16gb"),
+@pytest.mark.parametrize("query, pid", [("rtx 3060", "rtx-3060-12gb"), ("4060 Ti", "rtx-4060-ti-16gb or rtx-4060-ti-8gb"),
                                         ("rtx-5060-ti", "rtx-5060-ti-16gb")])
 def test_a_card_sold_in_several_memory_sizes_needs_its_size(query, pid):
-    # The RTX 4060 Ti also comes with 8 GB, which has no preset: the bare name must not
-    # quietly plan for the 16 GB card's VRAM and bandwidth.
+    # The RTX 5060 Ti also comes with 8 GB, which has no preset: the bare name must not
+    # quietly plan for the 16 GB card's VRAM and bandwidth; the RTX 4060 Ti has both.
     with pytest.raises(CopeInputError, match=f"comes in more than one memory size; name it with its memory, e.g. {pid}"):
         get_gpu_preset(query)
 
@@ -215,7 +216,8 @@ def test_gpu_lookup_unknown_lists_known_ids():
 
 
 def test_gpu_lookup_ambiguous():
-    with pytest.raises(CopeInputError, match="ambiguous.*a100-40gb.*a100-80gb"):
+    # Variants that differ only in memory say so and list the sizes.
+    with pytest.raises(CopeInputError, match="more than one memory size.*a100-40gb or a100-80gb"):
         get_gpu_preset("A100")
     with pytest.raises(CopeInputError, match="ambiguous.*h100-pcie.*h100-sxm"):
         get_gpu_preset("h100")
