@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.spans import block_span
+from engine.spans import block_span, count_of
 from engine.trace import RoutingTrace
 
 TRACE_FILE = "trace.cope.npz"
@@ -63,7 +63,7 @@ def dataset_card(trace: RoutingTrace, facts: CardFacts) -> str:
         ("quantization", quantization),
         ("runtime", runtime),
         ("prompts' domain", domain),
-        ("tokens", f"{trace.n_tokens:,} decode tokens in {trace.n_sequences} sequences"),
+        ("tokens", f"{trace.n_tokens:,} decode tokens in {count_of(trace.n_sequences, 'sequence')}"),
         ("MoE layers", f"{trace.n_layers} (blocks {block_span(meta.moe_blocks)}), {meta.n_experts} routed experts, "
                        f"top-{trace.top_k}"),
         ("router weights", "yes" if trace.weights is not None else "no"),
@@ -110,3 +110,9 @@ cope trace pull {facts.repo_id}
 cope advise --model {model}
 ```
 {"" if not notes else chr(10) + "## Notes" + chr(10) + chr(10) + notes}"""
+
+
+def trace_shape(trace: RoutingTrace) -> str:
+    """"200 tokens x 48 MoE layers (top-8, 1 sequence)": what a written trace holds."""
+    return (f"{trace.n_tokens} tokens x {trace.n_layers} MoE layers (top-{trace.top_k}, "
+            f"{count_of(trace.n_sequences, 'sequence')})")

@@ -19,6 +19,7 @@ import sys
 
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 from engine.errors import CopeInputError
+from engine.trace_card import trace_shape
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     trace = result.trace
     for note in trace.meta.notes:
         print(f"cope: note: {note}", file=sys.stderr)
-    print(f"cope: wrote {trace.n_tokens} tokens x {trace.n_layers} MoE layers (top-{trace.top_k}, "
-          f"{trace.n_sequences} sequences) of {trace.meta.model or 'an unnamed model'} to {result.path}",
+    print(f"cope: wrote {trace_shape(trace)} of {trace.meta.model or 'an unnamed model'} to {result.path}",
           file=sys.stderr)
     print(result.path)
     return EXIT_OK

@@ -20,6 +20,7 @@ from pathlib import Path
 from cope_tui.exit_codes import EXIT_OK
 from engine.cache_dirs import default_trace_path, model_label
 from engine.errors import CopeInputError
+from engine.trace_card import trace_shape
 from engine.prompts import DOMAINS, domain_prompts, load_prompts
 
 
@@ -117,10 +118,6 @@ def run(args: argparse.Namespace) -> int:
     save_trace(trace, out)
     for note in trace.meta.notes:
         print(f"cope: note: {note}", file=sys.stderr)
-    print(
-        f"cope: wrote {trace.n_tokens} tokens x {trace.n_layers} MoE layers (top-{trace.top_k}, "
-        f"{trace.n_sequences} sequences) to {out}",
-        file=sys.stderr,
-    )
+    print(f"cope: wrote {trace_shape(trace)} to {out}", file=sys.stderr)
     print(out)
     return EXIT_OK
