@@ -142,10 +142,14 @@ def _gpu_presets() -> list[tuple[str, str]]:
 
 
 def _cpu_presets() -> list[tuple[str, str]]:
-    from engine.cpu_presets import cpu_models, cpu_presets
+    from engine.cpu_presets import cpu_models, cpu_presets, machines
 
-    # A typical machine shares its CPU's name: its id tells the two apart.
-    return [(spec.name if pid in cpu_models() else f"{spec.name} ({pid})", pid) for pid, spec in cpu_presets().items()]
+    # One entry per CPU name (its usual memory; the Memory field gives another); a typical
+    # machine shares its CPU's name, so it says the memory that sets it apart.
+    def label(pid: str, name: str) -> str:
+        return name if pid in cpu_models() else f"{name} + {machines()[pid].memory.text}"
+
+    return [(label(pid, spec.name), pid) for pid, spec in cpu_presets().items()]
 
 
 def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
@@ -177,10 +181,12 @@ class PlanChoices:
         help="CPU preset or name (see `cope presets`; '2x NAME' for two sockets; a name that is no preset needs "
              "--memory or --ram-bandwidth; default: this machine's CPU)")
     ram_gib: float | None = _option(
-        None, flag="--ram-gib", metavar="GIB", parse=_float, check=_positive,
+        None, flag="--ram-gib", metavar="GIB", parse=_float, check=_positive, label="RAM GiB", group="hardware",
+        hint="detected",
         help="the machine's RAM, GiB, for the host-memory check (default: detected, or the CPU preset's)")
     memory: Any = _option(
-        None, flag="--memory", metavar="TYPE-SPEEDxCHANNELS", parse=_memory,
+        None, flag="--memory", metavar="TYPE-SPEEDxCHANNELS", parse=_memory, label="Memory", group="hardware",
+        hint="CPU's usual",
         help="one socket's memory, e.g. ddr5-4800x2, ddr4-3200x8, lpddr5x-8000x256bit (default: detected, or the "
              "CPU preset's usual); its theoretical peak is the bandwidth planned with")
     ram_bandwidth_gbps: float | None = _option(
@@ -342,6 +348,8 @@ class AppOption:
             return ""
         if isinstance(value, tuple):
             return ",".join(value)
+        if isinstance(getattr(value, "text", None), str):  # a MemorySpec: as it is written
+            return value.text
         return f"{value:g}" if isinstance(value, float) else str(value)
 
 

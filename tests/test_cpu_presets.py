@@ -184,3 +184,24 @@ def test_an_intel_f_part_is_the_part_without_its_graphics(name, preset):
     from engine.cpu_presets import find_cpu_preset_id
 
     assert find_cpu_preset_id(name) == preset
+
+
+def test_a_cpu_name_with_a_machines_memory_plans_as_that_machine(capsys):
+    """One preset per CPU name, memory given separately (issue 30): the Ryzen 9 7950X with
+    the desktop-ddr5 machine's memory is priced as desktop-ddr5, and the app's CPU picker
+    names each CPU once, a machine row with the memory that sets it apart."""
+    import json
+
+    from cope_tui.cli import main
+    from cope_tui.options import _cpu_presets
+
+    ranked = []
+    for cpu in (["--cpu", "desktop-ddr5"], ["--cpu", "AMD Ryzen 9 7950X", "--memory", "ddr5-6000x2"]):
+        assert main(["advise", "--json", "--tokens", "150", *cpu]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        ranked.append([(c["id"], c["tpot_s"]) for c in doc["candidates"]])
+    assert ranked[0] == ranked[1]
+    labels = dict((value, label) for label, value in _cpu_presets())
+    assert labels["ryzen-9-7950x"] == "AMD Ryzen 9 7950X"
+    assert labels["desktop-ddr5"] == "AMD Ryzen 9 7950X + ddr5-6000x2"
+    assert len(set(labels.values())) == len(labels)  # no two entries read alike

@@ -81,7 +81,11 @@ def test_every_front_end_gets_the_same_one_line_check(choices, message):
 
 def test_app_inputs_are_the_table_s_with_its_parse_and_checks():
     hardware = {o.name: o for o in app_options("hardware")}
-    assert set(hardware) == {"gpu", "cpu", "vram_budget_gib"}
+    assert set(hardware) == {"gpu", "cpu", "ram_gib", "memory", "vram_budget_gib"}
+    memory = hardware["memory"].parse("ddr5-6000x2")  # given apart from the CPU, as --memory
+    assert memory.peak_bytes_per_s == 96e9 and hardware["memory"].show(memory) == "ddr5-6000x2"
+    with pytest.raises(CopeInputError, match="Memory: "):
+        hardware["memory"].parse("ddr9-1x2")
     assert ("NVIDIA GeForce RTX 4090", "rtx-4090") in hardware["gpu"].choices
     assert hardware["vram_budget_gib"].parse(" 10 ") == 10.0 and hardware["vram_budget_gib"].parse("") is None
     with pytest.raises(CopeInputError, match="VRAM budget GiB: 'lots' is not a number"):
