@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Select, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState
 
+from cope_tui.app.confirm import ConfirmScreen
 from cope_tui.app.help import HelpScreen
 from cope_tui.app.messages import (
     AdviceReady,
@@ -270,6 +271,8 @@ class CopeApp(TraceActions, Workers, App[None]):
                 "measure": "Measuring failed", "runtimes": "Looking for runtimes failed"}.get(message.task, message.task)
         keep = "; the previous results stay" if self.advice is not None else ""
         self.say(f"{what}: {message.text}{keep}", "error")
+        if message.task == "advice":  # a notification fades: Results keeps saying why
+            self.query_one(ResultsPane).show_failure(f"{what}: {message.text}{keep}", ranked=self.advice is not None)
 
     def on_command_estimated(self, message: CommandEstimated) -> None:
         self.query_one(ExportPane).show_estimate(message.result)
@@ -438,9 +441,10 @@ class CopeApp(TraceActions, Workers, App[None]):
                  "if nothing was copied, your terminal does not support it: save it with s instead")
 
     def action_save(self) -> None:
-        from cope_tui.service.runtimes import write_counts_pt
-        from engine.export import write_export
-
+        """Write the selected command (and its artefacts) to the Save path; asks first when
+        that would overwrite a file."""
+        if isinstance(self.screen, ConfirmScreen):  # s again while asked: one question at a time
+            return
         pane = self.query_one(ExportPane)
         path = Path(pane.save_path).expanduser()
         if not path.is_absolute():
@@ -448,6 +452,25 @@ class CopeApp(TraceActions, Workers, App[None]):
         export = self.current_export(side_dir=str(path.parent))
         if export is None:
             return
+        there = [p for p in (path, *(path.parent / name for name in export.artefact_names)) if p.exists()]
+        if not there:
+            self._write_export(export, path)
+            return
+        names = ", ".join(p.name for p in there)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._write_export(export, path)
+            else:
+                self.say(f"Not saved: {', '.join(str(p) for p in there)} left untouched")
+
+        self.push_screen(ConfirmScreen(f"{names} {'exists' if len(there) == 1 else 'exist'}: overwrite? y/n"),
+                         answered)
+
+    def _write_export(self, export, path: Path) -> None:  # type: ignore[no-untyped-def]
+        from cope_tui.service.runtimes import write_counts_pt
+        from engine.export import write_export
+
         try:
             written = write_export(export, path, write_tensor=write_counts_pt)
         except (OSError, CopeInputError) as exc:

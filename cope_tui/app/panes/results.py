@@ -69,6 +69,7 @@ def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-u
 class ResultsPane(Vertical):
     DEFAULT_CSS = """
     ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
+    ResultsPane #results-message { height: auto; max-height: 4; padding: 0 1; display: none; }
     ResultsPane #results-table { height: 1fr; min-height: 5; }
     ResultsPane #results-bottom { height: 45%; min-height: 11; }
     ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
@@ -79,6 +80,8 @@ class ResultsPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("computing the default recommendation...", id="results-summary")
+        # Hidden while a row can be run: says why none can, or why there is no ranking.
+        yield Static("", id="results-message")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="results-bottom"):
             chart = ThroughputChart(id="chart")
@@ -95,11 +98,24 @@ class ResultsPane(Vertical):
         if self.compact is not None and self.compact != (self.app.size.width < WIDE_AT):
             self.update_from(self.app)
 
+    def show_message(self, text: str | None, *, error: bool = False) -> None:
+        """A line above the table (None hides it): what `cope advise` says instead of a
+        command to run, or why the ranking could not be computed."""
+        shown = self.query_one("#results-message", Static)
+        shown.update(Text(text or "", style="bold red" if error else "bold yellow"))
+        shown.display = bool(text)
+
+    def show_failure(self, text: str, *, ranked: bool) -> None:
+        """A ranking that failed: said on the pane, above the previous rows if there are any."""
+        if not ranked:
+            self.query_one("#results-summary", Static).update("no ranking")
+        self.show_message(text, error=True)
+
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
         advice = app.advice
         if advice is None:
             return
-        from cope_tui.text_report import runs_on_text
+        from cope_tui.text_report import nothing_fits, runs_on_text
 
         rec = advice.rec
         runs = app.runs
@@ -121,6 +137,8 @@ class ResultsPane(Vertical):
                            f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s)",
                            style="bold")
         self.query_one("#results-summary", Static).update(summary)
+        # No row to run (nothing fits RAM, no runtime runs any): the CLI's words, not a second wording.
+        self.show_message(nothing_fits(runs) if runs.run_now is None else None)
         table = self.query_one(DataTable)
         self.compact = self.app.size.width < WIDE_AT
         table.clear(columns=True)

@@ -1,0 +1,152 @@
+"""The app says what the CLI says: no row to run, a failed ranking, a misspelt model, a
+refused probe series, an overwrite asked about first. Driven with the Pilot; nothing
+probes the machine or touches the network (tests/test_app.py's stubs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import DataTable  # noqa: E402
+
+from cope_tui.app.panes.results import ResultsPane  # noqa: E402
+from cope_tui.options import PlanChoices  # noqa: E402
+from cope_tui.text_report import nothing_fits, render_run_now  # noqa: E402
+from engine.errors import CopeInputError  # noqa: E402
+from engine.runtimes import STOCK_NAME  # noqa: E402
+from tests.test_app import make_app, make_services, settle, text_of  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("app_caches")]
+
+
+def shown(app, selector: str) -> str:  # type: ignore[no-untyped-def]
+    """A Static's text, and only when it is on the screen (a hidden one says nothing)."""
+    widget = app.query_one(selector)
+    return text_of(app, selector) if widget.display else ""
+
+
+# --- Results: no row to run ---------------------------------------------------------------
+
+
+async def test_nothing_fits_ram_says_what_cope_advise_says():
+    # gpt-oss-120b keeps 46 GiB in host memory on the default card: 16 GiB of RAM holds none.
+    app = make_app(make_services(), PlanChoices(model="gpt-oss-120b", ram_gib=16, tokens=150))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.runs.run_now is None
+        message = shown(app, "#results-message")
+        assert message == nothing_fits(app.runs) == render_run_now(app.advice.rec, app.runs)[0]
+        assert "fits this machine's RAM" in message and "16.0 GiB" in message
+        table = app.query_one("#results-table", DataTable)
+        assert table.row_count > 0 and not str(table.get_row_at(0)[0]).startswith("▶")  # no row pinned to run
+        assert "no RAM" in {str(table.get_row_at(i)[-1]) for i in range(table.row_count)}
+
+
+async def test_a_ranking_with_a_row_to_run_shows_no_message():
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.runs.run_now is not None
+        assert shown(app, "#results-message") == ""
+
+
+def without_stock(runs):  # type: ignore[no-untyped-def]
+    """The run state where stock llama.cpp runs none of the ranked candidates (and so nothing runs now)."""
+    rows = tuple(replace(row, runs=tuple(r for r in row.runs if r.support.runtime != STOCK_NAME)) for row in runs.rows)
+    return replace(runs, rows=rows, run_now=None)
+
+
+async def test_no_runtime_for_any_candidate_says_so():
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.runs = without_stock(app.runs)
+        app.query_one(ResultsPane).update_from(app)
+        await pilot.pause()
+        message = shown(app, "#results-message")
+        assert message == nothing_fits(app.runs) == "Run this now: nothing COPE ranked runs on this machine"
+
+
+async def test_a_first_ranking_that_fails_says_why_on_results():
+    def no_cpu():  # type: ignore[no-untyped-def]
+        raise CopeInputError("the test's CPU cannot be read")
+
+    app = make_app(replace(make_services(), detect_cpu=no_cpu))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.advice is None
+        message = shown(app, "#results-message")
+        assert message == "Could not compute the ranking: the test's CPU cannot be read"
+        assert "computing" not in text_of(app, "#results-summary")
+
+
+async def test_a_later_ranking_that_fails_keeps_the_rows_and_says_why(tmp_path):
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rows = app.query_one("#results-table", DataTable).row_count
+        app.compute(app.choices.with_(model=str(tmp_path / "missing.gguf")))
+        await settle(pilot)
+        message = shown(app, "#results-message")
+        assert message.startswith("Could not compute the ranking:") and "missing.gguf" in message
+        assert message.endswith("the previous results stay")
+        assert app.query_one("#results-table", DataTable).row_count == rows
+        app.compute(app.choices)  # a ranking that works again clears it
+        await settle(pilot)
+        assert shown(app, "#results-message") == ""
+
+
+# --- Save asks before it overwrites -------------------------------------------------------
+
+
+async def test_save_over_an_existing_file_asks_and_no_keeps_the_bytes(tmp_path):
+    from cope_tui.app.confirm import ConfirmScreen
+
+    target = tmp_path / "cope-command.sh"
+    target.write_bytes(b"#!/bin/sh\necho mine\n")
+    app = make_app(make_services(), cwd=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert text_of(app.screen, "#question") == "cope-command.sh exists: overwrite? y/n"
+        await pilot.press("n")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert target.read_bytes() == b"#!/bin/sh\necho mine\n"
+        assert app.notices[-1] == ("information", f"Not saved: {target} left untouched")
+
+
+async def test_save_over_an_existing_file_writes_the_command_on_yes(tmp_path):
+    from cope_tui.app.confirm import ConfirmScreen
+
+    target = tmp_path / "cope-command.sh"
+    target.write_text("#!/bin/sh\necho mine\n")
+    app = make_app(make_services(), cwd=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        export = app.current_export(side_dir=str(tmp_path))
+        assert target.read_text().splitlines()[-1] == export.display()
+        assert app.notices[-1][1].startswith("Saved ") and app.notices[-1][1].endswith(str(target))
+
+
+async def test_save_to_a_new_file_asks_nothing(tmp_path):
+    from cope_tui.app.confirm import ConfirmScreen
+
+    app = make_app(make_services(), cwd=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert (tmp_path / "cope-command.sh").read_text().splitlines()[-1] == app.current_export().display()
