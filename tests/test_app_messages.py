@@ -150,3 +150,62 @@ async def test_save_to_a_new_file_asks_nothing(tmp_path):
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         assert (tmp_path / "cope-command.sh").read_text().splitlines()[-1] == app.current_export().display()
+
+
+# --- the catalog search suggests ----------------------------------------------------------
+
+
+async def test_a_misspelt_catalog_search_says_the_closest_and_enter_picks_it():
+    from textual.widgets import Input
+
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        app.query_one("#search", Input).focus()
+        assert shown(app, "#catalog-hint") == ""
+        await pilot.press(*"gpt-oss-12b")
+        await pilot.pause()
+        hint = shown(app, "#catalog-hint")
+        assert hint.startswith("no catalog model matches 'gpt-oss-12b' (did you mean gpt-oss-120b")
+        catalog = app.query_one("#catalog")
+        assert catalog.get_option_at_index(0).id == "gpt-oss-120b"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.advice.request.model.id == "gpt-oss-120b"
+
+
+async def test_a_search_typed_from_the_start_of_a_name_finds_what_it_misspells():
+    from textual.widgets import Input
+
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        app.query_one("#search", Input).focus()
+        await pilot.press(*"deepsek")
+        await pilot.pause()
+        hint = shown(app, "#catalog-hint")
+        ids = [app.query_one("#catalog").get_option_at_index(i).id for i in range(app.query_one("#catalog").option_count)]
+        assert ids and all(i.startswith("deepseek-") for i in ids)
+        assert hint == f"no catalog model matches 'deepsek' (did you mean {' or '.join(ids)}?)"
+        await pilot.press("backspace", "e", "k")  # deepseek: now it matches, and the hint goes
+        await pilot.pause()
+        assert shown(app, "#catalog-hint") == ""
+        await pilot.press(*" r1")  # an alias, as `cope advise --model DeepSeek-R1` reads it
+        await pilot.pause()
+        assert app.query_one("#catalog").get_option_at_index(0).id == "deepseek-v3"
+
+
+async def test_nothing_close_says_no_match_without_a_guess():
+    from textual.widgets import Input
+
+    app = make_app(make_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        app.query_one("#search", Input).focus()
+        await pilot.press(*"zzzzzz")
+        await pilot.pause()
+        assert shown(app, "#catalog-hint") == "no catalog model matches 'zzzzzz'"
+        assert app.query_one("#catalog").option_count == 0

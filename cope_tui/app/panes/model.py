@@ -15,6 +15,36 @@ from engine.errors import CopeInputError
 from engine.spans import count_of
 
 
+def closest_models(query: str) -> list[str]:
+    """The catalog ids (at most 3, closest first) for a search that matched none. Compared
+    as `cope advise --model` compares (engine.preset_names: case, spaces and dashes do not
+    count, 0.75 similarity), against each id, name and alias, and against their start as
+    long as what was typed: a search is typed from the start of a name, so 'deepsek' is
+    close to 'deepseek-v3' though far from the whole of it."""
+    import difflib
+
+    from engine.catalog import catalog
+    from engine.preset_names import squash
+
+    key = squash(query)
+    if not key:
+        return []
+    scored = []
+    for model in catalog().values():
+        names = [squash(n) for n in (model.id, model.name, *model.aliases)]
+        score = max(max(difflib.SequenceMatcher(None, key, n[:len(key)]).ratio(),
+                        difflib.SequenceMatcher(None, key, n).ratio()) for n in names)
+        if score >= 0.75:
+            scored.append((-score, len(scored), model.id))
+    return [model_id for _, _, model_id in sorted(scored)[:3]]
+
+
+def no_match_text(query: str, close: list[str]) -> str:
+    """What the CLI says of an unknown model, for a search: ' (did you mean X or Y?)'."""
+    guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"no catalog model matches {query.strip()!r}{guess}"
+
+
 class ModelPane(VerticalScroll):
     DEFAULT_CSS = """
     ModelPane { padding: 0 1; }
@@ -23,6 +53,7 @@ class ModelPane(VerticalScroll):
     ModelPane .row Input { width: 1fr; }
     ModelPane #catalog { height: 7; border: none; }
     ModelPane #model-now { color: $text-muted; }
+    ModelPane #catalog-hint { height: auto; display: none; color: $warning; }
     """
 
     def compose(self) -> ComposeResult:
@@ -30,6 +61,7 @@ class ModelPane(VerticalScroll):
         with Horizontal(classes="row"):
             yield Label("Catalog")
             yield Input(placeholder="search the catalog (name, id, arch)", id="search", compact=True)
+        yield Static("", id="catalog-hint")  # shown when the search matches nothing
         yield OptionList(id="catalog", compact=True)
         with Horizontal(classes="row"):
             yield Label("GGUF file")
@@ -49,14 +81,21 @@ class ModelPane(VerticalScroll):
         from engine.catalog import catalog
 
         q = query.strip().lower()
+        models = [m for m in catalog().values()
+                  if all(word in f"{m.id} {m.name} {' '.join(m.aliases)} {m.arch} {m.hf_repo or ''}".lower()
+                         for word in q.split())]
+        hint = self.query_one("#catalog-hint", Static)
+        hint.display = not models
+        if not models:  # a misspelling: the closest, listed so that Enter picks the first
+            close = closest_models(query)
+            hint.update(Text(no_match_text(query, close)))
+            models = [catalog()[model_id] for model_id in close]
         options = self.query_one("#catalog", OptionList)
         options.clear_options()
-        for model in catalog().values():
-            hay = f"{model.id} {model.name} {model.arch} {model.hf_repo or ''}".lower()
-            if all(word in hay for word in q.split()):
-                label = Text(model.name + "  ")
-                label.append(f"{model.id} · {model.arch} · {model.n_routed_experts}x top-{model.top_k}", style="dim")
-                options.add_option(Option(label, id=model.id))
+        for model in models:
+            label = Text(model.name + "  ")
+            label.append(f"{model.id} · {model.arch} · {model.n_routed_experts}x top-{model.top_k}", style="dim")
+            options.add_option(Option(label, id=model.id))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "search":
