@@ -209,3 +209,43 @@ async def test_nothing_close_says_no_match_without_a_guess():
         await pilot.pause()
         assert shown(app, "#catalog-hint") == "no catalog model matches 'zzzzzz'"
         assert app.query_one("#catalog").option_count == 0
+
+
+# --- a refused probe series is named ------------------------------------------------------
+
+
+def refused_runner(measured: int):  # type: ignore[no-untyped-def]
+    """A prober whose cpu_experts series failed its consistency check twice: the outcome
+    probe_then_price returns for it (no pricing; the refusal line as the error)."""
+    from cope_tui.service.pricing import ProbeOutcome, ProbeReport
+    from engine.cost_models import Fidelity
+    from engine.probe_consistency import SeriesRef, SeriesVerdict, refusal_note
+
+    verdict = SeriesVerdict(SeriesRef("cpu_experts", (("threads", 8),)),
+                            "3 experts measured 40.0 ms, slower than 4 experts at 20.0 ms", "monotone", (3, 4))
+    note = refusal_note(verdict, verdict)
+
+    def run(request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]
+        progress(measured, measured, "done")
+        report = ProbeReport(measured=measured, left=2, stopped="refused", refused=(note,))
+        return ProbeOutcome(Fidelity(fidelity), report, None, "/cache/profiles/fake.json", note)
+
+    return run, note
+
+
+@pytest.mark.parametrize("measured", [0, 5])  # nothing new measured (a recheck only) is no failure either
+async def test_a_refused_probe_series_is_named_in_the_summary_and_the_notice(measured):
+    run, note = refused_runner(measured)
+    app = make_app(make_services(run))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        before = app.advice
+        await pilot.press("p")
+        await settle(pilot)
+        severity, text = app.notices[-1]
+        assert note == "cpu_experts at 8 threads refused: 3 experts measured 40.0 ms, slower than 4 experts at " \
+                       "20.0 ms, twice"
+        assert severity == "warning" and note in text
+        assert "Probes failed" not in text and "Too little measured" not in text
+        assert text_of(app, "#probe-summary") == text
+        assert app.advice is before  # nothing repriced from it

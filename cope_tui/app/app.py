@@ -306,8 +306,12 @@ class CopeApp(TraceActions, Workers, App[None]):
         o, r = message.outcome, message.outcome.report
         kept = f"{r.measured} measurements taken" + (f", {r.skipped} already cached" if r.skipped else "")
         where = f" in the profile cache ({o.source})" if o.source else ""
+        refused = r.refused or ((o.error,) if r.stopped == "refused" and o.error else ())
         if r.stopped == "cancelled":
             text = f"Probes cancelled: {kept}, kept{where}; {r.left} not run. The next run resumes."
+            severity = "warning"
+        elif refused:  # which figure failed its consistency check twice, and how (engine/probe_consistency.py)
+            text = f"Probes done: {kept}" + (f", {r.left} left" if r.left else "") + f"{where}; " + "; ".join(refused) + "."
             severity = "warning"
         elif r.stopped == "failed" or o.error and o.pricing is None and r.measured == 0:
             text = f"Probes failed: {o.error or 'unknown error'}; {kept}, kept{where}."
@@ -317,6 +321,8 @@ class CopeApp(TraceActions, Workers, App[None]):
             severity = "information"
         if o.pricing is not None:
             text += f" Ranking repriced with the {o.fidelity.value} profile."
+        elif refused:
+            text += " A refused series prices nothing; the ranking stays as it was."
         elif r.stopped != "failed":
             text += " Too little measured to price with; the ranking stays as it was."
         self.query_one(ProbesPane).show_summary(text)
