@@ -5,7 +5,9 @@ thread count, in one process as `cope validate` runs them:
 - probe: probes.operators.cpu_experts for k experts (the atomic probe, on the calling
   thread), times the MoE layers: the expert time per token the probes imply;
 - executed: probes.executor.Executor running the all-on-CPU candidate over a synthetic
-  trace (median expert time per token), with the lanes' observed torch threads.
+  trace (median expert time per token), with the lanes' observed torch threads and the
+  CPUs the process kept busy meanwhile (CPU time / wall time: about the thread count
+  when the threads run at once, whatever else loads the machine).
 
 Prints both, the speed-up from the first thread count to each other (executed and
 implied by the probe) and the load average before and after. Run:
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,10 +56,13 @@ def main() -> None:
         for t in counts:
             per_step = ops.cpu_experts(pool, model.top_k, t, 3.0).median_s  # the probe, on this thread
             probe[t].append(per_step * model.n_moe_layers)
+            c0, w0 = os.times(), time.perf_counter()
             run = executor.run(Candidate(Kind.ALL_CPU), trace, setup, threads=t)
+            c1, w1 = os.times(), time.perf_counter()
+            busy = (c1.user - c0.user + c1.system - c0.system) / (w1 - w0)  # CPUs this process kept busy
             executed[t].append(run.experts_median_s)
             print(f"  {t} threads: probe {probe[t][-1] * 1e3:7.1f} ms/token, executed {run.experts_median_s * 1e3:7.1f}"
-                  f" ms/token (lanes: {run.summary()['cpu_lane_threads']})", flush=True)
+                  f" ms/token, {busy:.2f} CPUs busy (lanes: {run.summary()['cpu_lane_threads']})", flush=True)
     base = counts[0]
     print(f"{'threads':>7} {'probe ms':>9} {'executed ms':>12} {'implied x':>10} {'achieved x':>11}")
     for t in counts:
