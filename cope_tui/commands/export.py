@@ -13,8 +13,9 @@ import sys
 
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
+from engine.runtimes import ALIASES, RUNTIME_NAMES
 
-RUNTIME_CHOICES = ("llama.cpp", "ik_llama.cpp", "fork", "sglang-kt", "stock")
+RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the earlier spellings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

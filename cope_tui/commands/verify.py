@@ -14,6 +14,11 @@ from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 from cope_tui.options import choices_from_args
 from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
 from engine.platform import NO_GPU
+from engine.runtimes import ALIASES, REGISTRY
+
+# The runtimes whose builds ship llama-bench, what verify runs, and their earlier spellings.
+BENCH_RUNTIMES = tuple(r.info.name for r in REGISTRY if "llama-bench" in r.info.binaries)
+VERIFY_CHOICES = (*BENCH_RUNTIMES, *(alias for alias, name in ALIASES.items() if name in BENCH_RUNTIMES))
 
 NO_BENCH = "no llama-bench found on PATH: give one with --llama-bench PATH"
 HOW_TO_GET = ("build it from github.com/ggml-org/llama.cpp (cmake -B build -DGGML_CUDA=ON && cmake --build build "
@@ -26,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="candidate id, as `cope advise` lists it (with --gpu none: cpu-only)")
     p.add_argument("--llama-bench", metavar="PATH", help="the llama-bench binary (default: from PATH)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file to benchmark")
-    p.add_argument("--runtime", choices=("llama.cpp", "stock", "fork"), default="llama.cpp",
+    p.add_argument("--runtime", choices=VERIFY_CHOICES, default="llama.cpp",
                    help="llama.cpp's llama-bench (stock means the same) or the MoE expert-cache fork's")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                    help="seconds for all benchmark runs together (default 600)")

@@ -21,7 +21,7 @@ from engine.command_estimate import CommandEstimate, command_settings, price_com
 from engine.cost_model import CostModel
 from engine.errors import BudgetTooSmall, CopeInputError
 from engine.llama_args import LlamaCommand, parse_llama_command
-from engine.memory import GIB
+from engine.memory import GIB, SAFETY_MARGIN_FRACTION
 from engine.platform import plans_without_gpu, usable_threads
 from engine.progress import Progress
 
@@ -76,7 +76,7 @@ def sweep_budgets_for(rec: Recommendation, n_points: int) -> list[int]:
     """VRAM budgets from just above what the non-expert weights need to the whole GPU."""
     top = rec.request.platform.gpu.vram_bytes.value or rec.request.vram_budget_bytes
     top = max(int(top), rec.request.vram_budget_bytes)
-    low = rec.memory.fixed_bytes / (1 - 0.05) + 0.5 * GIB  # the margin scales with the budget
+    low = rec.memory.fixed_bytes / (1 - SAFETY_MARGIN_FRACTION) + 0.5 * GIB  # the margin scales with the budget
     low = math.ceil(low / (0.5 * GIB)) * 0.5 * GIB
     if low >= top or n_points < 2:
         return [top]
