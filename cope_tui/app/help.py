@@ -26,7 +26,7 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `Escape` | cancel probes or recording (with neither running: back to Results); close this screen |
 | `r` | recompute the ranking |
 | `c` | copy the command of the selected candidate (OSC 52: your terminal must support it) |
-| `s` | save it to a file (artefacts beside it) |
+| `s` | save it to a file (artefacts beside it; asks before overwriting one) |
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `t` | with a Workload: chart prompt tok/s instead of decode tok/s |
 | `?` / `F1` | this help |
@@ -34,12 +34,13 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 
 - **Hardware**: choose the GPU preset to plan for, the CPU (this machine's, or a
   preset) and the VRAM budget; *Measure this machine* measures its bandwidths.
-- **Model**: search the catalog (Enter picks), open a local `.gguf` (its tensors fix
+- **Model**: search the catalog (Enter picks; a misspelt name lists the closest), open a local `.gguf` (its tensors fix
   the quantization), or type a Hugging Face repo id; context and threads.
 - **Trace**: a **SYNTHETIC** trace is made-up routing. Pull a trace from the trace
   cache, record one with transformers, or import a file.
 - **Results**: the row marked `▶` is what to run now: the fastest candidate a runtime
-  installed here runs (else the fastest stock llama.cpp runs). *runs on* names the
+  installed here runs (else the fastest stock llama.cpp runs); when none can run (nothing
+  fits in RAM), a line above the table says why, as `cope advise` does. *runs on* names the
   runtimes: `stock` llama.cpp, `ik` ik_llama.cpp, `fork` the llama.cpp MoE
   expert-cache fork (github.com/thecodacus/llama.cpp), `kt` SGLang + kt-kernel; `~`
   approximately, `none` no runtime, `no RAM` does not fit in RAM. Move the cursor to
