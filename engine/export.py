@@ -225,7 +225,9 @@ def export_candidate(
         raise CopeInputError(f"context and threads must be positive, got {context} and {threads}")
     candidate: Candidate = getattr(target, "candidate", target)
     build = (builds or {}).get(rt.info.name)
-    opts = LaunchOptions(binary, model_path or f"{model.id}.gguf", context, threads, side_dir, hf_model, build)
+    # The file named for the command, else the GGUF the model was read from, else a placeholder.
+    gguf = model_path or model.gguf_path or f"{model.id}.gguf"
+    opts = LaunchOptions(binary, gguf, context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
     checkpoint = checkpoint_of_hf_model(hf_model)  # a local --hf-model's config.json: what SGLang loads

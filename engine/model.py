@@ -86,6 +86,9 @@ class ModelSpec:
     tied_embeddings: bool
     attention: AttentionShape
     source: str
+    # The local GGUF it was read from, as the person named it (a split's first shard, where
+    # llama.cpp starts): what a printed command loads; "" when not read from a local file.
+    gguf_path: str = ""
     gated_experts: bool = True  # gate, up and down (SwiGLU); False: up and down only
     hf_repo: str = ""
     default_quant: str = "Q4_K_M"

@@ -261,6 +261,8 @@ def test_split_gguf_reads_as_one_model(tmp_path):
         assert model.exact_bytes.shared_layer_bytes == whole.exact_bytes.shared_layer_bytes
         assert model.non_expert_bytes(None) == whole.non_expert_bytes(None)
         assert model.id == "tiny" and model.moe_blocks == (1, 2)
+        assert model.gguf_path == str(shards[0])  # where llama.cpp starts a split
+    assert whole.gguf_path == str(tmp_path / "one.gguf")
     shards[-1].unlink()
     with pytest.raises(CopeInputError, match=rf"{shards[0].name}: split GGUF is missing 1 of its .*{shards[-1].name}"):
         model_from_gguf(shards[0])

@@ -93,6 +93,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self._probe_worker: Worker | None = None
         self._probe_cancel = threading.Event()
         self._probe_t0 = 0.0
+        self._probe_budget_s = 60.0
         self._record_worker: Worker | None = None
         self._record_cancel = threading.Event()
         self._pull_plan: tuple[str, object] | None = None  # (model id, hub_trace.PullPlan) shown, not started
@@ -166,9 +167,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         from engine.export import export_for
 
         pane = self.query_one(ExportPane)
-        model_path = pane.model_path
-        if model_path is None and self.choices.model and self.choices.model.lower().endswith(".gguf"):
-            model_path = self.choices.model
+        model_path = pane.model_path  # else the GGUF the model was read from (engine.export), as the CLI
         from engine.runtimes import runtime_named
 
         runtime = runtime_named(pane.runtime).info
@@ -194,6 +193,8 @@ class CopeApp(TraceActions, Workers, App[None]):
         if message.task == "probes":
             elapsed = time.monotonic() - self._probe_t0
             left = elapsed / message.done * (message.total - message.done) if message.done else None
+            if left is not None:  # the run stops at its budget: never promise longer
+                left = max(0.0, min(left, self._probe_budget_s - elapsed))
             self.query_one(ProbesPane).show_progress(message.done, message.total, message.label, left)
         elif message.task == "record":
             self.query_one(TracePane).show_progress(message.done, message.total, message.label)
@@ -419,6 +420,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.action_show_tab("probes")
         self._probe_cancel = threading.Event()
         self._probe_t0 = time.monotonic()
+        self._probe_budget_s = pane.budget_s
         pane.show_progress(0, 1, "planning", None)
         self._probe_worker = self.probe(self.advice.request, pane.fidelity, pane.budget_s, self._probe_cancel)
 

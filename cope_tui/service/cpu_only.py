@@ -58,7 +58,7 @@ def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # t
                                  "pricing, no VRAM)")
     request = build_request(choices, detect_cpu=detect_cpu)
     pricing = choose_cost_model(request, fidelity=choices.fidelity)
-    model_file = request.model.exact_bytes.source if request.model.exact_bytes is not None else f"{request.model.id}.gguf"
+    model_file = request.model.gguf_path or f"{request.model.id}.gguf"  # as engine.export names it
     argv = ("llama-server", "-m", model_file, "-ngl", "0", "-c", str(request.context_tokens),
             "-t", str(request.threads))
     price = price_placement_command(request, pricing.cost_model, parse_llama_command(argv))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -61,16 +62,21 @@ def split_names(filename: str) -> list[str] | None:
 def model_from_gguf(path: str | Path) -> ModelSpec:
     """Describe the model in a local GGUF file (or split set), with exact byte sizes."""
     p = Path(path).expanduser()
+    # A command names the file as the person did (relative stays relative), but with "~"
+    # expanded: a quoted "~" in a printed command is not expanded by the shell.
+    given = Path(path) if not str(path).startswith("~") else p
     names = split_names(p.name)
     if names is None:
-        return model_from_gguf_headers([read_local_header(p)], where=str(path))
+        model = model_from_gguf_headers([read_local_header(p)], where=str(path))
+        return replace(model, gguf_path=str(given))
     shards = [p.with_name(n) for n in names]
     missing = [s.name for s in shards if not s.is_file()]
     if missing:
         raise CopeInputError(
             f"split GGUF is missing {len(missing)} of its {len(shards)} files: {', '.join(missing)} "
             "(expected beside it)", path=str(path))  # the path is said once, before the message
-    return model_from_gguf_headers([read_local_header(s) for s in shards], where=str(path))
+    model = model_from_gguf_headers([read_local_header(s) for s in shards], where=str(path))
+    return replace(model, gguf_path=str(given.with_name(names[0])))
 
 
 def model_from_gguf_headers(headers: Sequence[GGUFHeader], *, where: str) -> ModelSpec:
