@@ -357,7 +357,7 @@ def assumed_cpu_bandwidth_bytes_per_s(cpu: CpuSpec) -> Fact:
             return Fact.assumed(
                 value,
                 f"memory bandwidth not measured; assumed the theoretical peak of {config}; "
-                f"{why}; run the probes to measure it",
+                f"{why}; `cope detect` (in the app: Measure this machine) measures it",
             )
     raise AssertionError("unreachable")  # the last tier has no limit
 

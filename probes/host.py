@@ -21,7 +21,7 @@ from engine.memory_spec import memory_spec
 from engine.platform import CpuSpec, Fact
 from probes.memory_detect import MemoryFacts, detect_memory, read_dmidecode
 
-BANDWIDTH_UNKNOWN_NOTE = "not measured; run the probes"
+BANDWIDTH_UNKNOWN_NOTE = "not measured; `cope detect` (in the app: Measure this machine) measures it"
 
 
 # --- pure parsers ---------------------------------------------------------------------
