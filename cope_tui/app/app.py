@@ -98,6 +98,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self._record_cancel = threading.Event()
         self._pull_plan: tuple[str, object] | None = None  # (model id, hub_trace.PullPlan) shown, not started
         self.pasted_command = None  # the last llama.cpp command pasted in Export, parsed
+        self.pasted_estimate = None  # its CommandEstimate, as cope estimate gives it
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.builds: dict = {}  # their builds, by runtime: what the commands are spelled for
         self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
@@ -276,6 +277,7 @@ class CopeApp(TraceActions, Workers, App[None]):
             self.query_one(ResultsPane).show_failure(f"{what}: {message.text}{keep}", ranked=self.advice is not None)
 
     def on_command_estimated(self, message: CommandEstimated) -> None:
+        self.pasted_estimate = message.result
         self.query_one(ExportPane).show_estimate(message.result)
 
     def estimate_pasted(self, text: str) -> None:

@@ -83,9 +83,26 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
     def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:
+        """The pasted command priced as `cope estimate` prices it (cope_tui/service/pasted.py),
+        the app's model standing for --model; the shown ranking is reused when the command
+        moves none of its settings."""
+        from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
+
         builds = dict(getattr(self, "builds", {}))  # the runtimes found here: COPE's command is spelled for them
-        self._deliver("estimate", lambda cancel: service.estimate_command(advice, command, cancel=cancel,
-                                                                          builds=builds), CommandEstimated)
+        made_for = self.choices.with_(model=self.choices.model or advice.request.model.id)
+
+        def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
+            pasted = pasted_choices(command, made_for)
+
+            def make_advice(planned: PlanChoices) -> service.Advice:
+                if same_plan(planned, advice, made_for):
+                    return advice
+                return service.plan(planned.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
+                                    detect_gpu=self.this_gpu, cancel=cancel)
+
+            return estimate_pasted(command, pasted, make_advice, builds=builds, cancel=cancel)
+
+        self._deliver("estimate", job, CommandEstimated)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def sweep(self, advice: service.Advice, workload=None, candidate_ids=None) -> None:  # type: ignore[no-untyped-def]

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args, choices_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
 from engine.platform import NO_GPU
 
@@ -29,10 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.service.advice import estimate_command, estimate_without_ranking
-    from engine.errors import BudgetTooSmall
+    from cope_tui.service.pasted import estimate_pasted, pasted_choices
     from engine.llama_args import parse_llama_command
-    from cope_tui.service.command_model import command_context, command_model
 
     words = list(args.command)
     if words and words[0] == "--":
@@ -44,36 +41,21 @@ def run(args: argparse.Namespace) -> int:
         words = _shell_words(words[0])
     else:
         command = parse_llama_command(words)
-    found = command_model(command, args.model, getattr(args, "quant", None))
-    if found.said:
-        print(f"cope: {found.said}", file=sys.stderr)
-    model_arg, quant = found.model, found.quant
-    context, context_note = command_context(command, model_arg, getattr(args, "gguf_file", None), found.alias)
-    said = found.notes + ((context_note,) if context_note else ())
-    settings = dict(context=context or None, threads=command.threads, model=model_arg, quant=quant)
-    choices = choices_from_args(args, **settings)
-    if (choices.gpu or "").lower() == NO_GPU:  # the CPU alone: the command priced, nothing to rank
-        from cope_tui.service.cpu_only import estimate_without_gpu
-
-        est = estimate_without_gpu(choices, command, fidelity=args.fidelity)
-        return _report(args, words, command, est, said)
-    try:
-        advice = advice_from_args(args, **settings)
-    except BudgetTooSmall as exc:  # no candidate fits at the command's context: price the command alone
-        est = estimate_without_ranking(choices, command, exc.message,
-                                       fidelity=args.fidelity, probe_budget_s=args.probe_budget_s)
-    else:
+    # The app's paste field takes the same path (cope_tui/service/pasted.py).
+    pasted = pasted_choices(command, choices_from_args(args), gguf_file=getattr(args, "gguf_file", None))
+    if pasted.said:
+        print(f"cope: {pasted.said}", file=sys.stderr)
+    builds = None
+    if (pasted.choices.gpu or "").lower() != NO_GPU:
         from cope_tui.service.runtimes import scan_runtimes
 
-        est = estimate_command(advice, command, fidelity=args.fidelity,  # recomputed
-                               probe_budget_s=args.probe_budget_s,  # at the command's own settings where they differ
-                               builds=scan_runtimes(args.llama_bin).builds)
-    return _report(args, words, command, est, said)
+        builds = scan_runtimes(args.llama_bin).builds
+    est = estimate_pasted(command, pasted, lambda choices: advice_for(args, choices), fidelity=args.fidelity,
+                          probe_budget_s=args.probe_budget_s, builds=builds)
+    return _report(args, words, command, est)
 
 
-def _report(args: argparse.Namespace, words: list[str], command, est, said: tuple[str, ...]) -> int:  # type: ignore[no-untyped-def]
-    if said:  # what the file name says of the quantization, what -c 0 means: in the text and the JSON
-        est = replace(est, notes=said + est.notes)
+def _report(args: argparse.Namespace, words: list[str], command, est) -> int:  # type: ignore[no-untyped-def]
     if args.json:
         from cope_tui.commands.output import write_json
 

@@ -23,7 +23,13 @@ def _say_probe(done: int, total: int, label: str) -> None:
 def advice_from_args(args: argparse.Namespace, **explicit) -> Advice:  # type: ignore[no-untyped-def]
     """The ranked advice for the plan flags; `explicit` values (not None) win over them.
     Probe progress and the probing summary go to stderr."""
-    advice = plan(choices_from_args(args, **explicit), probe_progress=_say_probe)
+    return advice_for(args, choices_from_args(args, **explicit))
+
+
+def advice_for(args: argparse.Namespace, choices) -> Advice:  # type: ignore[no-untyped-def]
+    """The ranked advice for `choices` (the flags' or a pasted command's), probe progress and
+    the probing summary on stderr."""
+    advice = plan(choices, probe_progress=_say_probe)
     pricing = advice.pricing
     if pricing.probed is not None:
         print(f"cope: probes: {pricing.probed.summary()}; profile {pricing.profile_source}", file=sys.stderr)
