@@ -69,7 +69,7 @@ def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-u
 class ResultsPane(Vertical):
     DEFAULT_CSS = """
     ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
-    ResultsPane #results-message { height: auto; max-height: 4; padding: 0 1; display: none; }
+    ResultsPane #results-message { height: auto; max-height: 8; padding: 0 1; display: none; }
     ResultsPane #results-table { height: 1fr; min-height: 5; }
     ResultsPane #results-bottom { height: 45%; min-height: 11; }
     ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
