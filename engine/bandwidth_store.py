@@ -5,7 +5,10 @@ uses that figure for this machine until the person says otherwise (--cpu, --memo
 --ram-bandwidth). A machine is keyed by its CPU model, its logical CPU count, its RAM
 (whole GiB) and its machine id (/etc/machine-id; the host name where there is none), so a
 new CPU or more memory means a new measurement. Files: `<cache>/machine/cpu-bandwidth-<key>.json`,
-written atomically; one that cannot be read is ignored (a cache), never an error.
+written atomically. A file that cannot be used (damaged, too large or nested too deep,
+another schema, a FIFO or a link to a device, never opened as data) is never an error: it
+is renamed aside to `<name>.corrupt-<UTC timestamp>` with one warning, as the profile
+cache does, and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.cache_dirs import machine_dir
-from engine.files import atomic_write_text
+from engine.errors import CopeInputError
+from engine.files import atomic_write_text, set_aside_saying
+from engine.input_limits import CACHE_JSON_MAX_BYTES, read_json
 from engine.platform import Fact
 
 SCHEMA = "cope-cpu-bandwidth"
@@ -70,15 +76,37 @@ def save_measurement(m: StoredBandwidth, root: str | os.PathLike | None = None) 
     return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
 
 
+class BandwidthCacheWarning(UserWarning):
+    """A stored bandwidth measurement could not be used and was set aside."""
+
+
 def load_measurement(key: str, root: str | os.PathLike | None = None) -> StoredBandwidth | None:
-    """The stored measurement of machine `key`, or None (none stored, or unreadable)."""
+    """The stored measurement of machine `key`, or None (none stored, or unusable: then
+    set aside with one BandwidthCacheWarning)."""
+    path = store_path(key, root)
+    if not os.path.lexists(path):
+        return None
     try:
-        doc = json.loads(store_path(key, root).read_text(encoding="utf-8"))
-        if doc.get("schema") != SCHEMA or doc.get("schema_version") != SCHEMA_VERSION or doc.get("machine") != key:
-            return None
+        return _from_doc(read_json(path, what="COPE bandwidth record", cap=CACHE_JSON_MAX_BYTES), key, str(path))
+    except CopeInputError as exc:
+        warnings.warn(BandwidthCacheWarning(f"{exc}; not used, {set_aside_saying(path)}"), stacklevel=2)
+        return None
+
+
+def _from_doc(doc, key: str, where: str) -> StoredBandwidth:  # type: ignore[no-untyped-def]
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise CopeInputError("not a COPE bandwidth record", path=where)
+    if doc.get("schema_version") != SCHEMA_VERSION or doc.get("machine") != key:
+        raise CopeInputError(f"schema version {doc.get('schema_version')!r} of machine {doc.get('machine')!r}; this "
+                             f"COPE reads version {SCHEMA_VERSION} of machine {key}", path=where)
+    try:
         m = StoredBandwidth(str(doc["machine"]), str(doc["cpu_name"]), float(doc["bytes_per_s"]), int(doc["threads"]),
                             str(doc["measured_at"]), str(doc["how"]),
                             float(doc.get("single_thread_bytes_per_s", 0.0)), str(doc.get("single_thread_how", "")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return m if m.bytes_per_s > 0 and m.single_thread_bytes_per_s >= 0 else None
+    except KeyError as exc:
+        raise CopeInputError(f"field {exc} is missing", path=where) from None
+    except (ValueError, TypeError, OverflowError):
+        raise CopeInputError("a field is not a number where one belongs", path=where) from None
+    if not (0 < m.bytes_per_s < float("inf") and 0 <= m.single_thread_bytes_per_s < float("inf")):
+        raise CopeInputError(f"bandwidth {m.bytes_per_s!r} B/s is not a positive number", path=where)
+    return m

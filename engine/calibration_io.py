@@ -20,6 +20,7 @@ from engine.cache_dirs import machine_dir, safe_name
 from engine.calibration import LANE_CONSTANTS, Calibration, LaneConstants, MeasuredRun
 from engine.errors import CopeInputError
 from engine.files import atomic_write_text, set_aside_saying
+from engine.input_limits import CACHE_JSON_MAX_BYTES, read_json
 
 SCHEMA = "cope-calibration"
 SCHEMA_VERSION = 1
@@ -47,16 +48,9 @@ def save_calibration(cal: Calibration, root: str | os.PathLike | None = None) ->
 def load_calibration(path: str | os.PathLike) -> Calibration:
     """A calibration file; a CopeInputError naming the file and the field for anything wrong."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CopeInputError(f"not a COPE calibration: not UTF-8 text (byte {exc.start})", path=where) from None
-    except OSError as exc:
-        raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise CopeInputError(f"not a COPE calibration: not valid JSON ({exc})", path=where) from None
+    # Read within a cap, a FIFO or a device never opened as data, JSON depth and numbers
+    # bounded (engine/input_limits.py): a damaged cache file is one line, never a hang.
+    doc = read_json(path, what="COPE calibration", cap=CACHE_JSON_MAX_BYTES)
     return from_dict(doc, where)
 
 
@@ -121,7 +115,7 @@ def find_calibration(machine: str, model_id: str, quant: str, root: str | os.Pat
     """This machine's calibration for `model_id` and `quant`, else its nearest (see the module doc)."""
     folder = machine_dir(root)
     try:
-        files = sorted(folder.glob(f"{PREFIX}{machine}-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        files = sorted(folder.glob(f"{PREFIX}{machine}-*.json"), key=_mtime, reverse=True)
     except OSError:
         return Found(None, None, "")
     usable: list[tuple[Calibration, Path]] = []
@@ -144,8 +138,12 @@ def find_calibration(machine: str, model_id: str, quant: str, root: str | os.Pat
 
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
+def _mtime(path: Path) -> int:
+    """When `path` was written; 0 for a link that leads nowhere (it is set aside when read)."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 class _Reader:

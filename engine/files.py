@@ -67,12 +67,12 @@ def writable_target(path: str | os.PathLike) -> Path:
         raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
     if not stat.S_ISREG(mode):
         through = f" (the link points to {target})" if link else ""
-        raise CopeInputError(f"is {_kind(mode)}, not a regular file{through}: COPE writes only regular files "
+        raise CopeInputError(f"is {file_kind(mode)}, not a regular file{through}: COPE writes only regular files "
                              "and never replaces anything else", path=str(path))
     return target
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -106,7 +106,7 @@ def open_regular(path: str | os.PathLike, *, what: str = "file") -> io.BufferedR
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CopeInputError(f"is {_kind(mode)}, expected a regular {what}", path=where)
+            raise CopeInputError(f"is {file_kind(mode)}, expected a regular {what}", path=where)
         if nonblock:
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

@@ -27,7 +27,6 @@ module reads the file and assembles the ModelSpec.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,9 @@ from engine.hf_config_fields import (
 )
 from engine.hf_config_layers import LLAMA4_TYPES, linear_attention, llama4_shared_and_dense, nextn_blocks
 from engine.hf_config_shape import _attention, _expert_ffn, _llama_cpp_arch, _moe_blocks, _shared_experts
+from engine.input_limits import CONFIG_JSON_MAX_BYTES, check_model_shape, read_json
 from engine.model import ModelSpec
+from engine.user_paths import input_kind
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:
@@ -77,10 +78,12 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     n_blocks = fields.int_of(_LAYER_KEYS)
     vocab = fields.int_of(("vocab_size",))
     top_k = fields.int_of(_TOP_K_KEYS)
+    check_model_shape(n_blocks, 0, n_experts, where)  # before anything is sized by them
 
     notes: list[str] = []
     expert_ffn, gated = _expert_ffn(fields, model_type, n_experts)
     moe_blocks = _moe_blocks(fields, model_type, n_blocks)
+    check_model_shape(n_blocks, len(moe_blocks), n_experts, where)
     n_shared, shared_ffn = _shared_experts(fields, model_type, expert_ffn)
     dense_ffn = 0
     if model_type in LLAMA4_TYPES:
@@ -180,19 +183,12 @@ def _context_length(data: dict) -> int | None:
 
 
 def _read_json_object(path: Path, where: str) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CopeInputError("file not found", path=where) from None
-    except IsADirectoryError:
-        raise CopeInputError("is a folder, not a config.json file", path=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CopeInputError(f"cannot read the file: {exc}", path=where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CopeInputError(f"not valid JSON: {exc.msg} (column {exc.colno})",
-                             path=where, line=exc.lineno) from None
+    kind = input_kind(path, what="config.json file")  # a FIFO or a device: refused unopened
+    if kind is None:
+        raise CopeInputError("file not found", path=where)
+    if kind == "folder":
+        raise CopeInputError("is a folder, not a config.json file", path=where)
+    data = read_json(path, what="config.json", cap=CONFIG_JSON_MAX_BYTES)
     if not isinstance(data, dict):
         raise CopeInputError(
             f"a config.json holds one JSON object; this file holds a {type(data).__name__}",

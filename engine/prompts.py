@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 
 from engine.errors import CopeInputError
-from engine.files import read_text
+from engine.input_limits import PROMPTS_MAX_BYTES, read_capped
 
 DOMAINS = ("chat", "code", "math")
 
@@ -36,7 +36,11 @@ def parse_prompts(text: str) -> list[str]:
 
 
 def load_prompts(path: str) -> list[str]:
-    text = read_text(path, what="prompt file")
+    raw = read_capped(path, what="prompt file", cap=PROMPTS_MAX_BYTES)  # a FIFO or a sparse giant: refused
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from None
     prompts = parse_prompts(text)
     if not prompts:
         raise CopeInputError("holds no prompt (empty, or only comments)", path=path)

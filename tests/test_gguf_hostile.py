@@ -35,12 +35,12 @@ def test_base_reads(tmp_path):
 
 def test_block_count_of_2_to_the_40(tmp_path):
     refused(tmp_path, base().with_field("qwen3moe.block_count", U64, 2**40),
-            r"metadata 'qwen3moe.block_count' = 1099511627776 is out of range")
+            r"declares 1,099,511,627,776 blocks, more than the 1,024 COPE sizes")
 
 
 def test_block_count_beyond_the_tensors(tmp_path):
-    refused(tmp_path, base().with_field("qwen3moe.block_count", U32, 5000),
-            r"qwen3moe.block_count = 5000, but the tensors are of 1 block")
+    refused(tmp_path, base().with_field("qwen3moe.block_count", U32, 1000),
+            r"qwen3moe.block_count = 1000, but the tensors are of 1 block")
 
 
 @pytest.mark.parametrize("with_count", [True, False])
@@ -53,11 +53,11 @@ def test_a_tensor_of_block_100000000000(tmp_path, with_count):
 
 
 def test_a_tensor_count_of_2_to_the_40(tmp_path):
-    refused(tmp_path, replace(base(), n_tensors=2**40), r"corrupt GGUF header: 1099511627776 tensors, 8 metadata keys")
+    refused(tmp_path, replace(base(), n_tensors=2**40), r"corrupt GGUF header: it declares 1,099,511,627,776 tensors, more than the 100,000")
 
 
 def test_a_key_count_of_2_to_the_40(tmp_path):
-    refused(tmp_path, replace(base(), n_kv=2**40), r"corrupt GGUF header: 6 tensors, 1099511627776 metadata keys")
+    refused(tmp_path, replace(base(), n_kv=2**40), r"corrupt GGUF header: it declares 1,099,511,627,776 metadata keys, more than the 10,000")
 
 
 @pytest.mark.parametrize("vtype, value", [(U32, 0), (I32, -2)])
@@ -119,4 +119,4 @@ def test_a_tensor_table_one_entry_short(tmp_path):
 def test_an_array_length_of_2_to_the_60_is_refused_not_iterated(tmp_path):
     # The campaign's one hang: gguf.GGUFReader reads such an array item by item past the end.
     g = base().with_field("qwen3moe.attention.head_count_kv", ARR, (U32, 2**60, b"\1\0\0\0"))
-    refused(tmp_path, g, r"truncated GGUF header: it needs more than the file's \d+ bytes")
+    refused(tmp_path, g, r"declares an array of 1,152,921,504,606,846,976 items, more than the 16,777,216")

@@ -5,7 +5,6 @@ constants fitted to them and kept, so later estimates price with them
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from cope_tui.exit_codes import EXIT_OK
@@ -37,13 +36,17 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.service.calibrate import calibrate, find_llama_bench
     from engine.calibration_runs import BENCH_REPETITIONS
     from engine.errors import CopeInputError
+    from engine.user_paths import input_kind, user_path
 
     if args.threads is not None and args.threads < 1:
         raise CopeInputError(f"--threads must be positive, got {args.threads}")
-    if not os.path.isfile(args.gguf):  # the user's own file first: a missing one is the likelier slip
-        raise CopeInputError("--gguf: no such file", path=args.gguf)
+    gguf = user_path(args.gguf, flag="--gguf")
+    # The user's own file first (a missing one is the likelier slip); a FIFO or a device is
+    # refused unopened, and the GGUF reader opens it without blocking.
+    if input_kind(gguf, what="GGUF file", flag="--gguf") != "file":
+        raise CopeInputError("no such file", path=f"--gguf {args.gguf}")
     bench = find_llama_bench(args.llama_bench)
-    report = calibrate(args.gguf, bench=bench, threads=args.threads, run_timeout_s=args.run_timeout,
+    report = calibrate(str(gguf), bench=bench, threads=args.threads, run_timeout_s=args.run_timeout,
                        repetitions=args.repetitions or BENCH_REPETITIONS, progress=_say)
     if args.json:
         from cope_tui.commands.output import write_json

@@ -86,7 +86,10 @@ def _writer(path: str):  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from cope_tui.commands.output import write_json
     from cope_tui.service.ground_truth import run_ground_truth
+    from engine.user_paths import output_path
 
+    if args.out:
+        output_path(args.out, flag="--out")  # before any work: a FIFO or a folder there is refused at once
     settings = settings_from_args(args)
     on_config = _writer(args.out) if args.out else None
     report = run_ground_truth(settings, on_config=on_config, say=_say)

@@ -19,6 +19,7 @@ from engine.synthetic import SyntheticSettings, synthetic_trace
 from engine.trace import RoutingTrace
 from engine.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.traces import load_any_trace
+from engine.user_paths import user_path
 
 # Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
 # published Qwen3-30B-A3B decode profile shows in its middle layers.
@@ -253,9 +254,9 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
             f"({settings.describe()}), not how this model routes"
         )
     elif full is None:
-        full = load_any_trace(args.trace, model=model)
+        full = load_any_trace(user_path(args.trace, flag="--trace"), model=model)
     if args.profile_trace:
-        profile = load_any_trace(args.profile_trace, model=model)
+        profile = load_any_trace(user_path(args.profile_trace, flag="--profile-trace"), model=model)
         return full, profile, tuple(notes)
     if full.n_tokens < 2:
         raise CopeInputError("the trace needs at least 2 tokens to split", path=full.meta.source)

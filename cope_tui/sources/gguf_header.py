@@ -17,6 +17,7 @@ multiple of `general.alignment` (default 32). Strings are a u64 length plus UTF-
 
 from __future__ import annotations
 
+import os
 import struct
 import warnings
 from dataclasses import dataclass
@@ -24,14 +25,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.errors import CopeInputError, shown
+from engine.files import open_regular
+from engine.input_limits import check_model_shape
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 # Arrays longer than this (tokenizer vocabularies, merges) are kept as their length only.
 MAX_KEPT_ARRAY = 4096
-# More tensors or metadata keys than any model has (DeepSeek-V3 has ~1,100 tensors).
-MAX_COUNT = 10_000_000
+# Bounds on the counts a header declares, checked before anything iterates them. The
+# largest real GGUFs: Qwen3-235B-A22B has 94 blocks and 1,131 tensors, DeepSeek-V3 and
+# Kimi-K2 1,086 tensors (61 blocks); a file with its tokenizer holds about 50 metadata keys,
+# and the longest array, a tokenizer's vocabulary or merges, about 262,144 items (Gemma 3).
+# A forged count of millions costs minutes and gigabytes to walk, so past these it is refused.
+MAX_TENSORS = 100_000
+MAX_KEYS = 10_000
+MAX_ARRAY_ITEMS = 16_777_216
 MAX_LOCAL_HEADER_BYTES = 512 * 2**20  # as for remote files (hub_model.py)
 
 # GGUF value types -> struct codes (8: string, 9: array are handled apart).
@@ -156,11 +165,31 @@ def check_counts(head: bytes, size: int, where: str) -> None:
     (a tensor info takes at least 24 bytes, a key/value pair 13), before anything iterates them."""
     order = ">" if struct.unpack("<I", head[4:8])[0] & 0xFFFF == 0 else "<"
     n_tensors, n_kv = struct.unpack(order + "QQ", head[8:24])
-    if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
-        raise CopeInputError(f"corrupt GGUF header: {n_tensors} tensors, {n_kv} metadata keys", path=where)
+    _check_declared(n_tensors, n_kv, where)
     if 24 + 24 * n_tensors + 13 * n_kv > size:
         raise CopeInputError(f"truncated GGUF header (or corrupt counts): {n_tensors} tensors and {n_kv} metadata "
                              f"keys need more than the file's {size} bytes", path=where)
+
+
+def _check_declared(n_tensors: int, n_kv: int, where: str) -> None:
+    if n_tensors > MAX_TENSORS:
+        raise CopeInputError(f"corrupt GGUF header: it declares {n_tensors:,} tensors, more than the {MAX_TENSORS:,} "
+                             "COPE reads (the largest real models have about 1,100)", path=where)
+    if n_kv > MAX_KEYS:
+        raise CopeInputError(f"corrupt GGUF header: it declares {n_kv:,} metadata keys, more than the {MAX_KEYS:,} "
+                             "COPE reads (a real model has about 50)", path=where)
+
+
+def _check_declared_shape(fields: Mapping[str, Any], where: str) -> None:
+    """The blocks and experts the metadata declares, against what any real model has,
+    before the model is built from them (engine/input_limits.py states the caps)."""
+    arch = fields.get("general.architecture")
+    if not isinstance(arch, str):
+        return
+    blocks, experts = fields.get(f"{arch}.block_count"), fields.get(f"{arch}.expert_count")
+    blocks = blocks if isinstance(blocks, int) and not isinstance(blocks, bool) else 0
+    experts = experts if isinstance(experts, int) and not isinstance(experts, bool) else 0
+    check_model_shape(blocks, blocks, experts, where)  # every block counted as MoE: an upper bound
 
 
 def _alignment(fields: Mapping[str, Any], where: str) -> int:
@@ -213,8 +242,7 @@ def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
     cur.pos = 8
     n_tensors = cur.scalar("Q")
     n_kv = cur.scalar("Q")
-    if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
-        raise CopeInputError(f"corrupt GGUF header: {n_tensors} tensors, {n_kv} metadata keys", path=where)
+    _check_declared(n_tensors, n_kv, where)
     fields: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string()
@@ -233,6 +261,7 @@ def parse_header_prefix(data: bytes | memoryview, where: str) -> GGUFHeader:
         tensors.append(TensorInfo(name, shape, ggml_type, offset,
                                   tensor_n_bytes(shape, ggml_type, where=where, name=name)))
     check_layout(tuple(tensors), _alignment(fields, where), where)
+    _check_declared_shape(fields, where)
     return GGUFHeader(where, version, fields, tuple(tensors), _data_offset(cur.pos, fields, where))
 
 
@@ -244,6 +273,10 @@ def _value(cur: _Cursor, vtype: int, where: str, key: str) -> Any:
     if vtype == _ARRAY:
         itype = cur.scalar("I")
         count = cur.scalar("Q")
+        if count > MAX_ARRAY_ITEMS:
+            raise CopeInputError(f"corrupt GGUF header: metadata {shown(key)} declares an array of {count:,} items, "
+                                 f"more than the {MAX_ARRAY_ITEMS:,} COPE reads (a vocabulary has about 262,144)",
+                                 path=where)
         if itype in _SCALAR:
             size = struct.calcsize(_SCALAR[itype])
             raw = cur.take(size * count)
@@ -273,13 +306,9 @@ def read_local_header(path: str | Path) -> GGUFHeader:
     where = str(path)
     p = Path(path)
     try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
+        with open_regular(p, what="GGUF file") as f:  # a FIFO or a device is refused, never waited on
+            size = os.fstat(f.fileno()).st_size
             head = f.read(24)
-    except FileNotFoundError:
-        raise CopeInputError("file not found", path=where) from None
-    except IsADirectoryError:
-        raise CopeInputError("is a folder, not a GGUF file", path=where) from None
     except OSError as exc:
         raise CopeInputError(f"cannot read the file: {exc.strerror or exc}", path=where) from None
     check_magic(head, where)

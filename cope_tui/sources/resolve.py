@@ -9,16 +9,18 @@
 
 from __future__ import annotations
 
-import errno
-
+import os
 import re
 from pathlib import Path
 
 from engine.catalog import catalog, get_model
 from engine.errors import CopeInputError
+from engine.files import open_regular
 from engine.preset_names import did_you_mean
 from engine.hf_config import model_from_hf_config
+from engine.input_limits import check_model_shape
 from engine.model import ModelSpec
+from engine.user_paths import NAME_MAX, input_kind, user_path
 
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -28,6 +30,13 @@ def looks_like_repo_id(text: str) -> bool:
 
 
 def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
+    model = _resolve(arg, gguf_file)
+    # Every source's shape within what real models have: it sizes the replay's arrays.
+    check_model_shape(model.n_blocks, model.n_moe_layers, model.n_routed_experts, arg.strip())
+    return model
+
+
+def _resolve(arg: str, gguf_file: str | None) -> ModelSpec:
     text = arg.strip()
     if gguf_file is not None:
         if not looks_like_repo_id(text):
@@ -45,17 +54,11 @@ def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
         if model.hf_repo and model.hf_repo.lower() == text.lower():
             return model
 
-    path = Path(text).expanduser()
-    try:
-        path.stat()
-    except OSError as exc:  # a name too long for the file system, a loop of links: not a path
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
-            raise CopeInputError(f"cannot be read: {exc.strerror or exc}", path=arg) from None
-        if exc.errno == errno.ENAMETOOLONG:
-            path = Path("")  # nothing there: falls through to the model-name checks below
-    if path.is_dir() and path != Path(""):
-        if (path / "config.json").is_file():
-            return model_from_hf_config(str(path / "config.json"))
+    path, kind = _local(text, arg)
+    if kind == "folder":
+        config = path / "config.json"
+        if input_kind(config, what="config.json", flag="--model") == "file":
+            return model_from_hf_config(str(config))
         ggufs = _gguf_models_in(path)
         if len(ggufs) == 1:
             return _from_gguf(ggufs[0])
@@ -63,11 +66,9 @@ def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
             raise CopeInputError(f"folder holds {len(ggufs)} GGUF models ({', '.join(p.name for p in ggufs)}); "
                                  "give the file", path=arg)
         raise CopeInputError("folder holds no config.json and no .gguf file", path=arg)
-    if path.is_file():
-        if _is_gguf(path):
-            return _from_gguf(path)
-        if path.suffix.lower() == ".gguf":
-            return _from_gguf(path)  # reports what is wrong with it
+    if kind == "file":
+        if _is_gguf(path) or path.suffix.lower() == ".gguf":
+            return _from_gguf(path)  # a .gguf that is not one: says what is wrong with it
         return model_from_hf_config(str(path))
     if path.suffix.lower() in (".json", ".gguf"):
         raise CopeInputError("file not found", path=arg)
@@ -82,17 +83,31 @@ def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
     )
 
 
+def _local(text: str, arg: str) -> tuple[Path, str | None]:
+    """The path `text` names and what is there ("file", "folder" or None): a FIFO or a
+    device is refused here, unopened. A bare name too long for any file is not a path
+    (the model-name checks answer for it); a `~user` that is no user is refused."""
+    if "/" not in text and "\\" not in text and not text.startswith("~") and len(os.fsencode(text)) > NAME_MAX:
+        return Path(""), None
+    path = user_path(text, flag="--model")
+    return path, input_kind(path, what="config.json or .gguf file", flag="--model")
+
+
 def _is_gguf(path: Path) -> bool:
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             return f.read(4) == b"GGUF"
-    except OSError:
+    except (OSError, CopeInputError):
         return False
 
 
 def _from_gguf(path: Path) -> ModelSpec:
-    from cope_tui.sources.gguf_model import model_from_gguf  # noqa: PLC0415
+    from cope_tui.sources.gguf_model import SPLIT_RE, model_from_gguf  # noqa: PLC0415
 
+    split = SPLIT_RE.match(path.name)
+    if split and not 1 <= int(split["index"]) <= int(split["count"]):
+        raise CopeInputError(f"a split GGUF is named NAME-0000i-of-0000n.gguf with 1 <= i <= n; this name says "
+                             f"shard {int(split['index'])} of {int(split['count'])}", path=str(path))
     return model_from_gguf(path)
 
 

@@ -28,6 +28,10 @@ from engine.traces.validate import build_trace
 PARQUET_MAGIC = b"PAR1"
 _LAYER_RE = re.compile(r"^layer_(\d+)\.parquet$", re.IGNORECASE)
 _BATCH_ROWS = 65536
+# Experts a token routes to: FLAME-MoE's top-8; real MoE models route to at most 10
+# (Qwen3-Next). A row of more values is refused from the file's metadata, before a page is
+# decoded: a 4 KB file of zstd'd zeros declares 800,000,000 values in 40 rows, 1.6 GB decoded.
+MAX_VALUES_PER_ROW = 64
 
 
 def _pyarrow(where: str):
@@ -58,8 +62,8 @@ def _list_column(where: str, batch, name: str, k: int | None) -> np.ndarray:
 
 def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, int]:
     """(expert ids [n, k], scores [n, k] or None, rows in the file) of the first `limit` rows."""
+    check_file_size(where)  # first: a FIFO member is refused whether or not pyarrow is installed
     pq = _pyarrow(where)
-    check_file_size(where)
     try:
         handle = pq.ParquetFile(where)
         names = set(handle.schema_arrow.names)
@@ -68,6 +72,7 @@ def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, 
                                  "actives file", path=where)
         columns = ["indices"] + (["scores"] if "scores" in names else [])
         total = int(handle.metadata.num_rows)
+        _check_declared_values(handle.metadata, columns, limit, where)
         ids_parts, score_parts, kept, k = [], [], 0, None
         for batch in handle.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
             batch = batch.slice(0, limit - kept)
@@ -89,6 +94,25 @@ def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, 
     if scores is not None and not np.all(np.isfinite(scores)):
         raise CopeInputError("column 'scores' holds a value that is not a finite number", path=where)
     return np.concatenate(ids_parts), scores, total
+
+
+def _check_declared_values(metadata, columns: list[str], limit: int, where: str) -> None:
+    """Refuse, from the metadata alone, row groups (of those the first `limit` rows span)
+    whose list columns hold more than MAX_VALUES_PER_ROW values a row."""
+    leaves = [j for j in range(metadata.num_columns)
+              if metadata.schema.column(j).path.split(".")[0] in columns]
+    rows = 0
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for j in leaves:
+            values = int(group.column(j).num_values)
+            if values > MAX_VALUES_PER_ROW * max(int(group.num_rows), 1):
+                raise CopeInputError(f"row group {g} declares {values:,} values in {group.num_rows:,} rows, more than "
+                                     f"{MAX_VALUES_PER_ROW} experts a token: not a routing trace (or a compression "
+                                     "bomb)", path=where)
+        rows += int(group.num_rows)
+        if rows >= limit:
+            return
 
 
 def _layer_files(where: Path) -> list[tuple[int, Path]]:

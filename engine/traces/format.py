@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from engine.errors import CopeInputError
+from engine.files import file_kind
 from engine.trace import RoutingTrace
 
 HEAD_BYTES = 4096  # what sniffers see of a file
@@ -81,11 +83,17 @@ def missing_reader(path: str, package: str, extra: str) -> CopeInputError:
 
 
 def check_file_size(path: str) -> int:
-    """The file's size in bytes; CopeInputError when it is over MAX_IMPORT_BYTES or unreadable."""
+    """The file's size in bytes; CopeInputError when it is over MAX_IMPORT_BYTES, unreadable,
+    or not a regular file (a FIFO in a trace folder would wait for a writer inside a reader
+    that Ctrl-C cannot stop: it is refused here, before any reader opens it)."""
     try:
-        size = Path(path).stat().st_size
+        info = Path(path).stat()
     except OSError as exc:
         raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CopeInputError(f"is {file_kind(info.st_mode)}, expected a regular file: COPE reads only regular "
+                             "files", path=path)
+    size = info.st_size
     if size > MAX_IMPORT_BYTES:
         raise CopeInputError(f"file is {size / 1024**3:.1f} GiB, over the {MAX_IMPORT_BYTES // 1024**3} GiB COPE "
                              "reads as one trace: take one part of it", path=path)

@@ -9,7 +9,9 @@ gigabytes, or a forged shape, never allocates more than the limit allows.
 
 Text formats are refused before they are read when larger than TEXT_BYTES_PER_ENTRY
 bytes for each permitted entry, and only regular files are read (a FIFO or /dev/zero
-would never end).
+would never end). They are read in chunks, and a NUL byte, which no text trace holds,
+ends the read at once: a sparse 9 GiB file of zeros is refused after its first chunk,
+not after 9 GiB of memory.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.files import open_regular
 MAX_ENTRIES_ENV = "COPE_MAX_TRACE_ENTRIES"
 DEFAULT_MAX_ENTRIES = 2**28
 TEXT_BYTES_PER_ENTRY = 64  # generous: a JSONL record with router weights spends ~20 bytes an entry
+_CHUNK_BYTES = 16 * 2**20
 
 
 def max_entries() -> int:
@@ -54,10 +57,22 @@ def read_text_bounded(path: str | os.PathLike, *, k: int) -> str:
         if size > limit * TEXT_BYTES_PER_ENTRY:
             raise CopeInputError(f"{size:,} bytes of text, more than {MAX_ENTRIES_ENV}={limit:,} routing entries "
                                  "could take: raise it to read this trace", path=where)
-        raw = handle.read()
+        raw = _read_text_bytes(handle, where)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CopeInputError(f"not UTF-8 text (byte {exc.start})", path=where) from None
     check_entries((text.count("\n") + 1) * max(k, 1), where)
     return text
+
+
+def _read_text_bytes(handle, where: str) -> bytes:
+    chunks = []
+    while chunk := handle.read(_CHUNK_BYTES):
+        at = chunk.find(b"\x00")
+        if at >= 0:
+            offset = sum(len(c) for c in chunks) + at
+            raise CopeInputError(f"a NUL byte at byte {offset:,}: not a text trace (a binary or sparse file)",
+                                 path=where)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -18,6 +18,7 @@ from pathlib import Path
 from engine.errors import CopeInputError
 from engine.files import open_regular
 from engine.trace import RoutingTrace
+from engine.user_paths import input_kind
 from engine.traces import commitmoe_safetensors, cope_npz, flame_parquet, jsonl, llama_csv, moe_beyond
 from engine.traces.format import HEAD_BYTES, TraceFormat
 from engine.traces.validate import check_trace_fits_model
@@ -72,12 +73,13 @@ def detect_format(path: str | os.PathLike, *, format: str | None = None) -> Trac
     where, p = str(path), Path(path)
     if format is not None:
         return format_named(format, path=where)
-    if p.is_dir():
+    kind = input_kind(p, what="trace file or folder")  # a FIFO or a device: refused, never opened
+    if kind == "folder":
         folders = [f for f in FORMATS if f.folders]
         if not folders:
             raise _unknown(where)
         return _pick(folders, p, b"") or folders[0]
-    if not p.exists():
+    if kind is None:
         raise CopeInputError("no such file or folder", path=where)
     head = _read_head(where)
     claimed = [f for f in FORMATS if f.claims(p.name)]
