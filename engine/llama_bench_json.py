@@ -15,12 +15,12 @@ Only the fields COPE uses are required; older builds lack some of the others (e.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import CopeInputError
+from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES, parse_json
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,14 @@ class BenchTest:
 def parse_bench_output(text: str, *, where: str = "llama-bench") -> list[BenchTest]:
     """Every test of llama-bench's `-o json` stdout; a CopeInputError (one line naming
     `where`) for anything else."""
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
+    if len(text) > RUNTIME_OUTPUT_MAX_BYTES:
+        raise CopeInputError(f"output is not llama-bench's -o json ({len(text):,} characters, more than the "
+                             f"{RUNTIME_OUTPUT_MAX_BYTES // 2**20} MiB a run prints)", path=where)
+    try:  # a runtime's answer is untrusted: depth, numbers and NaN bounded as for any file
+        doc = parse_json(text, where=where, what="llama-bench -o json output")
+    except CopeInputError as exc:
         first = text.strip().splitlines()[0][:60] if text.strip() else "no output"
-        raise CopeInputError(f"output is not llama-bench's -o json ({_reason(exc)}; it starts {first!r})",
+        raise CopeInputError(f"output is not llama-bench's -o json ({exc.message}; it starts {first!r})",
                              path=where) from None
     if not isinstance(doc, list) or not doc:
         raise CopeInputError("output is not llama-bench's -o json (expected a non-empty JSON array of tests)",
@@ -114,12 +117,3 @@ def _test(item: Any, index: int, where: str) -> BenchTest:
                              path=where)
     return test
 
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _reason(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not JSON: {exc.msg} at line {exc.lineno}"
-    return f"not JSON: {exc}"

@@ -298,3 +298,46 @@ def test_a_deeply_nested_calibration_is_set_aside(tmp_path):
     found = find_calibration("k", "m", "q", tmp_path)
     assert found.calibration is None and len(found.problems) == 1
     assert "nested deeper than 64 levels" in found.problems[0] and "moved to" in found.problems[0]
+
+
+# --- 4. runtime output ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[{"n_prompt": 0, "n_gen": 64, "n_threads": 2, "avg_ts": ' + "9" * 5000 + "}]", "more than 4300 digits"),
+    ('[{"n_prompt": 0, "n_gen": 64, "n_threads": 2, "avg_ts": 1, "n_depth": ' + "9" * 400 + "}]",
+     "a number of 400 digits"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),
+    ('[{"n_prompt": 0, "n_gen": 64, "n_threads": 2, "avg_ts": 1e999}]', "too large for a float"),
+])
+def test_llama_bench_json_with_limits(text, says):
+    from engine.llama_bench_json import parse_bench_output
+
+    with pytest.raises(CopeInputError, match="not llama-bench's -o json") as info:
+        parse_bench_output(text, where="/opt/llama-bench (cpu-only run)")
+    assert says in str(info.value) and str(info.value).startswith("/opt/llama-bench (cpu-only run): ")
+
+
+def test_a_fit_that_misses_its_runs_is_refused_and_never_stored(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    from dataclasses import replace
+
+    import engine.calibration_fit as calibration_fit
+    from cope_tui.service.calibrate import calibrate
+    from tests import tiny_gguf as tg
+    from tests.fake_llama_bench import FakeMachine, model_facts, write_fake
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    real = calibration_fit.fit_lanes
+
+    def off_by_700x(*args, **kwargs):  # a fit whose residual is 70,000 %
+        fit = real(*args, **kwargs)
+        return replace(fit, fitted_tokens_per_s=tuple(700 * f for f in fit.fitted_tokens_per_s))
+
+    monkeypatch.setattr(calibration_fit, "fit_lanes", off_by_700x)
+    weights = tg.random_weights(0)
+    gguf = tg.write_gguf(tmp_path / "tiny.gguf", weights)
+    bench = write_fake(tmp_path, FakeMachine(**model_facts(weights)))
+    with pytest.raises(CopeInputError, match=r"calibration refused: .* more than 2x apart: nothing stored"):
+        calibrate(str(gguf), bench=str(bench), threads=2, machine=("k", "cpu"))
+    assert not list((tmp_path / "cache").rglob("calibration-*.json"))

@@ -50,6 +50,11 @@ elif mode == "malformed":
     sys.stdout.write("| model | size | params |\\n| --- | --- | --- |\\n")
 elif mode == "slow":
     time.sleep(30)
+elif mode == "nan":  # a build that answers nonsense: NaN tokens per second
+    sys.stdout.write('[{{"n_prompt": 0, "n_gen": 64, "avg_ts": NaN, "stddev_ts": 0}}]')
+elif mode == "binary":  # output that is not UTF-8 at all
+    sys.stdout.flush()
+    sys.stdout.buffer.write(b"\\xff\\xfe\\x80 not text \\xc3\\x28")
 """
 
 
@@ -133,6 +138,27 @@ def test_malformed_output_is_reported(bench, capsys):
     assert code == EXIT_INPUT
     assert "malformed llama-bench output (not JSON" in out
     assert len(calls(_)) == 1  # partition-first is the baseline: one run only
+
+
+@pytest.mark.parametrize("mode, problem", [("nan", "NaN is not a number JSON allows"),
+                                           ("binary", "malformed llama-bench output (not JSON")])
+def test_nonsense_from_the_runtime_is_refused_naming_the_binary(bench, capsys, mode, problem):
+    code, log = bench(mode, "--candidate", "partition-first")
+    out, err = capsys.readouterr()
+    assert code == EXIT_INPUT and "nan tok/s" not in out.lower()
+    assert err.count("\n") == 1 and problem in err and str(log.parent / "llama-bench") in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('[{"n_prompt": 0, "n_gen": 64, "avg_ts": 1e999}]', "too large for a float"),
+    ('[{"n_prompt": 0, "n_gen": 64, "avg_ts": Infinity}]', "Infinity is not a number"),
+    ('[{"n_prompt": 0, "n_gen": 64, "avg_ts": ' + "9" * 5000 + "}]", "more than 4300 digits"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),
+])
+def test_parse_bench_json_refuses_what_is_not_a_speed(text, problem):
+    result = parse_bench_json(text, "/opt/llama-bench")
+    assert result.avg_ts is None and problem in result.problem, result.problem
 
 
 def test_time_limit_stops_a_slow_run(bench, capsys):

@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_report(report, request))
     failed = report.failed
     if failed is not None:
-        print(f"cope: error: {failed.role} run: {failed.result.problem}", file=sys.stderr)
+        from cope_tui.commands.output import one_line
+
+        print(f"cope: error: {one_line(f'{failed.role} run: {failed.result.problem} (the binary: {bench})')}",
+              file=sys.stderr)
         return EXIT_INPUT
     return EXIT_OK
 

@@ -12,6 +12,7 @@ The fit: engine/calibration_fit.py; the file: engine/calibration_io.py.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import subprocess
 import threading
@@ -153,6 +154,7 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         raise CopeInputError(f"no llama-bench run could be used ({first.name}: {first.reason})", path=gguf)
     has_gpu = any(run.uses_gpu for run, _ in done)
     fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
+    _check_residuals([r for r, _ in done], [b.avg_ts for _, b in done], fit.fitted_tokens_per_s, bench, gguf)
     key, cpu_name = machine if machine is not None else this_machine()
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc).replace(microsecond=0)
     ref = done[0][1]
@@ -167,6 +169,29 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         skipped=tuple((s.name, s.reason) for s in skipped),
     )
     return CalibrateReport(cal, save_calibration(cal, root), tuple(skipped))
+
+
+# A fit is kept only when it reproduces every run it rests on within this factor: a quiet
+# machine's fits land within a few percent, so a run the lanes cannot explain to within
+# 2x means the measurements (or the runtime's answers) are not of this machine's lanes.
+# Such a fit is refused: never stored, never made the default cost model.
+MAX_FIT_FACTOR = 2.0
+
+
+def _check_residuals(runs: list[CalibrationRun], measured: list[float], fitted, bench: str, gguf: str) -> None:  # type: ignore[no-untyped-def]
+    worst = max(zip(runs, measured, fitted), key=lambda rmf: _factor(rmf[1], rmf[2]))
+    run, m, f = worst
+    if _factor(m, f) > MAX_FIT_FACTOR:
+        raise CopeInputError(f"calibration refused: the fitted lanes give {f:.3g} tok/s for the {run.name} run, "
+                             f"which {bench} measured at {m:.3g} tok/s, more than {MAX_FIT_FACTOR:g}x apart: "
+                             "nothing stored (calibrate again on a quiet machine)", path=gguf)
+
+
+def _factor(measured: float, fitted: float) -> float:
+    """How many times apart two speeds are (inf when either is not a positive number)."""
+    if not (measured > 0 and fitted > 0) or not (math.isfinite(measured) and math.isfinite(fitted)):
+        return math.inf
+    return max(measured / fitted, fitted / measured)
 
 
 BUSY_MARGIN = 0.9  # a run this much slower than one with fewer threads contradicts the model

@@ -8,7 +8,7 @@ of test objects with, among others, "n_prompt", "n_gen", "avg_ts" and "stddev_ts
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import subprocess
 import time
@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.advise import Recommendation
+from engine.errors import CopeInputError, shown
 from engine.export import Export, export_for, flag_args
 from engine.runtimes import runtime_named
 from engine.runtimes.builds import LlamaBuild
@@ -50,12 +51,18 @@ class VerifyRow:
         return (self.predicted_ts - self.result.avg_ts) / self.result.avg_ts
 
 
-def parse_bench_json(stdout: str) -> BenchResult:
-    """The decode test of llama-bench -o json output."""
+def parse_bench_json(stdout: str, bench: str = "llama-bench") -> BenchResult:
+    """The decode test of llama-bench -o json output: parsed with the limits of any
+    untrusted JSON (engine/input_limits.py), its avg_ts a finite positive number; a
+    problem naming `bench` otherwise."""
+    from engine.input_limits import parse_json  # noqa: PLC0415
+
+    if not stdout.strip():
+        return BenchResult(None, None, "malformed llama-bench output (not JSON: no output)")
     try:
-        doc = json.loads(stdout)
-    except json.JSONDecodeError as exc:
-        return BenchResult(None, None, f"malformed llama-bench output (not JSON: {exc.msg} at line {exc.lineno})")
+        doc = parse_json(stdout, where=bench, what="llama-bench -o json output")
+    except CopeInputError as exc:
+        return BenchResult(None, None, f"malformed llama-bench output (not JSON: {exc.message})")
     if not isinstance(doc, list) or not doc:
         return BenchResult(None, None, "malformed llama-bench output (expected a non-empty JSON array)")
     tests = [t for t in doc if isinstance(t, dict) and t.get("n_gen", 0) and not t.get("n_prompt", 0)]
@@ -63,11 +70,13 @@ def parse_bench_json(stdout: str) -> BenchResult:
         return BenchResult(None, None, "llama-bench output has no decode test (n_prompt 0, n_gen > 0)")
     test = tests[0]
     avg, sd = test.get("avg_ts"), test.get("stddev_ts")
-    if not isinstance(avg, (int, float)) or isinstance(avg, bool) or avg <= 0:
-        return BenchResult(None, None, f"malformed llama-bench output (avg_ts is {avg!r})")
-    if not isinstance(sd, (int, float)) or isinstance(sd, bool):
-        sd = None
-    return BenchResult(float(avg), None if sd is None else float(sd), None)
+    if not _finite(avg) or avg <= 0:
+        return BenchResult(None, None, f"malformed llama-bench output (avg_ts is {shown(avg)}, not tokens per second)")
+    return BenchResult(float(avg), float(sd) if _finite(sd) and sd >= 0 else None, None)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float) -> BenchResult:
@@ -75,7 +84,8 @@ def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float
         return BenchResult(None, None, "not run: the time limit was used up")
     try:
         done = subprocess.run(
-            [bench, *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
+            # a runtime's output is untrusted: bytes that are not UTF-8 become U+FFFD, never an exception
+            [bench, *argv[1:]], capture_output=True, text=True, errors="replace", timeout=timeout_s,
             env={**os.environ, **env},
         )
     except subprocess.TimeoutExpired:
@@ -86,7 +96,7 @@ def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float
         tail = (done.stderr or done.stdout or "").strip().splitlines()
         last = tail[-1] if tail else "no output"
         return BenchResult(None, None, f"llama-bench exited with {done.returncode}: {last}")
-    return parse_bench_json(done.stdout)
+    return parse_bench_json(done.stdout, bench)
 
 
 def bench_builds(bench: str, runtime: str) -> dict[str, LlamaBuild]:
