@@ -24,6 +24,7 @@ import csv
 import functools
 import json
 import math
+import re
 import shlex
 import sys
 from dataclasses import dataclass, replace
@@ -36,7 +37,7 @@ from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import GPU_GRAPHS, AnalyticAssumptions, AnalyticCostModel  # noqa: E402
+from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel, uses_cuda_graphs  # noqa: E402
 from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.errors import CopeInputError  # noqa: E402
 from engine.llama_args import parse_llama_command  # noqa: E402
@@ -130,11 +131,41 @@ def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumpti
                                   context_tokens=request.context_tokens, attention_tokens=request.attention_tokens,
                                   kv_bytes_per_element=request.kv_bytes_per_element,
                                   assumptions=assumptions or AnalyticAssumptions(),
-                                  cuda_graphs=GPU_GRAPHS[row.runtime])
+                                  cuda_graphs=cuda_graphs_of(row, published))
         price = price_placement_command(request, model, command)
     except CopeInputError as exc:
         return Priced(row, tps, None, f"cannot price: {exc}", **facts)
     return Priced(row, tps, price, price.refusal, regime=regime_of(row), **facts)
+
+
+# The build date of a row whose date column does not give one, from the commit it names
+# (ikawrakow/ik_llama.cpp's history: 1cb7e1bf3 is of 2026-02-13).
+BUILD_DATES = {"1cb7e1bf": "2026-02-13"}
+
+
+def build_date(published: dict[str, str]) -> str | None:
+    """The row's build date (ISO, perhaps only year and month): its date column, else the
+    date of the commit its runtime column names; None when neither says."""
+    found = re.match(r"\d{4}-\d{2}(-\d{2})?", published.get("date", "").strip())
+    if found:
+        return found.group(0)
+    return next((d for commit, d in BUILD_DATES.items() if commit in published.get("runtime", "")), None)
+
+
+def fused_moe(published: dict[str, str]) -> bool | None:
+    """ik_llama.cpp's `-fmoe` as the row's placement gives it (None: not given)."""
+    text = published.get("placement", "")
+    if re.search(r"fmoe[ =]0\b|-no-fmoe", text):
+        return False
+    return True if "fmoe" in text else None
+
+
+def cuda_graphs_of(row: Row, published: dict[str, str]) -> bool:
+    """Whether the row's runtime, at its build and flags, replays decode as CUDA graphs
+    (engine.analytic_cost.uses_cuda_graphs)."""
+    gpu_experts = regime_of(row) in ("all-GPU", "partial offload")
+    return uses_cuda_graphs(row.runtime, build_date=build_date(published), fused_moe=fused_moe(published),
+                            gpu_experts=gpu_experts)
 
 
 # Where a row's command puts the routed experts, for the accuracy figures by regime.

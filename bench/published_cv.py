@@ -64,7 +64,7 @@ def summary(folds: list[Fold]) -> dict:
         "by_runtime": {rt: figures([p for p in held if p.row.runtime == rt])
                        for rt in sorted({p.row.runtime for p in held})},
         "by_source": {f.source: figures(list(f.held_out)) for f in folds},
-        "rows": {p.row.index: round(p.ratio, 4) for p in held},
+        "rows": {p.key: round(p.ratio, 4) for p in held},
         "constants": {f.source: {name: getattr(f.constants, name) for name in FITTED} for f in folds},
     }
 

@@ -60,10 +60,60 @@ MEASURED_READ_SHARE = 0.773
 # kernels). Stock llama.cpp does at decode's batch of 1 with quantized experts
 # (ggml-cuda.cu ggml_cuda_graph_check_compability: only a mul_mat_id on the synchronising
 # fallback path disables them, and mmvq does not take it; graphs are kept per split, so a
-# partial offload has one a device run); ik_llama.cpp disables them for any mul_mat_id
-# with more than one expert a token (its ggml-cuda.cu at 8337e4c: "This node type is not
-# supported by CUDA graph capture").
-GPU_GRAPHS = {"llama.cpp": True, "ik_llama.cpp": False, "fork": True}
+# partial offload has one a device run). ik_llama.cpp (ggml/src/ggml-cuda.cu), by build:
+# - before 633e0617b (PR 689, 2025-08-15) never for a MoE model: any GGML_OP_MUL_MAT_ID or
+#   GGML_OP_MOE_FUSED_UP_GATE node disabled them, and its one graph a context was updated at
+#   every split, which disables it after four consecutive updates;
+# - from then on (and at 8337e4c, check_node_graph_compatibility_and_refresh_copy_ops) a
+#   graph a split, disabled by a mul_mat_id with more than one expert a token, but not by the
+#   fused up/gate op of `-fmoe` on quantized weights at batch 1 (nor the down mul_mat_id right
+#   after it); a split without GPU experts (experts on the CPU) keeps its graph;
+# - `-fmoe` is on by default from 41d6c42b9 (PR 863, 2025-10-25).
+IK_GRAPHS_FROM = "2025-08-15"
+IK_FMOE_DEFAULT_FROM = "2025-10-25"
+
+
+def uses_cuda_graphs(runtime: str, *, build_date: str | None = None, fused_moe: bool | None = None,
+                     gpu_experts: bool = True) -> bool:
+    """Whether `runtime` replays the decode step's GPU work as CUDA graphs. `build_date`
+    (ISO, a prefix such as "2025-11" is enough; None: a current build), `fused_moe` (ik's
+    `-fmoe` as given; None: the build's default), `gpu_experts`: whether routed experts run
+    on the GPU."""
+    if runtime != "ik_llama.cpp":
+        return True
+    if build_date is not None and build_date[:10] < IK_GRAPHS_FROM:
+        return False
+    if fused_moe is None:
+        fused_moe = build_date is None or build_date[:10] >= IK_FMOE_DEFAULT_FROM
+    return fused_moe or not gpu_experts
+
+
+# The GPU kernels a decode step launches in one block, from the architecture (the ggml graph
+# llama.cpp builds for it, counted by op: a fused pair counts once): attention with its norm
+# (GQA: norm, Q/K/V mat-vecs, two ropes, two cache writes, flash attention, output
+# projection, residual add: 11; MLA as DeepSeek-V2 builds it: norm, the query's mat-vec (three
+# with a low-rank query: down, norm, up), the compressed KV's mat-vec and norm, two ropes,
+# the absorbed key projection, a concat, a cache write, flash attention, the value
+# projection, output projection, residual add: 13 or 15); a MoE FFN (norm, router, gating,
+# top-k selection and its weights, gate and up, activation, down, the weighting, one add per
+# expert beyond the first, residual add: 11 + k - 1), with shared experts (gate, up,
+# activation, down, add: 5 more); a dense FFN (norm, gate, up, activation, down, residual add: 6).
+REFERENCE_BLOCK_KERNELS = 29  # a GQA block with top-8 routed experts and no shared expert (Qwen3-30B-A3B)
+
+
+def block_kernels(model: ModelSpec, block: int) -> int:
+    """The GPU kernels one decode step launches in `block` (see above): what a block's fixed
+    GPU cost scales with."""
+    att = model.attention
+    if att.kind == "mla":
+        attention = 13 + (2 if att.q_lora_rank else 0)
+    else:
+        attention = 11
+    if block in model.moe_blocks:
+        ffn = 11 + model.top_k - 1 + (5 if model.n_shared_experts else 0)
+    else:
+        ffn = 6
+    return attention + ffn
 
 
 @dataclass(frozen=True)
@@ -73,21 +123,31 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.900  # fitted, held to 0.6-0.9 (docs/accuracy.md: why): at its bound
-    cpu_bandwidth_efficiency: float = 0.636  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.0394  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    cpu_bandwidth_efficiency: float = 0.649  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.0390  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
     gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
-    gpu_block_overhead_s: float = 69.5e-6  # fitted: a block's other kernels (norms, rope, attention, router)
-    # fitted: what a block's kernels cost more when the runtime launches them one by one,
-    # without a CUDA graph (ik_llama.cpp with more than one expert a token: GPU_GRAPHS)
-    gpu_block_no_graph_s: float = 64.9e-6
+    # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
+    # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
+    # another architecture pays it in proportion to its kernels (block_kernels)
+    gpu_block_overhead_s: float = 76.4e-6
+    # fitted: what such a block costs more when the runtime launches its kernels one by one,
+    # without a CUDA graph (uses_cuda_graphs), scaled the same way
+    gpu_block_no_graph_s: float = 53.9e-6
+    # fitted: the KV cache's bytes a decode step's attention reads count this many times a
+    # weight's bytes on each device (flash attention's f16 dot products and softmax over the
+    # cache do more work a byte than a quantized mat-vec)
+    gpu_kv_read_factor: float = 2.34
+    cpu_kv_read_factor: float = 2.16
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 102e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
-    sync_s: float = 34.3e-6  # fitted: a hand-over, the hidden state to the CPU and back (two PCIe transfers, a stream sync)
+    cpu_block_overhead_s: float = 61.8e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    # fitted, at its lower bound (held to 5 us-0.5 ms): a hand-over, the hidden state to the CPU and back
+    # (two PCIe transfers, a stream sync); the rows do not see it above the bound
+    sync_s: float = 5.0e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 82.7e-6  # fitted, held to <= 0.5 ms (docs/accuracy.md: why): sampling, embedding, graph launch
+    token_fixed_s: float = 10.0e-6  # fitted, at its lower bound (held to 10 us-0.5 ms): sampling, embedding, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
@@ -119,7 +179,8 @@ class AnalyticCostModel:
     ):
         """`assumptions`: the constants to price with (default: the global fit, with this
         machine's measured read figures where the Platform has them); `cuda_graphs`: whether
-        the runtime replays a decode step's GPU kernels as CUDA graphs (GPU_GRAPHS)."""
+        the runtime replays a decode step's GPU kernels as CUDA graphs (uses_cuda_graphs: a
+        current build of every runtime does, ik_llama.cpp unless `-fmoe` is turned off)."""
         self.model = model
         self.quant = quant
         self.platform = platform
@@ -127,7 +188,10 @@ class AnalyticCostModel:
         self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
         self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
-        self.gpu_block_fixed_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
+        self.cuda_graphs = cuda_graphs
+        reference_block_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
+        self._gpu_block_fixed_s = tuple(reference_block_s * block_kernels(model, b) / REFERENCE_BLOCK_KERNELS
+                                        for b in range(model.n_blocks))
         self.expert_bytes = model.expert_bytes(quant)
         if plans_without_gpu(platform.gpu):  # --gpu none: no GPU term may be used (NaN shows if one were)
             self.gpu_bytes_per_s = self.h2d_bytes_per_s = float("nan")
@@ -139,6 +203,10 @@ class AnalyticCostModel:
             cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
         self.cpu_bytes_per_s = float(cpu_bw.value)
         self.cpu_thread_bytes_per_s = thread_bytes_per_s(self.a, platform.cpu)
+
+    def gpu_block_fixed_s(self, block: int) -> float:
+        """`block`'s fixed GPU cost: its kernels' launches and small ops besides its bytes."""
+        return self._gpu_block_fixed_s[block]
 
     # --- bandwidths -------------------------------------------------------------
     @property
@@ -193,15 +261,19 @@ class AnalyticCostModel:
     def block_bytes(self, block: int) -> float:
         """Bytes a decode step reads in `block` besides its routed experts: its weights and
         its KV cache at the attended depth."""
-        weights = self.model.shared_layer_bytes(self.quant, block)
-        kv = self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
-        return weights + kv
+        return self.model.shared_layer_bytes(self.quant, block) + self.kv_bytes(block)
+
+    def kv_bytes(self, block: int) -> float:
+        """The KV cache's bytes a decode step reads in `block` at the attended depth."""
+        return self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
 
     def gpu_block_s(self, block: int) -> float:
-        return self.gpu_block_fixed_s + self.block_bytes(block) / self.gpu_stream_bytes_per_s
+        work = self.model.shared_layer_bytes(self.quant, block) + self.a.gpu_kv_read_factor * self.kv_bytes(block)
+        return self.gpu_block_fixed_s(block) + work / self.gpu_stream_bytes_per_s
 
     def cpu_block_s(self, block: int, threads: int) -> float:
-        return self.a.cpu_block_overhead_s + self.block_bytes(block) / self.cpu_stream_bytes_per_s(threads)
+        work = self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
+        return self.a.cpu_block_overhead_s + work / self.cpu_stream_bytes_per_s(threads)
 
     def head_s(self, *, on_cpu: bool = False, threads: int = 1) -> float:
         """The output head's mat-vec (sampling and the rest are in `token_overhead_s`)."""

@@ -263,7 +263,13 @@ def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: i
             *((g, c, home) for g, c in pieces[1:])]
     gpu_share = sum(g / (g + c) if g + c else float(h) for g, c, h in work) / len(work)
     gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
-    gpu_s = gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * analytic.gpu_block_fixed_s if gpu_share else 0.0
+    # the attention's reads of the cache count its device's factor (AnalyticAssumptions)
+    if kv_on_gpu:
+        gpu_bytes += (a.gpu_kv_read_factor - 1) * kv
+    else:
+        cpu_bytes += (a.cpu_kv_read_factor - 1) * kv
+    gpu_s = (gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * analytic.gpu_block_fixed_s(block)
+             if gpu_share else 0.0)
     cpu_s = cpu_bytes / analytic.cpu_stream_bytes_per_s(threads) + (1 - gpu_share) * a.cpu_block_overhead_s
     devices = [d for g, c, h in work for d in ([d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
                                                 or ["gpu" if h else "cpu"])]
@@ -272,7 +278,7 @@ def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: i
 
 def _kv_bytes(analytic: AnalyticCostModel, block: int) -> float:
     """The KV-cache bytes a decode step reads in `block` (AnalyticCostModel.block_bytes less its weights)."""
-    return analytic.block_bytes(block) - analytic.model.shared_layer_bytes(analytic.quant, block)
+    return analytic.kv_bytes(block)
 
 
 @dataclass(frozen=True)

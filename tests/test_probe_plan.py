@@ -132,11 +132,8 @@ def analytic_profile(analytic: AnalyticCostModel, *, threads=(1, 8, 16), drop=()
         for t in threads:
             ms.append(Measurement("cpu_experts", {"n": n, "threads": t}, analytic.cpu_experts_s(n, t), 0.0, 1))
     ms.append(Measurement("sync", {}, analytic.a.sync_s, 0.0, 1))
-    bandwidth = analytic.gpu_bytes_per_s * analytic.a.gpu_bandwidth_efficiency
     for block in range(model.n_blocks):
-        weights = model.shared_layer_bytes(quant, block)
-        kv = model.kv_read_bytes_per_layer(block, analytic.context_tokens // 2)
-        ms.append(Measurement("shared_layer", {"block": block}, analytic.a.gpu_block_overhead_s + (weights + kv) / bandwidth, 0.0, 1))
+        ms.append(Measurement("shared_layer", {"block": block}, analytic.gpu_block_s(block), 0.0, 1))
     ms.append(Measurement("token_head", {}, analytic.token_overhead_s(), 0.0, 1))
     ms = [m for m in ms if (m.operator, m.key_dict) not in drop]
     provenance = Provenance("test", "analytic", "-", "-", "2025-01-01T00:00:00", 0.0, 0.0)
