@@ -18,7 +18,6 @@ import argparse
 import math
 import re
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import CopeInputError
@@ -128,10 +127,15 @@ def _between(low: int, high: int) -> Callable[[int], str | None]:
 
 
 def _folder(value: str) -> str | None:
-    path = Path(value).expanduser()
-    if not path.exists():
+    from engine.user_paths import input_kind, user_path  # noqa: PLC0415
+
+    try:
+        kind = input_kind(user_path(value), what="folder")
+    except CopeInputError as exc:  # ~nosuchuser, a NUL byte, a name too long, a FIFO
+        return f"must be a folder; {exc}"
+    if kind is None:
         return f"must be a folder; {value} does not exist"
-    if not path.is_dir():
+    if kind != "folder":
         return f"must be the folder that holds llama-server, llama-cli, llama-bench; {value} is a file"
     return None
 
@@ -296,15 +300,23 @@ def add_flags(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = (),
             continue
         opt: Option = f.metadata["option"]
         default = overrides.get(f.name, f.default)
+        help_ = _help_with_default(opt.help, default) if f.name in overrides else opt.help
         if opt.is_switch:
-            parser.add_argument(opt.flag, dest=f.name, action="store_true", default=default, help=opt.help)
+            parser.add_argument(opt.flag, dest=f.name, action="store_true", default=default, help=help_)
             continue
-        kwargs: dict[str, Any] = dict(dest=f.name, default=default, help=opt.help, metavar=opt.metavar)
+        kwargs: dict[str, Any] = dict(dest=f.name, default=default, help=help_, metavar=opt.metavar)
         if opt.parse is not str:
             kwargs["type"] = _argparse_type(opt)
         elif opt.choices is not None:
             kwargs["choices"] = opt.choices
         parser.add_argument(opt.flag, **kwargs)
+
+
+def _help_with_default(help_: str, default: Any) -> str:
+    """The help of an option whose default a command overrides: says that command's default."""
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    said = re.sub(r"\(default[^,;)]*", f"(default {shown}", help_, count=1)
+    return said if said != help_ else f"{help_} (default {shown})"
 
 
 def choices_from_args(args: argparse.Namespace, **explicit: Any) -> PlanChoices:

@@ -210,3 +210,14 @@ def test_one_thread_count_has_no_scaling_to_report(fakes, capsys):
                      "--cpu", "desktop-ddr5", "--fidelity", "analytic"]) == cli.EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["thread_scaling"]["rows"] == [] and doc["thread_scaling"]["warnings"] == []
+
+
+
+def test_validate_help_says_its_own_defaults(capsys):
+    """validate overrides the plan options' defaults (32 tokens, a 30 s probe budget): its
+    help says those, not the plan's 1000 and 60."""
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["validate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default 32, at most" in out and "(default 30)" in out and "(default 4096)" in out
+    assert "default 1000" not in out and "(default 60)" not in out
