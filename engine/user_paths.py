@@ -82,14 +82,17 @@ def input_kind(path: str | os.PathLike, *, what: str = "file", flag: str | None 
 
 def output_path(text: str | os.PathLike, *, flag: str) -> Path:
     """Where a command will write `text`, checked before it starts any work: a regular
-    file or nothing yet, in a folder that exists. A FIFO, a device, a folder or a link to
-    one is refused with one line."""
+    file or nothing yet, under a folder (or where the command can make one). A FIFO, a
+    device, a folder or a link to one is refused with one line."""
     path = user_path(text, flag=flag)
     try:
         target = writable_target(path)
     except CopeInputError as exc:
         raise CopeInputError(exc.message, path=_where(flag, str(exc.path))) from None
+    # The folder may be missing (commands make it), but what is there must be a folder.
     folder = target.parent if str(target.parent) else Path(".")
-    if input_kind(folder, what="folder", flag=flag) != "folder":
-        raise CopeInputError("no such folder to write into", path=_where(flag, str(folder)))
+    while input_kind(folder, what="folder", flag=flag) is None and folder != folder.parent:
+        folder = folder.parent
+    if input_kind(folder, what="folder", flag=flag) == "file":
+        raise CopeInputError("is a file, not a folder to write into", path=_where(flag, str(folder)))
     return path

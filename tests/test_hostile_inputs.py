@@ -110,8 +110,10 @@ def test_output_path_checks_the_folder(tmp_path):
     from engine.user_paths import output_path
 
     assert output_path(str(tmp_path / "new.json"), flag="--out") == tmp_path / "new.json"
-    with pytest.raises(CopeInputError, match="--out .*no such folder"):
-        output_path(str(tmp_path / "missing" / "x.json"), flag="--out")
+    assert output_path(str(tmp_path / "to be made" / "x.json"), flag="--out") == tmp_path / "to be made" / "x.json"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CopeInputError, match="--out .*file: is a file, not a folder to write into"):
+        output_path(str(tmp_path / "file" / "sub" / "x.json"), flag="--out")
 
 
 # --- 2. sizes and shapes ----------------------------------------------------------------
@@ -341,3 +343,69 @@ def test_a_fit_that_misses_its_runs_is_refused_and_never_stored(tmp_path, monkey
     with pytest.raises(CopeInputError, match=r"calibration refused: .* more than 2x apart: nothing stored"):
         calibrate(str(gguf), bench=str(bench), threads=2, machine=("k", "cpu"))
     assert not list((tmp_path / "cache").rglob("calibration-*.json"))
+
+
+# --- 5. what used to end in a traceback -------------------------------------------------
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    from cope_tui.cli import main
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing here may reach the internet
+
+    def run(*args: str) -> str:
+        code = main(list(args))
+        err = capsys.readouterr().err
+        assert code == EXIT_INPUT, err
+        lines = err.strip().splitlines()
+        assert lines and lines[-1].startswith("cope: error: ") and "Traceback" not in err, err
+        return lines[-1]
+
+    return run
+
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize("args, says", [
+    (["trace", "pull", "org/repo/x.cope.npz", "--revision", "../.."], "--revision '../..': not a branch"),
+    (["trace", "push", "org/repo", "--trace", ""], "--trace: the path is empty"),
+    (["advise", "--model", "~nosuchuser/config.json", *FAST], "--model ~nosuchuser/config.json: ~nosuchuser names no user"),
+    (["advise", "--model", "qwen3-30b-a3b", *FAST, "--trace", "~nosuchuser/t.npz"], "--trace ~nosuchuser/t.npz"),
+    (["advise", *FAST, "--llama-bin", "~nosuchuser/bin"], "--llama-bin must be a folder; ~nosuchuser/bin"),
+    (["export", "--candidate", "partition-first", *FAST, "--out", "~nosuchuser/run.sh"], "--out ~nosuchuser/run.sh"),
+    (["trace", "record", "--model", "org/x", "--prompts", "~nosuchuser/p.txt"], "--prompts ~nosuchuser/p.txt"),
+    (["calibrate", "--gguf", "~nosuchuser/m.gguf"], "--gguf ~nosuchuser/m.gguf"),
+    (["advise", "--model", "qwen3-30b-a3b", *FAST, "--trace", f"/tmp/{LONG}.npz"], "a name in the path is 304 bytes"),
+    (["advise", "--model", f"/tmp/{LONG}.json", *FAST], "a name in the path is 305 bytes"),
+    (["advise", "--model", "qwen3-30b-a3b", *FAST, "--trace", "t\x00.npz"], "the path holds a NUL byte"),
+])
+def test_bad_paths_are_one_line(cli, args, says):
+    assert says in cli(*args)
+
+
+def test_a_split_gguf_name_of_zero_shards_is_one_line(cli, tmp_path):
+    path = tmp_path / "m-00001-of-00000.gguf"
+    path.write_bytes(b"GGUF")
+    assert "shard 1 of 0" in cli("advise", "--model", str(path), *FAST)
+
+
+def test_a_config_over_the_size_limit_is_one_line(cli, tmp_path):
+    path = sparse(tmp_path / "big.config.json", 64 * 2**20)
+    assert "64 MiB, larger than the 8 MiB a config.json can be" in cli("advise", "--model", str(path), *FAST)
+
+
+def test_recording_without_transformers_names_the_extra(cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
+    assert "pip install 'cope-tui[record]'" in cli("trace", "record", "--model", "org/x", "--tokens", "4")
+
+
+def test_export_onto_a_fifo_leaves_the_side_files_alone(cli, tmp_path, fifo):
+    out = fifo("run.sh")
+    side = tmp_path / "cope-qwen3-30b-a3b-kt-activation.pt"  # what sglang-kt's export writes beside it
+    side.write_bytes(b"old")
+    line = cli("export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.uniform", "--model", "qwen3-30b-a3b",
+               *FAST, "--out", str(out))
+    assert "FIFO" in line and side.read_bytes() == b"old"

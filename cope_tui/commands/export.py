@@ -46,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     from cope_tui.options import choices_from_args
     from cope_tui.service.workload import export_with_batch, rank, workload_of
 
+    if args.out:  # the target checked before any work or any side file (a FIFO there leaves the .pt alone)
+        from engine.user_paths import output_path
+
+        args.out = str(output_path(args.out, flag="--out"))
     workload = workload_of(choices_from_args(args))
     advice = advice_from_args(args)
     rec = advice.rec

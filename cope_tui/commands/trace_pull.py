@@ -53,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
     if args.spec is None:
         raise CopeInputError("`cope trace pull` needs REPO[/FILE] (or --list, or --verify-index)")
     from cope_tui.sources.hub_trace import plan_pull, pull_trace  # noqa: PLC0415
+    from engine.user_paths import output_path  # noqa: PLC0415
 
+    if args.out:
+        args.out = str(output_path(args.out, flag="--out"))  # before the download, not after it
     plan = plan_pull(args.spec, repo_type=args.repo_type, revision=args.revision)
     result = pull_trace(args.spec, model=args.model, sha256=args.sha256, out=args.out, plan=plan, log=_say)
     trace = result.trace

@@ -33,8 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cope_tui.sources.hub_push import DEFAULT_LICENCE, newest_recorded_trace, push_trace  # noqa: PLC0415
+    from engine.errors import CopeInputError  # noqa: PLC0415
+    from engine.user_paths import input_kind, user_path  # noqa: PLC0415
 
-    path = args.trace or newest_recorded_trace(args.model)
+    if args.trace is not None:  # '' is a path too, and an empty one: refused, not mistaken for "none given"
+        path = user_path(args.trace, flag="--trace")
+        if input_kind(path, what="trace file", flag="--trace") != "file":
+            raise CopeInputError("no such trace file", path=f"--trace {args.trace}")
+    else:
+        path = newest_recorded_trace(args.model)
     result = push_trace(args.repo_id, path, private=args.private, licence=args.licence or DEFAULT_LICENCE,
                         quantization=args.quantization, runtime=args.runtime,
                         log=lambda m: print(f"cope: {m}", file=sys.stderr, flush=True))

@@ -22,6 +22,7 @@ from engine.cache_dirs import default_trace_path, model_label
 from engine.errors import CopeInputError
 from engine.trace_card import trace_shape
 from engine.prompts import DOMAINS, domain_prompts, load_prompts
+from engine.user_paths import input_kind, output_path, user_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +58,8 @@ def _stderr_progress():
 def _prompts(args: argparse.Namespace) -> tuple[list[str], str, str]:
     """(prompts, domain recorded in the trace, domain part of the default file name)."""
     if args.prompts:
-        return load_prompts(args.prompts), "", Path(args.prompts).name.split(".")[0]
+        path = user_path(args.prompts, flag="--prompts")
+        return load_prompts(str(path)), "", path.name.split(".")[0]
     domain = args.domain or "chat"
     return domain_prompts(domain), domain, domain
 
@@ -68,7 +70,7 @@ def _record_gguf(args: argparse.Namespace, prompts: list[str], domain: str, prog
     from probes.record_llamacpp import record_with_llamacpp
 
     llama_cpp = import_llama_cpp()  # says how to install the extra when it is missing
-    if not Path(args.gguf).is_file():
+    if input_kind(user_path(args.gguf, flag="--gguf"), what="GGUF file", flag="--gguf") != "file":
         raise CopeInputError("no such GGUF file", path=args.gguf)
     if args.sample:
         raise CopeInputError("--sample is not supported with --gguf (llama.cpp recording decodes greedily)")
@@ -87,6 +89,7 @@ def _record_gguf(args: argparse.Namespace, prompts: list[str], domain: str, prog
 
 def _record_hf(args: argparse.Namespace, prompts: list[str], domain: str, progress, cancel):
     """(trace, model label) recorded with transformers."""
+    _require("transformers", "record")  # before anything else imports it: one line saying the extra
     from probes.record_hf import record_with_transformers
 
     device = args.device
@@ -101,16 +104,28 @@ def _record_hf(args: argparse.Namespace, prompts: list[str], domain: str, progre
     return trace, label
 
 
+def _require(package: str, extra: str) -> None:
+    """CopeInputError naming the pip extra when an optional package is not installed."""
+    import importlib  # noqa: PLC0415
+
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        raise CopeInputError(f"recording needs the {package} package, which is not installed: install the extra "
+                             f"with pip install 'cope-tui[{extra}]'") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.tokens < 1:
         raise CopeInputError(f"--tokens must be at least 1, got {args.tokens}")
+    out_arg = output_path(args.out, flag="--out") if args.out else None  # before recording for minutes
     prompts, domain, domain_label = _prompts(args)
     cancel = threading.Event()  # the CLI stops on Ctrl-C; the TUI sets this from its worker
     record = _record_gguf if args.gguf else _record_hf
     trace, label = record(args, prompts, domain, _stderr_progress(), cancel)
     from engine.traces import save_trace
 
-    out = Path(args.out) if args.out else default_trace_path(label, domain_label)
+    out = out_arg or default_trace_path(label, domain_label)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -228,9 +228,22 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+# A Hub revision: a branch, a tag, a commit or refs/pr/N, as git spells refs (git
+# check-ref-format): no "..", no leading or trailing "/", no space, control or ~^:?*[\ character.
+_REVISION_RE = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[^\x00-\x20\x7f~^:?*\[\\]{1,255}(?<![/.])$")
+
+
+def check_revision(revision: str | None) -> None:
+    """CopeInputError naming --revision for what is no branch, tag or commit."""
+    if revision is not None and not _REVISION_RE.match(revision):
+        raise CopeInputError(f"--revision {revision!r}: not a branch, tag or commit name (names hold no '..', "
+                             "no leading or trailing '/', no spaces and none of ~^:?*[\\)")
+
+
 def plan_pull(spec: str, *, repo_type: str = "dataset", revision: str | None = None,
               ask_hub_size: bool = True) -> PullPlan:
     """The file a pull of `spec` downloads and its size (the index's, else the Hub's), without downloading it."""
+    check_revision(revision)  # huggingface_hub would answer '../..' with a ValueError deep inside
     repo_id, filename = split_spec(spec)
     entry = index_entry(repo_id)
     if entry is not None and entry.repo_type != repo_type and repo_type == "dataset":
