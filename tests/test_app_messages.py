@@ -155,14 +155,19 @@ async def test_save_to_a_new_file_asks_nothing(tmp_path):
 # --- the catalog search suggests ----------------------------------------------------------
 
 
-async def test_a_misspelt_catalog_search_says_the_closest_and_enter_picks_it():
+async def into_catalog_search(pilot) -> None:  # type: ignore[no-untyped-def]
+    """The first ranking shown, then the Model tab with the focus in its catalog search."""
     from textual.widgets import Input
 
+    await settle(pilot)
+    await pilot.press("2")
+    pilot.app.query_one("#search", Input).focus()
+
+
+async def test_a_misspelt_catalog_search_says_the_closest_and_enter_picks_it():
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("2")
-        app.query_one("#search", Input).focus()
+        await into_catalog_search(pilot)
         assert shown(app, "#catalog-hint") == ""
         await pilot.press(*"gpt-oss-12b")
         await pilot.pause()
@@ -176,13 +181,9 @@ async def test_a_misspelt_catalog_search_says_the_closest_and_enter_picks_it():
 
 
 async def test_a_search_typed_from_the_start_of_a_name_finds_what_it_misspells():
-    from textual.widgets import Input
-
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("2")
-        app.query_one("#search", Input).focus()
+        await into_catalog_search(pilot)
         await pilot.press(*"deepsek")
         await pilot.pause()
         hint = shown(app, "#catalog-hint")
@@ -198,13 +199,9 @@ async def test_a_search_typed_from_the_start_of_a_name_finds_what_it_misspells()
 
 
 async def test_nothing_close_says_no_match_without_a_guess():
-    from textual.widgets import Input
-
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("2")
-        app.query_one("#search", Input).focus()
+        await into_catalog_search(pilot)
         await pilot.press(*"zzzzzz")
         await pilot.pause()
         assert shown(app, "#catalog-hint") == "no catalog model matches 'zzzzzz'"
