@@ -31,3 +31,8 @@ async def test_a_save_path_no_file_can_have_is_one_line_and_the_app_stays(tmp_pa
             [(severity, text)] = [n for n in app.notices if n[0] == "error"]
             assert text.startswith("Not saved: ") and said in text and "\n" not in text
         assert app.is_running and sorted(p.name for p in tmp_path.iterdir()) == ["pipe.sh"]
+        app.notices.clear()
+        app.query_one("#save-path", Input).value = "pipe.sh"  # relative: checked under the app's folder
+        app.action_save()
+        await settle(pilot)
+        assert any(n[0] == "error" and "pipe.sh" in n[1] for n in app.notices)

@@ -455,16 +455,16 @@ class CopeApp(TraceActions, Workers, App[None]):
         that would overwrite a file."""
         if isinstance(self.screen, ConfirmScreen):  # s again while asked: one question at a time
             return
-        from engine.user_paths import output_path
+        from engine.user_paths import output_path, user_path
 
         pane = self.query_one(ExportPane)
         try:  # the CLI's --out check: ~nosuchuser, a NUL byte, a FIFO or a folder is one line, not an exit
-            path = output_path(pane.save_path, flag="Save")
+            path = user_path(pane.save_path, flag="Save")
+            # checked where it will be written: a relative path is under the app's folder
+            path = output_path(path if path.is_absolute() else (self.cwd or Path.cwd()) / path, flag="Save")
         except CopeInputError as exc:
             self.say(f"Not saved: {exc}", "error")
             return
-        if not path.is_absolute():
-            path = (self.cwd or Path.cwd()) / path
         export = self.current_export(side_dir=str(path.parent))
         if export is None:
             return
