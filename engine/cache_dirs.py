@@ -84,6 +84,12 @@ def profiles_dir(root: str | os.PathLike | None = None) -> Path:
     return cache_root(root) / "profiles"
 
 
+def locks_dir(root: str | os.PathLike | None = None) -> Path:
+    """Lock files of runs that write a cache entry (probes/profile_cache.py), kept apart so
+    no cache folder holds anything but its entries."""
+    return cache_root(root) / "locks"
+
+
 def machine_dir(root: str | os.PathLike | None = None) -> Path:
     """Measurements of this machine kept between runs (its CPU memory bandwidth)."""
     return cache_root(root) / "machine"

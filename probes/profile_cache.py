@@ -20,17 +20,28 @@ nor as a stand-in for another count, until a run at that count completes. A mark
 that names no count (an older COPE's) puts every count in doubt. A run that replaces a profile (`--reprobe`) writes `<key>.json.reprobe`
 instead and swaps it in only when it completes (`commit`), so the old profile stays
 whole until the new one is.
+
+Concurrent runs: a run writes the profile of a key only while it holds an exclusive
+fcntl lock on `<cache dir>/locks/profile-<key>.lock`, taken before its first write (its
+partial marker) and held until it commits or ends; the system drops the lock of a run
+that dies, so no lock is ever stale. A second run of the same key that finds the lock
+held measures as usual but keeps its measurements for itself, says so once
+(ProfileCacheWarning), and never writes the profile or the marker: otherwise its last
+write of its own, smaller view could land after the first run's commit cleared the
+marker, leaving a profile with some entries and no marker that later runs would take as
+complete.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from engine.cache_dirs import profiles_dir
+from engine.cache_dirs import locks_dir, profiles_dir
 from engine.errors import CopeInputError
 from engine.profile import Measurement, Profile, Refusal
 from engine.files import atomic_write_text, set_aside_saying
@@ -128,6 +139,60 @@ def store(profile: Profile, root: str | os.PathLike | None = None, *, path: Path
     return path
 
 
+def lock_path(key: str, root: str | os.PathLike | None = None) -> Path:
+    """The lock a run holds while it writes the profile of `key`."""
+    profile_path(key, root)  # checks the key
+    return locks_dir(root) / f"profile-{key}.lock"
+
+
+# Locks this process holds, by path: [fd, writers holding it]. flock excludes other open
+# files even within one process, so writers of one process share the lock: runs in one
+# process are ordered by their caller (the app runs one probe run at a time), and an
+# abandoned writer (a Ctrl-C that ended its run) must not lock the next one out.
+_HELD: dict[str, list[int]] = {}
+
+
+def _take_lock(path: Path) -> tuple[str | None, str | None]:
+    """(path, None) with an exclusive lock on `path` held for this process; (None, why
+    not) when another process holds it or a special file stands there; (None, None) when
+    no lock can be made (a cache that cannot be written, which the profile's own write
+    then reports)."""
+    try:
+        import fcntl  # noqa: PLC0415 - POSIX only
+    except ImportError:  # pragma: no cover - no fcntl: writes as before, one run at a time assumed
+        return None, None
+    name = str(path)
+    if name in _HELD:
+        _HELD[name][1] += 1
+        return name, None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_NONBLOCK: a FIFO put at the lock's path must not hang the run.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError:
+        return None, None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None, f"{path}: the profile's lock is not a regular file"
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None, (f"another COPE run is probing this profile now ({path} is locked): this run's "
+                      "measurements are kept for this run only")
+    _HELD[name] = [fd, 1]
+    return name, None
+
+
+def _drop_lock(name: str) -> None:
+    held = _HELD.get(name)
+    if held is not None:
+        held[1] -= 1
+        if held[1] <= 0:
+            del _HELD[name]
+            os.close(held[0])
+
+
 class ProfileWriter:
     """Merges measurements into the cached profile as they come.
 
@@ -150,6 +215,8 @@ class ProfileWriter:
         self.resumed = 0  # measurements an earlier, interrupted run left (0 unless it was interrupted)
         self._pending = 0
         self.unsaved: str | None = None  # why the cache could not be written, once it could not
+        self._lock: str | None = None
+        self._locked = False  # whether the lock was tried (taken, or refused: then unsaved says why)
         profile = base
         if resume:
             cached = load_cached(base.key, root)
@@ -179,7 +246,7 @@ class ProfileWriter:
     def start(self) -> None:
         """Mark the cached profile partial at this run's thread count until `commit` (a
         replacing run leaves it alone)."""
-        if self.staging or self.unsaved is not None:
+        if self.staging or not self._claim():
             return
         key = self._profile.key
         doubted = partial_threads(key, self.root)
@@ -205,7 +272,25 @@ class ProfileWriter:
             except OSError as exc:
                 self.unsaved = f"{self.path}: cannot finish the profile: {exc.strerror or exc}"
                 warnings.warn(self.unsaved, ProfileCacheWarning, stacklevel=2)
+        self.release()
         return self.path
+
+    def _claim(self) -> bool:
+        """Whether this run may write the cache: takes the key's lock on the first call
+        (once refused, the run keeps its measurements in memory, said once)."""
+        if not self._locked and self.unsaved is None:
+            self._locked = True
+            self._lock, why = _take_lock(lock_path(self._profile.key, self.root))
+            if why is not None:
+                self.unsaved = why
+                warnings.warn(why, ProfileCacheWarning, stacklevel=3)
+        return self.unsaved is None
+
+    def release(self) -> None:
+        """Let another run write the profile (the lock goes with the process anyway)."""
+        if self._lock is not None:
+            _drop_lock(self._lock)
+            self._lock = None
 
     def _clear_marker(self) -> None:
         key = self._profile.key
@@ -243,7 +328,7 @@ class ProfileWriter:
         """Write the profile to the cache; when the cache cannot be written, say so once
         (ProfileCacheWarning) and keep the measurements in memory for this run."""
         self._pending = 0
-        if self.unsaved is None:
+        if self._claim():
             try:
                 return store(self._profile, self.root, path=self.file)
             except CopeInputError as exc:
@@ -260,3 +345,10 @@ class ProfileWriter:
     def __exit__(self, *exc) -> None:
         if self._pending:
             self.flush()
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit the lock goes with the process
+            pass

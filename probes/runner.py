@@ -306,11 +306,14 @@ def ensure_profile(
         plan = ProbePlan(atomic_probes(k, threads, probe_seconds(cuda)), (), (), float(budget_s), threads)
     base = Profile(_provenance(prober, budget_s), model_shape(request), hardware_key(request))
     writer = ProfileWriter(base, root=root, resume=not reprobe, staging=reprobe, threads=threads)
-    writer.start()
-    result = run_plan(plan, writer, prober, budget_s=budget_s, cancel=cancel, progress=progress)
-    finished = result.stopped != "cancelled"  # a KeyboardInterrupt propagates from run_plan: no commit either
-    if finished:
-        writer.commit()
+    try:
+        writer.start()
+        result = run_plan(plan, writer, prober, budget_s=budget_s, cancel=cancel, progress=progress)
+        finished = result.stopped != "cancelled"  # a KeyboardInterrupt propagates from run_plan: no commit either
+        if finished:
+            writer.commit()
+    finally:
+        writer.release()  # another run may write the profile now (the marker stays unless committed)
     source = writer.path if finished else writer.file  # a cancelled reprobe's work is in its side file
     return ProfileOutcome(writer.profile, str(source), replace(result, resumed=writer.resumed))
 

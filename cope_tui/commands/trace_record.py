@@ -24,6 +24,11 @@ from engine.trace_card import trace_shape
 from engine.prompts import DOMAINS, domain_prompts, load_prompts
 from engine.user_paths import input_kind, output_path, user_path
 
+# The most --tokens a prompt: a recording holds its context (prompt + tokens) in one llama.cpp
+# context or one transformers generate call, and 32,768 is already past the context most
+# local MoE models are run at; a million would run for hours and ten million ran out of memory.
+MAX_RECORD_TOKENS = 32_768
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     rec = sub.add_parser("record", help="record a routing trace from a real model (transformers or llama.cpp)")
@@ -33,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     prompts = rec.add_mutually_exclusive_group()
     prompts.add_argument("--prompts", metavar="FILE", help="prompt file: one per line, or blocks separated by blank lines")
     prompts.add_argument("--domain", choices=DOMAINS, help="a shipped prompt set (default: chat)")
-    rec.add_argument("--tokens", type=int, default=64, metavar="N", help="tokens to generate per prompt (default 64)")
+    rec.add_argument("--tokens", type=int, default=64, metavar="N",
+                     help=f"tokens to generate per prompt (default 64, at most {MAX_RECORD_TOKENS:,})")
     rec.add_argument("--out", metavar="FILE", help="where to write the trace (default: the trace cache)")
     rec.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the model runs")
     rec.add_argument("--sample", action="store_true", help="sample (temperature 0.8, seed 0) instead of greedy decoding")
@@ -118,6 +124,8 @@ def _require(package: str, extra: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.tokens < 1:
         raise CopeInputError(f"--tokens must be at least 1, got {args.tokens}")
+    if args.tokens > MAX_RECORD_TOKENS:
+        raise CopeInputError(f"--tokens must be at most {MAX_RECORD_TOKENS:,} tokens a prompt, got {args.tokens:,}")
     out_arg = output_path(args.out, flag="--out") if args.out else None  # before recording for minutes
     prompts, domain, domain_label = _prompts(args)
     cancel = threading.Event()  # the CLI stops on Ctrl-C; the TUI sets this from its worker
