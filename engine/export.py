@@ -26,13 +26,13 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import BinaryIO, Callable, Mapping
 
 import numpy as np
 
 from engine.cpu_compute import cpu_amx
 from engine.errors import CopeInputError
-from engine.files import atomic_write_text
+from engine.files import write_all
 from engine.fork_profile import fork_profile_csv
 from engine.host_memory import RamFit
 from engine.model import ModelSpec
@@ -281,25 +281,36 @@ def command_file_text(export: Export) -> str:
 
 
 def write_export(export: Export, out: str | os.PathLike,
-                 write_tensor: Callable[[Path, np.ndarray], Path] | None = None) -> list[Path]:
+                 write_tensor: Callable[[BinaryIO, np.ndarray], None] | None = None) -> list[Path]:
     """Write the command to `out` (a script: `./run.sh` runs it) and the artefacts beside it,
-    each atomically; routing counts go through `write_tensor` (torch.save lives outside engine/)."""
+    all or none (engine.files.write_all): every target is checked first (a link or a
+    special file there is refused), each is written to a temp file beside it and renamed
+    only when all are written, so a failed write (a full disk) leaves no partial artefact
+    and the old files intact. Routing counts go through `write_tensor(handle, counts)`
+    (torch.save lives outside engine/)."""
     out = Path(out)
+    if export.tensors and write_tensor is None:
+        raise ValueError("this export has routing-count artefacts: pass write_tensor")
+    made = not out.parent.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(out.parent)) from None
-    if export.tensors and write_tensor is None:
-        raise ValueError("this export has routing-count artefacts: pass write_tensor")
-    written = []
-    for name, text in export.side_files:
-        written.append(atomic_write_text(out.parent / name, text))
-    for name, counts in export.tensors:
-        written.append(write_tensor(out.parent / name, counts))  # type: ignore[misc]
-    script = atomic_write_text(out, command_file_text(export))
+    files: list = [(out.parent / name, lambda h, text=text: h.write(text), False) for name, text in export.side_files]
+    files += [(out.parent / name, lambda h, c=counts: write_tensor(h, c), True) for name, counts in export.tensors]
+    files.append((out, lambda h: h.write(command_file_text(export)), False))
+    try:
+        written = write_all(files)
+    except BaseException:
+        if made:  # the folder this call made goes too, when nothing went into it
+            try:
+                out.parent.rmdir()
+            except OSError:
+                pass
+        raise
+    script = written[-1]
     mode = script.stat().st_mode
     script.chmod(mode | (mode & 0o444) >> 2)  # executable by whoever may read it
-    written.append(script)
     return written
 
 

@@ -7,7 +7,9 @@ never destroys what was there.
 Only regular files are ever replaced: a device (`/dev/null`), a FIFO, a socket or a
 folder at the path is refused with one line. A symbolic link is kept and the file it
 points to is written instead (atomically, beside that file); the path returned is the
-file actually written, so the caller's "wrote ..." line names it.
+file actually written, so the caller's "wrote ..." line names it. That is for COPE's own
+files (caches); what a person names as an output (`--out`, the app's Save) is written
+with `write_all`, which refuses a link, and writes several files all or none.
 """
 
 from __future__ import annotations
@@ -46,6 +48,92 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.IOBase], None], *,
     except BaseException:
         _remove_quietly(tmp)
         raise
+    return target
+
+
+def write_all(files: list[tuple[str | os.PathLike, Callable[[io.IOBase], None], bool]]) -> list[Path]:
+    """Write several files as one: all of them or none (an export's script and its side files).
+
+    `files`: (path, write(handle), binary). Every path is checked before anything is
+    written: a symbolic link is refused (a write through it would land on whatever it
+    points to; COPE neither follows nor replaces it), as is anything but a regular file.
+    Each is then written in full to a temp file beside it; only when every one is
+    written (a full disk fails here) are they renamed over the targets. On any failure
+    the temps are removed, targets already replaced get their old files back (kept as
+    hard links until the end), and the error is one line: no half-written file is left
+    and the old ones are intact."""
+    targets = [no_link_target(path) for path, _, _ in files]
+    temps: list[str] = []
+    backups: dict[Path, str] = {}
+    done: list[Path] = []
+    where = str(files[0][0]) if files else ""
+    try:
+        for target, (path, write, binary) in zip(targets, files):
+            where = str(path)
+            temps.append(_written_temp(target, write, binary))
+        for target in targets:  # the old files, kept until every new one is in place
+            where = str(target)
+            if os.path.lexists(target):
+                backups[target] = tempfile.mktemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+                os.link(target, backups[target])
+        for tmp, target in zip(temps, targets):
+            where = str(target)
+            os.replace(tmp, target)
+            done.append(target)
+    except BaseException as exc:
+        for tmp in temps[len(done):]:
+            _remove_quietly(tmp)
+        for target in done:  # undo the renames that happened
+            if target in backups:
+                try:
+                    os.replace(backups[target], target)
+                except OSError:
+                    pass
+            else:
+                _remove_quietly(str(target))
+        for backup in backups.values():
+            _remove_quietly(backup)
+        if isinstance(exc, OSError):
+            raise CopeInputError(f"cannot write: {exc.strerror or exc}; nothing was written", path=where) from None
+        raise
+    for backup in backups.values():
+        _remove_quietly(backup)
+    return targets
+
+
+def _written_temp(target: Path, write: Callable[[io.IOBase], None], binary: bool) -> str:
+    """The name of a temp file beside `target` holding what `write` wrote, flushed to disk."""
+    folder = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        handle = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        with handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _new_file_mode(target))
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return tmp
+
+
+def no_link_target(path: str | os.PathLike) -> Path:
+    """`path` when a write may replace it: nothing there yet, or a regular file; a symbolic
+    link (to anything) is refused, as is a folder, a FIFO, a device or a socket."""
+    target = Path(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return target  # nothing there yet (a file in the way of a folder is the caller's to say)
+    except OSError as exc:
+        raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
+    if stat.S_ISLNK(mode):
+        raise CopeInputError(f"is a symbolic link (to {os.readlink(target)}): refused, COPE does not write "
+                             "through a link; remove it or name the file itself", path=str(path))
+    if not stat.S_ISREG(mode):
+        raise CopeInputError(f"is {file_kind(mode)}, not a regular file: COPE writes only regular files "
+                             "and never replaces anything else", path=str(path))
     return target
 
 

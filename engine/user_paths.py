@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 from engine.errors import CopeInputError
-from engine.files import file_kind, writable_target
+from engine.files import file_kind, no_link_target
 
 NAME_MAX = 255  # bytes of one name: ext4, XFS, btrfs, APFS, NTFS
 PATH_MAX = 4096  # bytes of a whole path (Linux)
@@ -83,10 +83,11 @@ def input_kind(path: str | os.PathLike, *, what: str = "file", flag: str | None 
 def output_path(text: str | os.PathLike, *, flag: str) -> Path:
     """Where a command will write `text`, checked before it starts any work: a regular
     file or nothing yet, under a folder (or where the command can make one). A FIFO, a
-    device, a folder or a link to one is refused with one line."""
+    device, a folder or a symbolic link (to anything: a write would land on what it
+    points to) is refused with one line."""
     path = user_path(text, flag=flag)
     try:
-        target = writable_target(path)
+        target = no_link_target(path)
     except CopeInputError as exc:
         raise CopeInputError(exc.message, path=_where(flag, str(exc.path))) from None
     # The folder may be missing (commands make it), but what is there must be a folder.

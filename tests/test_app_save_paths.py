@@ -36,3 +36,21 @@ async def test_a_save_path_no_file_can_have_is_one_line_and_the_app_stays(tmp_pa
         app.action_save()
         await settle(pilot)
         assert any(n[0] == "error" and "pipe.sh" in n[1] for n in app.notices)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("app_caches")
+async def test_save_onto_a_link_is_refused_and_what_it_points_to_untouched(tmp_path):
+    real = tmp_path / "elsewhere.sh"
+    real.write_text("precious")
+    (tmp_path / "run.sh").symlink_to(real)
+    app = make_app(make_services(), cwd=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.query_one("#save-path", Input).value = "run.sh"
+        app.action_save()
+        await settle(pilot)
+        [(_, text)] = [n for n in app.notices if n[0] == "error"]
+        assert text.startswith("Not saved: Save ") and "is a symbolic link" in text and "refused" in text
+        assert app.is_running and real.read_text() == "precious" and (tmp_path / "run.sh").is_symlink()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.sh", "run.sh"]

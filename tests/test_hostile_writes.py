@@ -126,3 +126,143 @@ def test_trace_record_tokens_above_the_maximum_is_one_line(tmp_path, monkeypatch
     assert main(["trace", "record", "--model", "org/x", "--tokens", "10000000"]) == EXIT_INPUT
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == ["cope: error: --tokens must be at most 32,768 tokens a prompt, got 10,000,000"]
+
+
+# --- 3. outputs: no write through a link, artefacts all or none -----------------------------
+
+KT_EXPORT = ["export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.uniform", "--model", "qwen3-30b-a3b",
+             "--gpu", "rtx-4090", "--fidelity", "analytic", "--tokens", "50"]
+PT = "cope-qwen3-30b-a3b-kt-activation.pt"  # what sglang-kt's export writes beside the script
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    from cope_tui.cli import main
+    from cope_tui.exit_codes import EXIT_INPUT
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def run(*args: str) -> str:
+        code = main(list(args))
+        err = capsys.readouterr().err
+        assert code == EXIT_INPUT, err
+        lines = [line for line in err.strip().splitlines() if not line.startswith("cope: warning: ")]
+        assert len(lines) == 1 and lines[0].startswith("cope: error: ") and "Traceback" not in err, err
+        return lines[0]
+
+    return run
+
+
+def _old_files(folder: Path) -> dict[str, bytes]:
+    (folder / "run.sh").write_bytes(b"old script")
+    (folder / PT).write_bytes(b"old counts")
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if not p.is_symlink()}
+
+
+def test_export_out_onto_a_link_is_refused_and_its_target_untouched(cli, tmp_path):
+    real = tmp_path / "elsewhere.sh"
+    real.write_text("precious")
+    (tmp_path / "run.sh").symlink_to(real)
+    line = cli(*KT_EXPORT, "--out", str(tmp_path / "run.sh"))
+    assert "is a symbolic link" in line and "refused" in line and "--out" in line
+    assert real.read_text() == "precious" and (tmp_path / "run.sh").is_symlink()
+    assert not (tmp_path / PT).exists()  # nothing beside it either
+
+
+def test_a_link_as_a_side_file_is_refused_before_anything_is_written(cli, tmp_path):
+    real = tmp_path / "elsewhere.pt"
+    real.write_bytes(b"precious")
+    (tmp_path / PT).symlink_to(real)
+    line = cli(*KT_EXPORT, "--out", str(tmp_path / "run.sh"))
+    assert PT in line and "is a symbolic link" in line
+    assert real.read_bytes() == b"precious" and not (tmp_path / "run.sh").exists()
+
+
+def _export_with_counts():
+    from engine.export import Export
+    import numpy as np
+
+    return Export("c", "c", "needs-fork", "", ("llama-server", "-m", "m.gguf"), side_files=(("a.csv", "new csv"),),
+                  tensors=((PT, np.ones((2, 4), dtype=np.int64)),))
+
+
+def test_a_full_disk_during_an_artefact_leaves_the_old_files_and_no_temp(tmp_path):
+    import errno
+
+    from engine.errors import CopeInputError
+    from engine.export import write_export
+
+    (tmp_path / "a.csv").write_text("old csv")
+    before = _old_files(tmp_path)
+
+    def fills_the_disk(handle, counts):
+        handle.write(b"half of it")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CopeInputError, match=f"{PT}: cannot write: No space left on device; nothing was written"):
+        write_export(_export_with_counts(), tmp_path / "run.sh", write_tensor=fills_the_disk)
+    assert _listing(tmp_path) == before  # no temp file, no half-written one, every old one intact
+
+
+def test_a_rename_failing_midway_puts_back_what_it_replaced(tmp_path, monkeypatch):
+    from engine.errors import CopeInputError
+    from engine.export import write_export
+
+    (tmp_path / "a.csv").write_text("old csv")
+    before = _old_files(tmp_path)
+    real_replace, calls = os.replace, []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_fails)
+    with pytest.raises(CopeInputError, match="Input/output error; nothing was written"):
+        write_export(_export_with_counts(), tmp_path / "run.sh", write_tensor=lambda h, c: h.write(b"new counts"))
+    monkeypatch.undo()
+    assert _listing(tmp_path) == before
+
+
+def test_every_artefact_is_written_when_all_can_be(tmp_path):
+    from engine.export import write_export
+
+    _old_files(tmp_path)
+    written = write_export(_export_with_counts(), tmp_path / "run.sh", write_tensor=lambda h, c: h.write(b"new"))
+    assert [p.name for p in written] == ["a.csv", PT, "run.sh"]
+    assert _listing(tmp_path) == {"a.csv": b"new csv", PT: b"new", "run.sh": (tmp_path / "run.sh").read_bytes()}
+    assert os.access(tmp_path / "run.sh", os.X_OK)
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    try:
+        done = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=8k tmpfs '{where}'"],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def test_export_onto_a_full_tmpfs_leaves_no_partial_artefact(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if not _can_mount_tmpfs(mnt):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm mount -t tmpfs)")
+    # 40 KiB: the old files and the script fit, the .pt (48 x 128 int64 counts) does not.
+    script = (f"mount -t tmpfs -o size=40k tmpfs '{mnt}' && cd '{mnt}' && printf old > run.sh && printf old > {PT} && "
+              f"{sys.executable} -m cope_tui.cli {' '.join(KT_EXPORT)} --out run.sh; echo rc=$?; "
+              "for f in .* *; do [ -f \"$f\" ] && echo \"file $f $(cat \"$f\")\"; done")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COPE_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    out = done.stdout.splitlines()
+    errors = [line for line in done.stderr.splitlines() if line.startswith("cope: error: ")]
+    assert "rc=2" in out, done.stderr
+    assert len(errors) == 1 and PT in errors[0] and "nothing was written" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(line for line in out if line.startswith("file ")) == [f"file {PT} old", "file run.sh old"]

@@ -246,7 +246,7 @@ def asked_total(x, model) -> int:
 
 
 def check_activation_file(tmp_path: Path, model, profile) -> None:
-    from cope_tui.service.runtimes import write_counts_pt
+    from cope_tui.service.runtimes import save_counts_pt
     from engine.export import write_export
 
     torch = pytest.importorskip("torch")
@@ -257,7 +257,7 @@ def check_activation_file(tmp_path: Path, model, profile) -> None:
     candidate = parse_candidate_id("fixed.parallel.nonuniform")
     x = export_candidate(candidate, model, p, runtime="sglang-kt", model_path="m.gguf", context=8192, threads=4,
                          side_dir=str(tmp_path))
-    written = write_export(x, tmp_path / "run.sh", write_tensor=write_counts_pt)
+    written = write_export(x, tmp_path / "run.sh", write_tensor=save_counts_pt)
     pt = tmp_path / x.tensors[0][0]
     assert pt in written and str(pt) in x.argv
     loaded = torch.load(pt, weights_only=True)

@@ -484,11 +484,11 @@ class CopeApp(TraceActions, Workers, App[None]):
                          answered)
 
     def _write_export(self, export, path: Path) -> None:  # type: ignore[no-untyped-def]
-        from cope_tui.service.runtimes import write_counts_pt
+        from cope_tui.service.runtimes import save_counts_pt
         from engine.export import write_export
 
         try:
-            written = write_export(export, path, write_tensor=write_counts_pt)
+            written = write_export(export, path, write_tensor=save_counts_pt)
         except (OSError, CopeInputError) as exc:
             self.say(f"Could not save {path}: {getattr(exc, 'strerror', None) or exc}", "error")
             return

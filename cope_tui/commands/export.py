@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)
     if args.out:
-        from cope_tui.service.runtimes import write_counts_pt
+        from cope_tui.service.runtimes import save_counts_pt
 
-        written = write_export(export, args.out, write_tensor=write_counts_pt)
+        written = write_export(export, args.out, write_tensor=save_counts_pt)
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     elif export.tensors:
         print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)

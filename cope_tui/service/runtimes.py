@@ -30,10 +30,21 @@ def run_advice(rec: Recommendation, scan, ranking=None) -> RunAdvice:  # type: i
     return plan_runs(rec, scan.names, ranking, scan.builds)
 
 
-def write_counts_pt(path: Path, counts: np.ndarray) -> Path:
-    """kt-kernel's activation file: torch.save({"logical_count": int64 tensor}), read back
-    by SGLang with torch.load(weights_only=True) (kt_ep_wrapper.py); written atomically."""
+def save_counts_pt(handle, counts: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    """kt-kernel's activation file into the open binary `handle`: torch.save({"logical_count":
+    int64 tensor}), read back by SGLang with torch.load(weights_only=True) (kt_ep_wrapper.py).
+    torch.save raises RuntimeError for a failed write (a full disk); it is an OSError here,
+    so the export that writes it answers in one line and leaves nothing behind."""
     import torch
 
     tensor = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
-    return atomic_write(path, lambda handle: torch.save({"logical_count": tensor}, handle), binary=True)
+    try:
+        torch.save({"logical_count": tensor}, handle)
+    except RuntimeError as exc:
+        said = (str(exc).splitlines() or ["no reason given"])[0][:120]
+        raise OSError(f"torch.save could not write it (a full disk?): {said}") from None
+
+
+def write_counts_pt(path: Path, counts: np.ndarray) -> Path:
+    """`save_counts_pt` into `path`, written atomically."""
+    return atomic_write(path, lambda handle: save_counts_pt(handle, counts), binary=True)
