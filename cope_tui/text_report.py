@@ -6,6 +6,7 @@ from engine.advise import Recommendation
 from engine.command_estimate import CommandEstimate
 from engine.export import Export
 from engine.memory import GIB
+from engine.popularity import profile_words
 from engine.run_advice import CandidateRuns, RunAdvice, plan_runs
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
 from engine.runtimes.llamacpp import label_text
@@ -160,7 +161,7 @@ def _trace_line(rec: Recommendation) -> str:
     origin = "SYNTHETIC" if t.meta.synthetic else t.meta.origin
     return (
         f"{origin} ({t.meta.source}), {t.n_tokens} tokens x {t.n_layers} MoE layers replayed, "
-        f"popularity from {rec.request.profile.n_tokens} profile tokens"
+        + profile_words(rec.request.profile)
     )
 
 

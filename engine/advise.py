@@ -17,6 +17,7 @@ from engine.cost_models import CostModelDescription
 from engine.errors import BudgetTooSmall, CopeInputError
 from engine.estimate import Estimate, price
 from engine.hit_curves import lru_hit_curves
+from engine.popularity import PopularityProfile
 from engine.memory import GIB, MemoryPlan, plan_memory
 from engine.model import ModelSpec
 from engine.platform import Platform
@@ -48,7 +49,7 @@ class AdviseRequest:
     context_tokens: int
     threads: int
     trace: RoutingTrace  # replayed
-    profile: RoutingTrace  # popularity for fixed and initial residency
+    profile: RoutingTrace | PopularityProfile  # popularity for fixed and initial residency
     evictions: tuple[Eviction, ...] = (Eviction.LRU,)
     prefetch_mode: str = "timed"
     prefetch_budget: int | None = None  # copies per layer; None: top_k
@@ -215,7 +216,7 @@ class _Shared:
     """What every budget of one request shares."""
 
     popularity: np.ndarray
-    hit_curves: np.ndarray  # [L, E+1] per-layer LRU hits on the profile: mutable allocations
+    hit_curves: np.ndarray | None  # [L, E+1] per-layer LRU hits on the profile: mutable allocations
     prefetch_budget: int
     costs: dict[Execution, StateCosts]
     shared_s: float
@@ -235,9 +236,14 @@ def _setup(request, cost_model, budgets_bytes):  # type: ignore[no-untyped-def]
     if trace.predicted_ids is None:
         notes.append("the trace has no next-layer predictions: mutable caches run without prefetch")
     popularity = request.profile.popularity()
+    ordered = request.profile.expert_ids is not None
+    if not ordered:
+        notes.append("the profile has counts but no routing order (an imatrix): mutable caches allocate slots "
+                     "by its popularity, as fixed residency does")
     shared = _Shared(
         popularity=popularity,
-        hit_curves=lru_hit_curves(request.profile.expert_ids, popularity),
+        # an imatrix has no order to replay: None allocates by the popularity curve
+        hit_curves=lru_hit_curves(request.profile.expert_ids, popularity) if ordered else None,
         prefetch_budget=prefetch_budget,
         costs={ex: cost_model.state_costs(ex, request.threads, k, prefetch_budget) for ex in Execution},
         shared_s=cost_model.shared_per_token_s(),

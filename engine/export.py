@@ -36,6 +36,7 @@ from engine.files import write_all
 from engine.fork_profile import fork_profile_csv
 from engine.host_memory import RamFit
 from engine.model import ModelSpec
+from engine.popularity import profile_source
 from engine.policy import Candidate, Kind, parse_candidate_id
 from engine.runtimes import (
     REGISTRY,
@@ -76,8 +77,7 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         ram_bytes=int(cpu.ram_bytes.value) if cpu.ram_bytes.known else None,
         host_non_expert_bytes=model.non_expert_bytes(req.quant) - model.gpu_non_expert_bytes(req.quant),
         synthetic_profile=profile.meta.synthetic,
-        profile_source=("SYNTHETIC routing" if profile.meta.synthetic else profile.meta.source)
-        + f", {profile.n_tokens} tokens",
+        profile_source=profile_source(profile),  # a trace, or an imatrix's counts (engine/popularity.py)
         numa_nodes=int(cpu.numa_nodes.value) if cpu.numa_nodes.known else None,
         gpu_vram_bytes=int(gpu.vram_bytes.value) if gpu.vram_bytes.known else None,
         cpu_amx=amx,

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.errors import CopeInputError
 from engine.hit_curves import lru_hit_curves
+from engine.popularity import PopularityProfile
 from engine.policy import Eviction, Execution, policy_matrix
 from engine.replay import ReplaySetup, ReplayStats, replay_many
 from engine.trace import RoutingTrace
@@ -49,7 +50,7 @@ class CandidateHits:
 
 
 def hit_rates_at_slots(
-    trace: RoutingTrace, profile: RoutingTrace, slots_per_layer: int, *,
+    trace: RoutingTrace, profile: RoutingTrace | PopularityProfile, slots_per_layer: int, *,
     prefetch_budget: int, admit_per_hits: np.ndarray | None, evictions: tuple[Eviction, ...] = (Eviction.LRU,),
 ) -> list[CandidateHits]:
     """Every matrix candidate replayed over `trace` with `slots_per_layer` x L slots (uniform:
@@ -60,8 +61,8 @@ def hit_rates_at_slots(
     if not 0 <= slots_per_layer <= n_experts:
         raise CopeInputError(f"--slots: between 0 and the {n_experts} experts of a layer, got {slots_per_layer}")
     popularity = profile.popularity()
-    setup = ReplaySetup(popularity, slots_per_layer * n_layers, prefetch_budget, admit_per_hits,
-                        lru_hit_curves(profile.expert_ids, popularity))
+    curves = None if profile.expert_ids is None else lru_hit_curves(profile.expert_ids, popularity)  # None: an imatrix
+    setup = ReplaySetup(popularity, slots_per_layer * n_layers, prefetch_budget, admit_per_hits, curves)
     candidates = policy_matrix(prefetch_available=trace.predicted_ids is not None, evictions=evictions)
     if admit_per_hits is None:
         candidates = [c for c in candidates if c.execution is not Execution.READY_FIRST]

@@ -37,6 +37,7 @@ class SyntheticSettings:
     predictor_accuracy: float | None = 0.8  # chance each predicted id is right; None: no predictor
     sequences: int = 1
     with_weights: bool = True
+    popularity_source: str = ""  # where a given popularity's counts are from (an imatrix), said in describe()
 
     def __post_init__(self) -> None:
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, (int, np.integer)) or self.tokens < 1:
@@ -67,7 +68,8 @@ class SyntheticSettings:
     def describe(self) -> str:
         if self.popularity is not None:
             fitted = np.mean([fit_zipf_exponent(row) for row in self.popularity])
-            pop = f"given [{self.popularity.shape[0]}x{self.popularity.shape[1]}] popularity (fitted zipf ~{fitted:.2f})"
+            given = f"real counts of {self.popularity_source}" if self.popularity_source else "given"
+            pop = f"{given} [{self.popularity.shape[0]}x{self.popularity.shape[1]}] popularity (fitted zipf ~{fitted:.2f})"
         else:
             pop = f"zipf exponent {self.zipf_exponent:g} over a random rank order per layer"
         acc = "none" if self.predictor_accuracy is None else f"{self.predictor_accuracy:g}"
@@ -188,6 +190,10 @@ def synthetic_trace(model: ModelSpec, settings: SyntheticSettings) -> RoutingTra
         n_experts=n_experts,
         moe_blocks=tuple(model.moe_blocks),
         recorded_with=settings.describe(),
+        notes=(() if not settings.popularity_source else (
+            f"real: each layer's expert popularity, from {settings.popularity_source}; assumed: the order and timing "
+            f"of routing (locality {settings.locality:g}, which experts a token takes together), next-layer "
+            "predictions and router weights",)),
     )
     return RoutingTrace(
         expert_ids=ids, meta=meta, weights=weights, predicted_ids=predicted, seq_starts=seq_starts

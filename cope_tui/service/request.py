@@ -16,6 +16,7 @@ from engine.platform import NO_GPU, CpuSpec, GpuSpec, Platform, get_gpu_preset, 
 from engine.policy import Eviction
 from engine.quant import get_quantization
 from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.popularity import PopularityProfile, Profile
 from engine.trace import RoutingTrace
 from engine.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.traces import load_any_trace
@@ -209,10 +210,20 @@ def _default_threads(platform: Platform) -> int:
     return int(threads.value) if threads.known else 4
 
 
-def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace, RoutingTrace, tuple[str, ...]]:
-    """(replayed trace, profile trace, notes)."""
+def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace, Profile, tuple[str, ...]]:
+    """(replayed trace, profile trace or an imatrix's popularity, notes)."""
     notes: list[str] = []
     full = None
+    given = None
+    if args.profile_trace:
+        given = load_profile(user_path(args.profile_trace, flag="--profile-trace"), model)
+    if args.trace not in (None, "synthetic"):
+        from cope_tui.sources.imatrix import looks_like_imatrix  # noqa: PLC0415
+
+        if looks_like_imatrix(user_path(args.trace, flag="--trace")):
+            raise CopeInputError("an imatrix holds routing counts, not a routing order to replay: give it with "
+                                 "--profile-trace (the replayed routing is then synthetic, drawn from its counts)",
+                                 path=f"--trace {args.trace}")
     if args.trace is None:
         # No --trace: the newest cached trace of this model (recorded or pulled), else synthetic,
         # pointing at a published one when the trace index knows one.
@@ -245,19 +256,24 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
                 notes.append(f"run `{pull_command(match.entry, model.id)}` to use a published trace {whose} "
                              f"instead of synthetic routing{state}")
     if full is None and (args.trace is None or args.trace == "synthetic"):
-        settings = SyntheticSettings(
-            tokens=2 * args.tokens, seed=args.seed, zipf_exponent=SYNTHETIC_ZIPF, sequences=2
-        )
-        full = synthetic_trace(model, settings)
-        notes.append(
-            "SYNTHETIC routing: figures show how the policies compare on made-up routing "
-            f"({settings.describe()}), not how this model routes"
-        )
+        if isinstance(given, PopularityProfile):
+            full = _fitted_synthetic(args, model, given, notes)
+        else:
+            settings = SyntheticSettings(
+                tokens=2 * args.tokens, seed=args.seed, zipf_exponent=SYNTHETIC_ZIPF, sequences=2
+            )
+            full = synthetic_trace(model, settings)
+            notes.append(
+                "SYNTHETIC routing: figures show how the policies compare on made-up routing "
+                f"({settings.describe()}), not how this model routes"
+            )
     elif full is None:
         full = load_any_trace(user_path(args.trace, flag="--trace"), model=model)
-    if args.profile_trace:
-        profile = load_any_trace(user_path(args.profile_trace, flag="--profile-trace"), model=model)
-        return full, profile, tuple(notes)
+    if given is not None:
+        if isinstance(given, PopularityProfile):
+            notes.append(f"popularity: real, from {given.label} ({given.n_tokens} tokens of prompt routing); "
+                         "fixed residency, slot allocation and exported side files use its counts")
+        return full, given, tuple(notes)
     if full.n_tokens < 2:
         raise CopeInputError("the trace needs at least 2 tokens to split", path=full.meta.source)
     profile, replayed = full.split(0.5)
@@ -266,3 +282,26 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
         f"other {replayed.n_tokens} (give --profile-trace to learn it elsewhere)"
     )
     return replayed, profile, tuple(notes)
+
+
+def load_profile(path: str, model) -> Profile:  # type: ignore[no-untyped-def]
+    """`--profile-trace`: a routing trace in any format, or a llama.cpp imatrix (its
+    per-expert counts: popularity without order), checked against the model."""
+    from cope_tui.sources.imatrix import looks_like_imatrix, read_imatrix  # noqa: PLC0415
+    from engine.imatrix import check_imatrix_fits_model, imatrix_profile  # noqa: PLC0415
+
+    if not looks_like_imatrix(path):
+        return load_any_trace(path, model=model)
+    counts = read_imatrix(path)
+    check_imatrix_fits_model(counts, model)
+    return imatrix_profile(counts, model)
+
+
+def _fitted_synthetic(args: PlanChoices, model, profile: PopularityProfile, notes: list[str]) -> RoutingTrace:  # type: ignore[no-untyped-def]
+    """Synthetic routing whose per-layer popularity is the imatrix's real counts; order,
+    timing, predictions and router weights stay the generator's assumptions."""
+    settings = SyntheticSettings(tokens=2 * args.tokens, seed=args.seed, popularity=profile.popularity(),
+                                 sequences=2, popularity_source=profile.label)
+    notes.append("SYNTHETIC routing order: each layer's expert popularity is REAL (the counts of "
+                 f"{profile.label}); the order and timing of routing are ASSUMED ({settings.describe()})")
+    return synthetic_trace(model, settings)

@@ -8,6 +8,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 
 from cope_tui.app.panes import Apply
+from engine.popularity import profile_words
 from engine.spans import count_of
 
 DOMAINS = ("chat", "code", "math")
@@ -25,7 +26,7 @@ def trace_summary(req) -> Text:  # type: ignore[no-untyped-def]
     text.append(f"source: {t.meta.source}\n")
     text.append(f"model: {t.meta.model}" + (f", domain {t.meta.domain}" if t.meta.domain else "") + "\n")
     text.append(f"{t.n_tokens} tokens x {t.n_layers} MoE layers replayed, {count_of(t.n_sequences, 'sequence')}; "
-                f"popularity from {profile.n_tokens} profile tokens\n")
+                f"{profile_words(profile)}\n")
     text.append("next-layer predictions: " + ("yes (prefetch on)" if t.predicted_ids is not None
                                               else "none (mutable caches run without prefetch)"))
     return text
