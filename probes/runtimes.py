@@ -74,13 +74,15 @@ class RuntimeScan:
 
 
 Runner = Callable[[list[str], float], str]
+HELP_MAX_BYTES = 4 * 2**20  # a --help or --version: llama-server's --help is about 40 KB
 
 
 def _run(argv: list[str], timeout_s: float) -> str:
     """stdout and stderr of a short command; raises OSError or TimeoutExpired."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-                          errors="replace")
-    return (done.stdout or "") + (done.stderr or "")
+    from probes.bounded_run import run_capped  # noqa: PLC0415
+
+    done = run_capped(argv, timeout_s=timeout_s, max_bytes=HELP_MAX_BYTES)  # what a runtime prints is untrusted
+    return done.stdout + done.stderr
 
 
 def _find_programs(llama_bin: str | None, path: str | None) -> dict[str, str]:

@@ -266,3 +266,30 @@ def test_export_onto_a_full_tmpfs_leaves_no_partial_artefact(tmp_path):
     assert len(errors) == 1 and PT in errors[0] and "nothing was written" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(line for line in out if line.startswith("file ")) == [f"file {PT} old", "file run.sh old"]
+
+
+# --- 4. what a runtime prints, bounded before it is kept ------------------------------------
+
+
+def test_output_past_the_cap_stops_the_program_and_keeps_only_the_cap():
+    from probes.bounded_run import run_capped
+
+    flood = "import sys\nwhile True:\n    sys.stderr.buffer.write(b'\\xff' * 65536)\n"
+    done = run_capped([sys.executable, "-c", flood], timeout_s=300, max_bytes=2**20)
+    assert done.overflowed and done.returncode != 0
+    assert done.stdout == "" and done.stderr == "\ufffd" * 2**20  # decoded with replacement, never raised
+
+
+def test_output_within_the_cap_is_kept_whole_with_the_exit_code():
+    from probes.bounded_run import run_capped
+
+    code = "import sys\nsys.stdout.write('a' * 300000)\nsys.stderr.write('said')\nsys.exit(3)\n"
+    done = run_capped([sys.executable, "-c", code], timeout_s=300, max_bytes=2**20)
+    assert (done.returncode, len(done.stdout), done.stderr, done.overflowed) == (3, 300000, "said", False)
+
+
+def test_a_silent_program_past_its_time_is_killed():
+    from probes.bounded_run import run_capped
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_capped([sys.executable, "-c", "import time; time.sleep(120)"], timeout_s=0.5)

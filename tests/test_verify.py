@@ -52,6 +52,9 @@ elif mode == "slow":
     time.sleep(30)
 elif mode == "nan":  # a build that answers nonsense: NaN tokens per second
     sys.stdout.write('[{{"n_prompt": 0, "n_gen": 64, "avg_ts": NaN, "stddev_ts": 0}}]')
+elif mode == "flood":  # a runtime that never stops printing
+    while True:
+        sys.stdout.write("[" * 65536)
 elif mode == "binary":  # output that is not UTF-8 at all
     sys.stdout.flush()
     sys.stdout.buffer.write(b"\\xff\\xfe\\x80 not text \\xc3\\x28")
@@ -159,6 +162,13 @@ def test_nonsense_from_the_runtime_is_refused_naming_the_binary(bench, capsys, m
 def test_parse_bench_json_refuses_what_is_not_a_speed(text, problem):
     result = parse_bench_json(text, "/opt/llama-bench")
     assert result.avg_ts is None and problem in result.problem, result.problem
+
+
+def test_a_runtime_that_never_stops_printing_is_stopped_at_the_cap(bench, capsys):
+    code, log = bench("flood", "--candidate", "partition-first", "--time-limit", "300")
+    out, err = capsys.readouterr()
+    assert code == EXIT_INPUT and "Traceback" not in err
+    assert err.count("\n") == 1 and "printed more than 16 MiB" in err and str(log.parent / "llama-bench") in err, err
 
 
 def test_time_limit_stops_a_slow_run(bench, capsys):

@@ -16,7 +16,6 @@ import math
 import os
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,6 +25,7 @@ from engine.calibration import Calibration, MeasuredRun
 from engine.calibration_io import Found, find_calibration, save_calibration
 from engine.calibration_runs import BENCH_REPETITIONS, CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
 from engine.errors import CopeInputError
+from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES, size_text
 from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output
 from engine.progress import Progress, check_cancel
 
@@ -68,26 +68,19 @@ def run_llama_bench(bench: str, run: CalibrationRun, *, timeout_s: float,
                     cancel: threading.Event | None = None) -> BenchTest:
     """The decode test of one run; CopeInputError (one line) when llama-bench fails or its
     output is not its JSON; TimeoutError past `timeout_s`; Cancelled on `cancel`."""
+    from probes.bounded_run import run_capped  # noqa: PLC0415
+
     argv = [bench, *run.argv[1:]]
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace")
+    try:  # read within a cap, decoded with replacement: a runtime's output is untrusted
+        proc = run_capped(argv, timeout_s=timeout_s, poll=lambda: check_cancel(cancel))
     except OSError as exc:
         raise CopeInputError(f"cannot run: {exc.strerror or exc}", path=bench) from None
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                check_cancel(cancel)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"stopped after {timeout_s:g} s") from None
-    finally:
-        if proc.poll() is None:  # cancelled, timed out or interrupted: the run does not outlive us
-            proc.kill()
-            proc.wait()
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"stopped after {timeout_s:g} s") from None
+    if proc.overflowed:
+        raise CopeInputError(f"the {run.name} run printed more than {size_text(RUNTIME_OUTPUT_MAX_BYTES)}, far more "
+                             "than llama-bench's answer: stopped, not read", path=bench)
+    out, err = proc.stdout, proc.stderr
     if proc.returncode != 0:
         tail = (err or out or "").strip().splitlines()
         raise CopeInputError(f"{run.name} run exited with {proc.returncode}: {tail[-1] if tail else 'no output'}",

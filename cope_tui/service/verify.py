@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from engine.advise import Recommendation
 from engine.errors import CopeInputError, shown
+from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES, size_text
 from engine.export import Export, export_for, flag_args
 from engine.runtimes import runtime_named
 from engine.runtimes.builds import LlamaBuild
@@ -82,16 +83,18 @@ def _finite(value: object) -> bool:
 def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float) -> BenchResult:
     if timeout_s <= 0:
         return BenchResult(None, None, "not run: the time limit was used up")
+    from probes.bounded_run import run_capped  # noqa: PLC0415
+
     try:
-        done = subprocess.run(
-            # a runtime's output is untrusted: bytes that are not UTF-8 become U+FFFD, never an exception
-            [bench, *argv[1:]], capture_output=True, text=True, errors="replace", timeout=timeout_s,
-            env={**os.environ, **env},
-        )
+        # a runtime's output is untrusted: read within a cap, bytes that are not UTF-8 become U+FFFD
+        done = run_capped([bench, *argv[1:]], timeout_s=timeout_s, env={**os.environ, **env})
     except subprocess.TimeoutExpired:
         return BenchResult(None, None, f"stopped: ran past the time limit ({timeout_s:.0f} s left)")
     except OSError as exc:
         return BenchResult(None, None, f"could not run {bench}: {exc.strerror or exc}")
+    if done.overflowed:
+        return BenchResult(None, None, f"{bench} printed more than {size_text(RUNTIME_OUTPUT_MAX_BYTES)}, far more "
+                                       "than llama-bench's answer: stopped, not read")
     if done.returncode != 0:
         tail = (done.stderr or done.stdout or "").strip().splitlines()
         last = tail[-1] if tail else "no output"
