@@ -225,7 +225,8 @@ class PlanChoices:
         None, flag="--trace", metavar="FILE|synthetic",
         help="routing trace (.npz, llama-moe-trace .csv, .jsonl)")
     profile_trace: str | None = _option(
-        None, flag="--profile-trace", metavar="FILE", help="trace to learn expert popularity from")
+        None, flag="--profile-trace", metavar="FILE",
+        help="trace, or llama.cpp imatrix (.gguf), to learn expert popularity from")
     tokens: int = _option(
         SYNTHETIC_TOKENS, flag="--tokens", parse=_int, check=_between(2, MAX_SYNTHETIC_TOKENS),
         help=f"synthetic tokens to replay (default {SYNTHETIC_TOKENS}, at most {MAX_SYNTHETIC_TOKENS:,})")
