@@ -82,7 +82,7 @@ def test_a_legacy_dat_file_is_one_line_saying_it_has_no_per_expert_counts(tmp_pa
     with pytest.raises(CopeInputError) as exc:
         read_imatrix(path)
     line = one_line(exc, path)
-    assert "legacy llama-imatrix file (2 tensors" in line and "no per-expert counts" in line
+    assert "legacy llama-imatrix file (2 tensors)" in line and "no per-expert counts" in line
     assert "llama-imatrix -m MODEL.gguf -f TEXT -o imatrix.gguf" in line
 
 

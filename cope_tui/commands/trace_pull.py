@@ -30,13 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "default: the one the trace index names")
     pull.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file (default: the index's, if any)")
     pull.add_argument("--out", metavar="FILE", help="where to write the trace (default: the trace cache)")
-    pull.add_argument("--repo-type", choices=("dataset", "model"), default="dataset",
-                      help="kind of Hub repo (default dataset)")
+    pull.add_argument("--repo-type", choices=("dataset", "model"), default=None,
+                      help="kind of Hub repo (default dataset; model with --imatrix)")
     pull.add_argument("--revision", metavar="REV", help="branch, tag or commit (default main)")
     pull.add_argument("--list", action="store_true", help="list the trace index's entries (for --model: the ones "
                       "COPE can pull for it) and stop")
     pull.add_argument("--verify-index", action="store_true", help="maintainers: download every readable index "
                       "entry, check it parses, pin its sha256 and size, and rewrite the index (needs network)")
+    pull.add_argument("--imatrix", action="store_true", help="a llama.cpp imatrix instead: REPO lists the imatrix "
+                      "files of a GGUF repo, REPO/FILE downloads one and reads its per-expert counts (for "
+                      "--profile-trace); with --list --model ID, where the imatrix index says they are published")
     pull.add_argument("--index", metavar="FILE", help="the index --verify-index rewrites (default: the shipped one)")
     pull.set_defaults(run=run)
 
@@ -46,6 +49,8 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.imatrix:
+        return _imatrix(args)
     if args.verify_index or args.list:
         if args.spec is not None:
             raise CopeInputError("--verify-index and --list take no REPO: they work on the whole index")
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         args.out = str(output_path(args.out, flag="--out"))  # before the download, not after it
-    plan = plan_pull(args.spec, repo_type=args.repo_type, revision=args.revision)
+    plan = plan_pull(args.spec, repo_type=args.repo_type or "dataset", revision=args.revision)
     result = pull_trace(args.spec, model=args.model, sha256=args.sha256, out=args.out, plan=plan, log=_say)
     trace = result.trace
     for note in trace.meta.notes:
@@ -85,6 +90,48 @@ def _list(args: argparse.Namespace) -> int:
         readable = e.format if e.readable else f"{e.format} (not readable: the card does not state the file format)"
         fits = f"\tsame shape as {', '.join(e.shape_fits)}" if e.shape_fits else ""
         print(f"{e.repo_id}{state}\t{readable}\t{e.model or e.model_in_card or '?'}{fits}")
+    return EXIT_OK
+
+
+def _imatrix(args: argparse.Namespace) -> int:
+    """`--imatrix`: the index's imatrix repos of a model (--list --model), the imatrix files
+    of a repo (REPO) or one downloaded and read (REPO/FILE): its local path on stdout."""
+    from cope_tui.sources import hub_imatrix  # noqa: PLC0415
+    from cope_tui.sources.hub_trace import check_revision, split_spec  # noqa: PLC0415
+
+    if args.verify_index or args.out or args.sha256:
+        raise CopeInputError("--imatrix takes REPO[/FILE] or --list --model ID (the Hub cache keeps the file and "
+                             "checks its hash; --out, --sha256 and --verify-index are for traces)")
+    if args.list:
+        if args.spec is not None or not args.model:
+            raise CopeInputError("--imatrix --list needs --model ID and no REPO")
+        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
+
+        model_id = resolve_model(args.model).id
+        entries = hub_imatrix.imatrix_entries_for(model_id)
+        if not entries:
+            _say(f"the imatrix index names no published imatrix of {model_id} (cope trace pull --imatrix REPO "
+                 "lists a GGUF repo's)")
+        for e in entries:
+            counts = {None: "per-expert counts unknown until read", True: "per-expert counts",
+                      False: "no per-expert counts"}[e.has_expert_counts]
+            state = "" if e.verified else " unverified"
+            print(f"{e.repo_id}/{e.file or '?'}{state}\t{counts}\tseen at {e.seen_at}")
+        return EXIT_OK
+    if args.spec is None:
+        raise CopeInputError("`cope trace pull --imatrix` needs REPO[/FILE] (or --list --model ID)")
+    check_revision(args.revision)
+    repo_type = args.repo_type or "model"
+    repo_id, filename = split_spec(args.spec)
+    if filename is None:
+        for name in hub_imatrix.list_imatrix_files(repo_id, repo_type=repo_type, revision=args.revision):
+            print(f"{repo_id}/{name}")
+        return EXIT_OK
+    local, counts = hub_imatrix.pull_imatrix(repo_id, filename, repo_type=repo_type, revision=args.revision,
+                                             log=_say)
+    _say(f"{repo_id}/{filename}: per-expert counts of {len(counts.moe_blocks)} MoE blocks x {counts.n_experts} "
+         f"experts ({counts.dataset_words()}); give it to cope advise with --profile-trace")
+    print(local)
     return EXIT_OK
 
 

@@ -26,7 +26,7 @@ from engine.input_limits import MAX_MODEL_BLOCKS, MAX_MODEL_EXPERTS
 GGML_TYPE_F32 = 0
 LEGACY_SUFFIXES = (".dat", ".imatrix")
 LEGACY_MAX_NAME = 1024  # a tensor name in a legacy file; real ones are under 64 bytes
-MAKE_ONE = "llama-imatrix -m MODEL.gguf -f TEXT -o imatrix.gguf writes one with per-expert counts"
+MAKE_ONE = "llama-imatrix -m MODEL.gguf -f TEXT -o imatrix.gguf writes one with them"
 
 
 def looks_like_imatrix(path: str | os.PathLike) -> bool:
@@ -95,9 +95,9 @@ def _legacy_problem(where: str) -> str:
         n_entries, name_len = struct.unpack("<ii", head[:8])
         name = head[8:8 + name_len] if 0 < name_len <= LEGACY_MAX_NAME else b""
         if 0 < n_entries <= 8 * MAX_MODEL_BLOCKS * 16 and len(name) == name_len and name.isascii() and size > 8:
-            return (f"a legacy llama-imatrix file ({n_entries:,} tensors, the first {shown(name.decode('ascii'))}): "
-                    "it keeps no per-expert counts (each expert's sums are divided by its count before they are "
-                    f"written), so it gives no expert popularity; {MAKE_ONE}")
+            # save_imatrix_legacy divides each expert's sums by its count: the counts are not written.
+            return (f"a legacy llama-imatrix file ({n_entries:,} tensors): it keeps no per-expert counts, so no "
+                    f"expert popularity; {MAKE_ONE}")
     return f"not an imatrix file: neither GGUF (it starts with {head[:4]!r}) nor llama-imatrix's legacy format"
 
 
