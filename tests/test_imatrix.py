@@ -258,3 +258,24 @@ def test_fitted_synthetic_routing_follows_each_layers_counts():
     assert pop[2].max() < 2.5 / 16
     assert "real counts of the imatrix x" in trace.meta.recorded_with
     assert trace.meta.notes and trace.meta.notes[0].startswith("real: each layer's expert popularity")
+
+
+def test_forged_counts_tensors_are_refused_before_they_are_read(tmp_path):
+    import gguf
+
+    path = tmp_path / "f16.gguf"
+    w = gguf.GGUFWriter(str(path), "unused")
+    w.kv_data[0].pop("general.architecture")
+    w.add_type("imatrix")
+    w.add_tensor("blk.0.ffn_up_exps.weight.counts", np.ones((4, 1), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(CopeInputError) as exc:
+        read_imatrix(path)
+    assert "is F16, expected F32 counts" in one_line(exc, path)
+    wide = write_imatrix_gguf(tmp_path / "wide.gguf", {"blk.0.ffn_up_exps.weight": np.ones(5000)}, hidden=1)
+    with pytest.raises(CopeInputError) as exc:
+        read_imatrix(wide)
+    assert "holds 5,000 counts, more than the 4,096 experts COPE sizes" in one_line(exc, wide)
