@@ -1,128 +1,154 @@
 #!/usr/bin/env bash
-# The one script to run the first time a CUDA machine is at hand, in under 8 minutes.
+# The one script to run the first time a CUDA machine is at hand: every GPU-side check
+# in at most 9 minutes, one archive back.
 #
-#   bench/gpu_first_run.sh OUT_DIR
+#   bench/offline_wheels.sh                      here, once (the package index is needed)
+#   bench/gpu_first_run.sh [--dry-run] OUT_DIR   there (bring bench/wheels along)
 #
-# It needs only Python and a CUDA build of torch there, no network: COPE and the
-# dependencies such a machine lacks are installed from the wheels that
-# `bench/offline_wheels.sh` prepared here beforehand (bench/wheels/, about 3 MB), into
-# a private folder. Each step writes its result into OUT_DIR as soon as it ends, so a
-# run cut short keeps what it did:
-#   env.txt          nvidia-smi, torch and its CUDA, the Python packages used
-#   gpu_tests.txt    the GPU-marked tests (pytest -m gpu)
-#   kernels.json     bench/gpu_step_check.py: the expert kernel eager vs CUDA graph against
-#                    the HBM bound, copies, and each execution strategy's layer step
-#   detect.json      cope detect --json (bandwidths measured)
-#   advise.json      a bounded cope advise --fidelity combined (probes this GPU)
-#   validate.json    a short cope validate (estimated against executed), rewritten per configuration
-#   summary.txt      what each GPU figure rests on (bench/gpu_basis_check.py)
-#   run.log          every step's narration
-# Exit: 0 when every GPU figure was measured on this GPU; 3 when one came from a preset;
-# 2 when there is no usable CUDA device (it stops there, before any GPU step, and says
-# why); 4 when a step failed. FIRST_RUN_SECONDS (default 450) bounds the whole run: a
-# step that would start after it is skipped and said so. FIRST_RUN_WITHOUT_CUDA=1 runs
-# every step without CUDA anyway (to check this script itself on a CPU-only machine).
+# There it needs only Python with torch and numpy (numba when there): COPE and what the
+# machine lacks (orjson, nvidia-ml-py, pytest) are unpacked from bench/wheels into a
+# private folder (bench/gpu_env.sh). Steps, each with its budget in seconds (FIRST_RUN_SECONDS,
+# default 540, bounds the whole; a step that no longer fits is skipped and named):
+#   install 20, machine 15, detect 45, GPU tests 60, step check 110, numba warm-up 40,
+#   advise 100, validate 120; the summary and archive keep 15 in reserve.
+# Each step writes into OUT_DIR/first-run/ as it goes (the step check one figure at a
+# time), and OUT_DIR/cope-first-run.tar.gz (logs, JSON, probe profiles) is rewritten after
+# every step, so a run cut short still leaves the archive of what it did;
+# OUT_DIR/summary.txt is the short summary (its first line says where the routing came
+# from: SYNTHETIC unless a recorded trace was replayed). advise and validate plan for
+# the GPU this runs on (no --gpu preset).
+# --dry-run (or FIRST_RUN_DRY_RUN=1): every step without CUDA, to check this script on a
+# CPU-only machine (GPU figures then come from presets and CUDA-only sections say so).
+# Exit: 0 every step ran and every GPU figure was measured here (a dry run: every step
+# ran); 3 a GPU figure came from a preset; 4 a step failed or was skipped; 2 no usable
+# CUDA device without --dry-run, or no wheels (one line, before any step).
 set -u -o pipefail
 
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR" >&2
+dry=${FIRST_RUN_DRY_RUN:-0}
+if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: $0 [--dry-run] OUT_DIR" >&2
   exit 2
 fi
-out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_first_run: cannot create $1" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root" || exit 2
-log="$out/run.log"
+# shellcheck source=bench/gpu_env.sh
+. "$root/bench/gpu_env.sh"
+gpu_env_python gpu_first_run
+gpu_env_cuda gpu_first_run "$dry"
+
+out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_first_run: cannot create $1" >&2; exit 2; }
+work="$out/first-run"
+rm -rf "$work" && mkdir -p "$work" || { echo "gpu_first_run: cannot create $work" >&2; exit 2; }
+private=$(mktemp -d "${TMPDIR:-/tmp}/cope-first-run.XXXXXX") || { echo "gpu_first_run: no temporary folder" >&2; exit 2; }
+log="$work/run.log"
 : >"$log"
-budget=${FIRST_RUN_SECONDS:-450}
+: >"$work/steps.tsv"
+budget=${FIRST_RUN_SECONDS:-540}
+reserve=15  # for the summary and the archive
 start=$(date +%s)
 status=0
+cd "$root" || exit 2
 
 exec 3>&2  # the terminal's stderr, whatever a step's output is redirected to
 say() { echo "gpu_first_run: $*" | tee -a "$log" >&3; }
-left() { echo $(( budget - ($(date +%s) - start) )); }
-# step SECONDS NAME COMMAND...: run with at most SECONDS (and what is left of the budget).
+left() { echo $(( budget - reserve - ($(date +%s) - start) )); }
+pack() {  # the archive, rewritten whole (a few MB), so it is never half written
+  tar -czf "$out/.cope-first-run.tar.gz.tmp" -C "$out" first-run 2>>"$log" \
+    && mv -f "$out/.cope-first-run.tar.gz.tmp" "$out/cope-first-run.tar.gz"
+}
+# step SECONDS NAME COMMAND...: at most SECONDS (and what the budget leaves), then pack.
 step() {
-  local cap=$1 name=$2; shift 2
-  local rest; rest=$(left)
-  if [ "$rest" -le 10 ]; then say "$name: skipped, the ${budget}s budget is spent"; status=4; return 124; fi
+  local cap=$1 name=$2 rest t0 rc; shift 2
+  rest=$(left)
+  if [ "$rest" -lt 15 ] || { [ "$rest" -lt "$cap" ] && [ "$rest" -lt $(( cap / 2 )) ]; }; then
+    say "$name: skipped for time (${rest}s of the ${budget}s budget left, it needs ${cap}s)"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$cap" 0 "skipped for time" >>"$work/steps.tsv"
+    status=4
+    return 124
+  fi
   [ "$cap" -gt "$rest" ] && cap=$rest
   say "$name (at most ${cap}s)"
-  timeout "$cap" "$@"
-  local rc=$?
-  if [ $rc -ne 0 ]; then say "$name: exit $rc"; [ $status -eq 0 ] && status=4; fi
+  t0=$(date +%s)
+  timeout --kill-after=5 "$cap" "$@"
+  rc=$?
+  local result="ok"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && result="timed out after ${cap}s"
+  [ $rc -ne 0 ] && [ "$result" = ok ] && result="exit $rc"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$cap" $(( $(date +%s) - t0 )) "$result" >>"$work/steps.tsv"
+  if [ $rc -ne 0 ]; then say "$name: $result"; status=4; fi
+  pack
   return $rc
 }
 
-# --- 1. Python and COPE ---------------------------------------------------------------
-py=$(command -v python3 || command -v python) || { say "no python3 on PATH"; exit 2; }
-if ! "$py" -c 'import cope_tui, textual, orjson, gguf' 2>/dev/null; then
-  wheels="$root/bench/wheels"
-  if ! ls "$wheels"/cope_tui-*.whl >/dev/null 2>&1; then
-    say "COPE is not installed and $wheels holds no wheels: run bench/offline_wheels.sh on a machine with" \
-        "network access first, and bring bench/wheels along"
-    exit 2
-  fi
-  site=$(mktemp -d /tmp/cope-site.XXXXXX)
-  # A wheel is a zip of what goes into site-packages: unpacked, it needs no pip and no index.
-  # torch, numpy, pytest and the rest come from this machine's Python.
-  for wheel in "$wheels"/*.whl; do
-    "$py" -m zipfile -e "$wheel" "$site" >>"$log" 2>&1 || { say "could not unpack $wheel (see $log)"; exit 4; }
-  done
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  "$py" -c 'import cope_tui, textual, orjson, gguf' 2>>"$log" \
-    || { say "COPE does not import even with the wheels (see $log)"; exit 4; }
-  say "installed COPE and its missing dependencies into $site"
-fi
+# --- install: COPE and the missing wheels into a private folder ------------------------
+# Unpacking a few MB (well inside its 20 s); not under timeout, as it sets PYTHONPATH here.
+t0=$(date +%s)
+gpu_env_install gpu_first_run "$private/site"  # one line and exit 2 when the wheels are missing
+printf '%s\t%s\t%s\t%s\n' "install from bench/wheels" 20 $(( $(date +%s) - t0 )) ok >>"$work/steps.tsv"
+say "installed $(grep -c '^installed' "$private/site.log") wheels into $private/site"
 export PYTHONUNBUFFERED=1
-export COPE_CACHE_DIR=${COPE_CACHE_DIR:-$(mktemp -d /tmp/cope-first-run-cache.XXXXXX)}  # profiles stay out of OUT_DIR
-mkdir -p "$COPE_CACHE_DIR"
-cope=("$py" -m cope_tui.cli)
+export COPE_CACHE_DIR="$work/cache"  # the probe profiles travel in the archive
+export NUMBA_CACHE_DIR="$private/numba"  # compiled once by the warm-up step, reused by advise and validate
+mkdir -p "$COPE_CACHE_DIR" "$NUMBA_CACHE_DIR"
+cat "$root/bench/wheels/SOURCE" >"$work/wheels.txt" 2>/dev/null || echo "wheels: no SOURCE file" >"$work/wheels.txt"
+echo "GPU: $(gpu_env_name)$([ "$dry" = 1 ] && echo '; DRY RUN: GPU figures from presets, CUDA-only sections skipped')" \
+  >"$work/gpu.txt"
+cat "$work/gpu.txt" "$work/wheels.txt" >&3
+# Run cope from the work folder, so the installed wheel (not the checkout) is what runs.
+cope=(bash -c 'cd "$0" && exec "$@"' "$work" "$py" -m cope_tui.cli)
+threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+model=(--model qwen3-30b-a3b --trace synthetic)
 
-# --- 2. the machine -------------------------------------------------------------------
-{
+# --- the machine --------------------------------------------------------------------------
+machine() {
   echo "== date"; date -u
   echo "== nvidia-smi"; (nvidia-smi 2>&1 || echo "nvidia-smi: not found or failed")
   echo "== python"; "$py" --version
   echo "== torch"; "$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda,
-    "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1
-  echo "== packages"; "$py" -m pip list 2>/dev/null | grep -iE '^(torch|numpy|textual|orjson|gguf|pytest|nvidia-ml-py) '
-  echo "== cpu"; (nproc; grep -m1 'model name' /proc/cpuinfo; grep MemTotal /proc/meminfo) 2>&1
-} >"$out/env.txt" 2>&1
-say "machine described in env.txt"
+    "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
+  echo "== numba"; "$py" -c 'import numba; print(numba.__version__)' 2>&1 | tail -n 1
+  echo "== installed from bench/wheels"; cat "$private/site.log"
+  echo "== cpu"; nproc; grep -m1 'model name' /proc/cpuinfo; grep MemTotal /proc/meminfo
+}
+export -f machine
+export py private
+step 15 "machine (env.txt)" bash -c machine >"$work/env.txt" 2>&1
 
-# --- 3. the first GPU step: is CUDA usable? --------------------------------------------
-if [ "${FIRST_RUN_WITHOUT_CUDA:-0}" != 1 ] &&
-   ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$log"; then
-  say "no usable CUDA device here (torch.cuda.is_available() is false, or torch is missing)."
-  "${cope[@]}" detect --json --no-measure >"$out/detect.json" 2>>"$log" \
-    && "$py" -c 'import json,sys; [print("gpu_first_run:", w) for w in json.load(open(sys.argv[1]))["warnings"]]' \
-       "$out/detect.json" | tee -a "$log" >&2
-  say "stopped before the first GPU step; nothing was measured on a GPU. Run this on a CUDA machine."
-  exit 2
-fi
-
-# --- 4. GPU tests, kernels, detection, probes, ground truth -----------------------------
-# Only the files that hold GPU-marked tests, without the app's snapshot plugins.
+# --- detection, GPU tests, step check --------------------------------------------------------
+step 45 "cope detect --json" "${cope[@]}" detect --json >"$work/detect.json" 2>"$work/detect.stderr"
+# Only the files that hold GPU-marked tests, run from the checkout (they import tests/).
 gpu_tests=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')
 # shellcheck disable=SC2086
-step 120 "GPU-marked tests" "$py" -m pytest -q -p no:cacheprovider -p no:textual-snapshot -p no:syrupy -m gpu \
-  $gpu_tests >"$out/gpu_tests.txt" 2>&1
-step 120 "kernel and step micro-benchmarks" "$py" bench/gpu_step_check.py "$out/kernels.json" >>"$log" 2>&1
-step 60 "cope detect --json" "${cope[@]}" detect --json >"$out/detect.json" 2>>"$log"
-# A 16 GiB budget on this GPU: a consumer card's split, measured on this one.
-step 110 "cope advise --fidelity combined" "${cope[@]}" advise --json --fidelity combined --probe-budget 45 \
-  --vram-budget 16 --threads 8 >"$out/advise.json" 2>>"$log"
-step 130 "cope validate" "${cope[@]}" validate --model qwen3-30b-a3b --threads 8 --vram-budgets 16 --tokens 12 \
-  --fidelity analytic,combined --probe-budget 30 --max-seconds 100 --out "$out/validate.json" >>"$log" 2>&1
+step 60 "GPU-marked tests" "$py" -m pytest -q -p no:cacheprovider -p no:textual-snapshot -p no:syrupy -m gpu \
+  $gpu_tests >"$work/gpu_tests.txt" 2>&1
+dry_flag=(); [ "$dry" = 1 ] && dry_flag=(--dry-run)
+step 110 "step check (kernels.json)" "$py" bench/gpu_step_check.py "${dry_flag[@]}" "$work/kernels.json" \
+  >"$work/step_check.txt" 2>&1
 
-# --- 5. what the figures rest on ----------------------------------------------------------
-"$py" bench/gpu_basis_check.py "$out" "$COPE_CACHE_DIR" >"$out/summary.txt" 2>&1
+# --- numba's first-call compile, out of the timed steps ------------------------------------
+# The same model, trace and budget as advise: it compiles the replay loops advise and
+# validate call, cached on disk (NUMBA_CACHE_DIR) for their processes.
+step 40 "numba warm-up (advise --fidelity analytic)" "${cope[@]}" advise --json --fidelity analytic "${model[@]}" \
+  --vram-budget 16 --threads "$threads" >"$work/advise-analytic.json" 2>"$work/advise-analytic.stderr"
+
+# --- advise and validate on this GPU ----------------------------------------------------------
+# A 16 GiB budget on this GPU: a consumer card's split, measured on this one.
+step 100 "cope advise --fidelity combined" "${cope[@]}" advise --json --fidelity combined --probe-budget 45 "${model[@]}" \
+  --vram-budget 16 --threads "$threads" >"$work/advise.json" 2>"$work/advise.stderr"
+step 120 "cope validate" "${cope[@]}" validate "${model[@]}" --threads "$threads" --vram-budgets 16 --tokens 12 \
+  --fidelity analytic,combined --probe-budget 30 --max-seconds 90 --out "$work/validate.json" \
+  >"$work/validate.txt" 2>"$work/validate.stderr"
+
+# --- what the figures rest on, the summary, the archive -----------------------------------
+"$py" bench/gpu_basis_check.py "$work" "$COPE_CACHE_DIR" >"$work/basis.txt" 2>&1
 basis=$?
-{
-  echo "== GPU tests"; tail -n 3 "$out/gpu_tests.txt" 2>/dev/null
-  echo "== elapsed $(( $(date +%s) - start )) s"
-} >>"$out/summary.txt"
-cat "$out/summary.txt" >&2
-[ $basis -eq 3 ] && status=3
-say "done in $(( $(date +%s) - start ))s (exit $status); results in $out"
+[ $basis -eq 3 ] && [ "$dry" != 1 ] && [ $status -eq 0 ] && status=3
+echo "elapsed $(( $(date +%s) - start )) s of the ${budget}s budget; exit $status" >>"$work/steps.tsv.note"
+"$py" bench/first_run_summary.py "$work" >"$work/summary.txt" 2>>"$log"
+cat "$work/steps.tsv.note" >>"$work/summary.txt" && rm -f "$work/steps.tsv.note"
+cp "$work/summary.txt" "$out/summary.txt"
+pack
+rm -rf "$private"
+cat "$out/summary.txt" >&3
+say "done in $(( $(date +%s) - start ))s (exit $status): $out/cope-first-run.tar.gz and $out/summary.txt"
 exit $status

@@ -1,47 +1,62 @@
 #!/usr/bin/env bash
 # Detection and a combined-fidelity probe run on a CUDA machine, in under 8 minutes.
 #
-#   bench/gpu_probe_check.sh OUT_DIR [extra `cope advise` options, e.g. --model ID --threads 8]
+#   bench/gpu_probe_check.sh [--dry-run] OUT_DIR [extra `cope advise` options, e.g. --model ID --threads 8]
 #
-# Writes into OUT_DIR:
+# Plans for the GPU this runs on: a `--gpu` option is refused (the probes measure this
+# card; a preset's plan would price another). Routing: COPE's synthetic trace unless a
+# --trace is given (said on the first line). COPE and the wheels the machine lacks come
+# from bench/wheels (bench/offline_wheels.sh; installed by bench/gpu_env.sh, as
+# bench/gpu_first_run.sh does). Writes into OUT_DIR:
 #   detect.json   `cope detect --json`
 #   advise.json   `cope advise --fidelity combined --reprobe --probe-budget 120 --json`
 #   profile/      the probe profile it measured (COPE_CACHE_DIR points there)
 #   *.stderr      what each command said on stderr (probe progress)
-# Exits 2 with a message when there is no CUDA device; 124 when a step overran; 3 when
-# the run finished but a GPU figure was not measured on this GPU (basis "preset": torch
-# could not use the GPU, or a probe fell back), naming each such figure.
+# Exits 2 in one line when there is no CUDA device (--dry-run: run anyway, to check the
+# script on a CPU-only machine) or no wheels; 124 when a step overran; 3 when the run
+# finished but a GPU figure was not measured on this GPU (basis "preset": torch could
+# not use the GPU, or a probe fell back), naming each such figure.
 set -u -o pipefail
 
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR [extra cope advise options]" >&2
+dry=0
+if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: $0 [--dry-run] OUT_DIR [extra cope advise options]" >&2
   exit 2
 fi
 out=$1
 shift
-mkdir -p "$out" || { echo "gpu_probe_check: cannot create $out" >&2; exit 2; }
-
+for arg in "$@"; do
+  case $arg in
+    --gpu|--gpu=*) echo "gpu_probe_check: $arg: no --gpu preset here; the probes measure this machine's GPU" >&2
+                   exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -x "$root/.venv/bin/python" ]; then
-  py="$root/.venv/bin/python"
-else
-  py=$(command -v python3 || command -v python)
-fi
-cope=("$py" -m cope_tui.cli)
+# shellcheck source=bench/gpu_env.sh
+. "$root/bench/gpu_env.sh"
+gpu_env_python gpu_probe_check
+gpu_env_cuda gpu_probe_check "$dry"
+mkdir -p "$out" || { echo "gpu_probe_check: cannot create $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
+private=$(mktemp -d "${TMPDIR:-/tmp}/cope-probe-check.XXXXXX") || { echo "gpu_probe_check: no temporary folder" >&2; exit 2; }
+trap 'rm -rf "$private"' EXIT
+gpu_env_install gpu_probe_check "$private/site"
+# From OUT_DIR, so the installed wheel runs, not the checkout.
+cope=(bash -c 'cd "$0" && exec "$@"' "$out" "$py" -m cope_tui.cli)
 cd "$root" || exit 2
-
-if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu_probe_check: no CUDA device here (torch.cuda.is_available() is false or torch is missing);" \
-       "this check needs a CUDA machine. Nothing was run." >&2
-  exit 2
-fi
+case " $* " in
+  *" --trace "*|*" --trace="*) ;;
+  *) echo "gpu_probe_check: SYNTHETIC routing (COPE's synthetic trace; pass --trace FILE for a recorded one)" >&2 ;;
+esac
+echo "gpu_probe_check: GPU: $(gpu_env_name)" >&2
 
 export COPE_CACHE_DIR="$out/profile"
 mkdir -p "$COPE_CACHE_DIR"
 start=$(date +%s)
 
 echo "gpu_probe_check: cope detect --json" >&2
-timeout 90 "${cope[@]}" detect --json >"$out/detect.json" 2>"$out/detect.stderr"
+timeout --kill-after=5 90 "${cope[@]}" detect --json >"$out/detect.json" 2>"$out/detect.stderr"
 rc=$?
 if [ $rc -ne 0 ]; then
   echo "gpu_probe_check: cope detect failed (exit $rc); see $out/detect.stderr" >&2
@@ -53,7 +68,7 @@ fi
 # check stays under 8 minutes (480 s), detection included.
 left=$(( 470 - ($(date +%s) - start) ))
 echo "gpu_probe_check: cope advise --fidelity combined --reprobe --probe-budget 120 --json $* (at most ${left}s)" >&2
-timeout "$left" "${cope[@]}" advise --fidelity combined --reprobe --probe-budget 120 --json "$@" \
+timeout --kill-after=5 "$left" "${cope[@]}" advise --fidelity combined --reprobe --probe-budget 120 --json "$@" \
   >"$out/advise.json" 2>"$out/advise.stderr"
 rc=$?
 tail -n 5 "$out/advise.stderr" >&2

@@ -11,8 +11,12 @@ For Qwen3-30B-A3B's real expert shape at Q4_K_M (random weights), in about two m
   GPU lane eager, for comparison;
 - the shared block and the head as graphs.
 
-Run: python bench/gpu_step_check.py [OUT.json]. Prints one line per figure; each
-section that fails prints its error and the run goes on. Exits 2 without CUDA.
+Run: python bench/gpu_step_check.py [--dry-run] [OUT.json]. Prints one line per figure
+and rewrites OUT.json (atomically) after each one, so a run stopped by its time limit
+keeps every figure it measured; each section that fails prints its error and the run
+goes on. The 1 GiB pinned host pool is built once (the prober's) and the copies reuse it.
+Exits 2 in one line without CUDA; --dry-run runs every section without CUDA instead
+(CPU-only sections measured, CUDA-only ones recorded as not run), to check the script.
 """
 
 from __future__ import annotations
@@ -28,23 +32,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODEL, QUANT = "qwen3-30b-a3b", "Q4_K_M"
 figures: dict[str, object] = {}
+OUT: list[Path] = []  # where figures are written, when asked
+CUDA: list[bool] = []  # filled by main: whether CUDA sections run
+
+
+def write_figures() -> None:
+    if OUT:
+        from engine.files import atomic_write_text
+
+        atomic_write_text(OUT[0], json.dumps(figures, indent=1, default=str))
 
 
 def say(key: str, value: object, text: str = "") -> None:
     figures[key] = value
+    write_figures()
     shown = f"{value * 1e6:9.1f} us" if isinstance(value, float) and value < 1 else str(value)
     print(f"{key:<44} {shown}  {text}", flush=True)
 
 
-def section(name: str):
+def section(name: str, needs_cuda: bool = False):
     def wrap(fn):
         def run(*a, **k):
             print(f"\n== {name}", flush=True)
+            if needs_cuda and not CUDA[0]:
+                say(f"not run: {name}", "needs CUDA (dry run)")
+                return None
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
             except Exception:  # noqa: BLE001 - report and go on
                 figures[f"error: {name}"] = traceback.format_exc(limit=6)
+                write_figures()
                 print(traceback.format_exc(limit=6), flush=True)
             finally:
                 print(f"   ({time.perf_counter() - t0:.1f} s)", flush=True)
@@ -81,11 +99,11 @@ def detection(shape):
     say("cuda_problem", None if g.cuda_problem is None else g.cuda_problem.to_dict())
     for name in ("mem_bandwidth_bytes_per_s", "h2d_bytes_per_s", "h2d_pageable_bytes_per_s"):
         f = getattr(g, name)
-        say(name, f.value, f"{f.basis}: {f.note[:120]}")
-    return g.mem_bandwidth_bytes_per_s.value
+        say(name, f.value, f"{f.basis}: {f.note[:160]}")
+    return p
 
 
-@section("one expert on the GPU")
+@section("one expert on the GPU", needs_cuda=True)
 def expert_kernels(torch, shape, bandwidth):
     from probes import operators as ops
     from probes.experts import ExpertPool, expert_widths
@@ -130,7 +148,7 @@ def expert_kernels(torch, shape, bandwidth):
         say(f"graph lane, {k} expert(s) per step", t.median_s, f"IQR {t.spread_s * 1e6:.1f} us, {t.repeats} repeats")
 
 
-@section("host-to-device copies")
+@section("host-to-device copies", needs_cuda=True)
 def copies(torch, host_pool):
     from probes import operators as ops
     from probes.experts import copy_expert
@@ -184,7 +202,7 @@ def prober_threads() -> int:
     return physical_cores()
 
 
-@section("the GPU lane eager against graphs")
+@section("the GPU lane eager against graphs", needs_cuda=True)
 def eager_vs_graph(torch, prober):
     from engine.policy import Execution
     from probes.layer_step import LayerStep
@@ -208,12 +226,18 @@ def eager_vs_graph(torch, prober):
             statistics.median(run() for _ in range(50)))
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_step_check: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+    dry = "--dry-run" in argv
+    args = [a for a in argv if a != "--dry-run"]
+    if not torch.cuda.is_available() and not dry:
+        print(f"gpu_step_check: no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda}): "
+              "nothing measured (--dry-run runs every section without CUDA)", file=sys.stderr)
         return 2
+    CUDA.append(torch.cuda.is_available())
+    if args:
+        OUT.append(Path(args[0]))
     from engine.catalog import load_model
     from engine.analytic_cost import AnalyticCostModel
     from engine.platform import platform_from
@@ -222,25 +246,29 @@ def main() -> int:
     from probes.local_prober import LocalProber, PresetGpu
 
     start = time.perf_counter()
-    say("torch", f"{torch.__version__} CUDA {torch.version.cuda}", torch.cuda.get_device_name(0))
+    say("torch", f"{torch.__version__} CUDA {torch.version.cuda}",
+        torch.cuda.get_device_name(0) if CUDA[0] else "no CUDA: dry run")
     model, quant = load_model(MODEL), get_quantization(QUANT)
     shape = ExpertShape.of(model, quant)
     say("expert_bytes", shape.expert_bytes, f"{MODEL} {QUANT}")
-    bandwidth = detection(shape)
+    detected = detection(shape)
+    bandwidth = detected.gpu.mem_bandwidth_bytes_per_s.value if detected is not None else None
     expert_kernels(torch, shape, bandwidth)
-    analytic = AnalyticCostModel(model, quant, platform_from("h200", None, None), context_tokens=4096)
+    # What the prober does not measure (ready-first's lane split) is priced for the GPU
+    # detected here; only a dry run (no GPU) borrows a preset's figures, and says so.
+    platform = detected if CUDA[0] and detected is not None else platform_from("h200", None, None)
+    say("prober's analytic GPU", platform.gpu.name, "detected" if CUDA[0] else "preset (dry run without CUDA)")
+    analytic = AnalyticCostModel(model, quant, platform, context_tokens=4096)
     t0 = time.perf_counter()
-    prober = LocalProber(model, quant, PresetGpu(analytic), context_tokens=4096)
+    prober = LocalProber(model, quant, PresetGpu(analytic), context_tokens=4096, cuda=CUDA[0])
     say("prober set-up (1 GiB pinned host pool, device pool, graphs)", f"{time.perf_counter() - t0:.1f} s",
         prober.kernel_stand_ins.get(QUANT, ""))
-    copies(torch, prober.cpu_pool)
+    copies(torch, prober.cpu_pool)  # the prober's pinned pool: built once in this process
     steps(torch, model, quant, prober)
     eager_vs_graph(torch, prober)
     say("total", f"{time.perf_counter() - start:.0f} s")
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(json.dumps(figures, indent=1, default=str))
     return 1 if any(k.startswith("error") for k in figures) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

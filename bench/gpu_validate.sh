@@ -1,36 +1,42 @@
 #!/usr/bin/env bash
 # A complete `cope validate` study on a CUDA machine, in under 9 minutes.
 #
-#   bench/gpu_validate.sh OUT_DIR
+#   bench/gpu_validate.sh [--dry-run] OUT_DIR
 #
 # Qwen3-30B-A3B and DeepSeek-Coder-V2-Lite shapes (real expert byte sizes, random
-# weights), synthetic routing calibrated from ../shared/traces/ statistics when that
-# folder is there (the Qwen3 per-layer heat profile; the DeepSeek-V2-Lite routing
-# counts), else the built-in synthetic generator; threads 4,8 and budgets 12,16,24 GiB;
-# every candidate estimated at the three fidelities and executed for real on the GPU.
+# weights) with SYNTHETIC routing (the repository ships no recorded trace of either):
+# calibrated from ../shared/traces/ statistics when that folder is there (the Qwen3
+# per-layer heat profile; the DeepSeek-V2-Lite routing counts), else the built-in
+# generator; the first line of the output and of each table says which. Threads 4,8 and
+# budgets 12,16,24 GiB; every candidate estimated at the three fidelities for the GPU
+# this runs on (no --gpu preset: estimated and executed on the same card) and executed
+# for real on it. COPE and the wheels the machine lacks come from bench/wheels
+# (bench/offline_wheels.sh; installed by bench/gpu_env.sh, as bench/gpu_first_run.sh does).
 #
 # Writes into OUT_DIR: validate-<model>.json (the report), validate-<model>.txt (the
 # table), traces/ (the calibrated traces), profile/ (probe profiles), *.stderr.
-# Exits 2 with a message when there is no CUDA device.
+# Exits 2 in one line when there is no CUDA device (--dry-run: run anyway, to check the
+# script on a CPU-only machine) or no wheels.
 set -u -o pipefail
 
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR" >&2
+dry=0
+if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: $0 [--dry-run] OUT_DIR" >&2
   exit 2
 fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/gpu_env.sh
+. "$root/bench/gpu_env.sh"
+gpu_env_python gpu_validate
+gpu_env_cuda gpu_validate "$dry"
 out=$1
 mkdir -p "$out/traces" || { echo "gpu_validate: cannot create $out" >&2; exit 2; }
 out=$(cd "$out" && pwd)
-
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"; else py=$(command -v python3 || command -v python); fi
+private=$(mktemp -d "${TMPDIR:-/tmp}/cope-validate.XXXXXX") || { echo "gpu_validate: no temporary folder" >&2; exit 2; }
+trap 'rm -rf "$private"' EXIT
+gpu_env_install gpu_validate "$private/site"
 cd "$root" || exit 2
-
-if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu_validate: no CUDA device here (torch.cuda.is_available() is false or torch is missing);" \
-       "this study needs a CUDA machine. Nothing was run." >&2
-  exit 2
-fi
 
 export COPE_CACHE_DIR="$out/profile"
 mkdir -p "$COPE_CACHE_DIR"
@@ -93,6 +99,8 @@ for model_id in ("qwen3-30b-a3b", "deepseek-coder-v2-lite-instruct"):
           file=sys.stderr)
 PY
 
+echo "gpu_validate: SYNTHETIC routing: $(tr '\n' ';' < "$out/traces.stderr")" >&2
+echo "gpu_validate: GPU: $(gpu_env_name)" >&2
 start=$(date +%s)
 status=0
 for model in qwen3-30b-a3b deepseek-coder-v2-lite-instruct; do
@@ -100,15 +108,20 @@ for model in qwen3-30b-a3b deepseek-coder-v2-lite-instruct; do
   [ -f "$trace" ] || trace=synthetic
   # About 4 minutes per model, the rest for start-up and probing.
   args=(validate --model "$model" --trace "$trace" --tokens "$TOKENS" --threads 4,8 --vram-budgets 12,16,24
-        --gpu h100-pcie --probe-budget 20 --max-seconds 200)
-  timeout 260 "$py" -m cope_tui.cli "${args[@]}" --json > "$out/validate-$model.json" 2> "$out/validate-$model.stderr"
+        --probe-budget 20 --max-seconds 200)
+  # From OUT_DIR, so the installed wheel runs, not the checkout.
+  (cd "$out" && timeout --kill-after=5 260 "$py" -m cope_tui.cli "${args[@]}" --json) \
+    > "$out/validate-$model.json" 2> "$out/validate-$model.stderr"
   rc=$?
   [ $rc -ne 0 ] && { echo "gpu_validate: $model exited $rc (see $out/validate-$model.stderr)" >&2; status=$rc; }
-  "$py" - "$out/validate-$model.json" > "$out/validate-$model.txt" <<'PY' 2>/dev/null
+  routing=$(grep "^$model:" "$out/traces.stderr" | tail -n 1)
+  { echo "SYNTHETIC routing: ${routing:-$model: built-in synthetic generator}"
+    "$py" - "$out/validate-$model.json" <<'PY' 2>/dev/null
 import json, sys
 from cope_tui.commands.validate import render
 print(render(json.load(open(sys.argv[1]))), end="")
 PY
+  } > "$out/validate-$model.txt"
 done
 echo "gpu_validate: done in $(( $(date +%s) - start )) s; reports in $out" >&2
 cat "$out"/validate-*.txt 2>/dev/null | grep -A6 '^overall' >&2

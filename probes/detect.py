@@ -91,9 +91,12 @@ def detect_platform(
     gpu_bw = measure_gpu_memory_bandwidth(device=device)
     if gpu_bw.known and gpu.mem_bandwidth_bytes_per_s.known:
         peak = float(gpu.mem_bandwidth_bytes_per_s.value)  # type: ignore[arg-type]
+        # The peak is torch's (clock x bus) when it has both, else the card's spec sheet.
+        whose = ("the spec sheet's peak" if gpu.mem_bandwidth_bytes_per_s.basis == "preset"
+                 else "the theoretical peak")
         gpu_bw = Fact.measured(
             gpu_bw.value,  # type: ignore[arg-type]
-            f"{gpu_bw.note}; {float(gpu_bw.value) / peak:.0%} of the theoretical peak {peak / 1e9:.0f} GB/s",  # type: ignore[arg-type]
+            f"{gpu_bw.note}; {float(gpu_bw.value) / peak:.0%} of {whose} {peak / 1e9:.0f} GB/s",  # type: ignore[arg-type]
         )
     gpu = replace(
         gpu,

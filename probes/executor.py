@@ -157,7 +157,7 @@ class Executor:
                  keep_outputs: bool | None = None, warmup: bool = True):
         import torch
 
-        from probes.operators import ExpertPool, ExpertShape, _int8pack_works
+        from probes.operators import ExpertShape, _int8pack_works
 
         if mode not in ("timed", "functional"):
             raise ValueError(f"mode must be timed or functional, got {mode!r}")
@@ -184,8 +184,11 @@ class Executor:
             host_pool_bytes, min_experts = 1, self.n_keys
         else:
             min_experts = k
-        self.host = ExpertPool(self.shape, "cpu", pool_bytes=host_pool_bytes, min_experts=min_experts,
-                               seed=seed, pin=self.cuda, int8=int8)
+        from probes.host_pool import host_pool
+
+        # The probes' pool when the layout matches (built once per process, probes/host_pool.py).
+        self.host = host_pool(self.shape, pool_bytes=host_pool_bytes, min_experts=min_experts, seed=seed,
+                              pin=self.cuda, int8=int8)
         self.per_expert_bytes = expert_tensor_bytes(self.host.experts[0])
         self.staging_slots = max(1, k if staging_slots is None else int(staging_slots))
         gen = torch.Generator().manual_seed(seed + 1)

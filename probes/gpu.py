@@ -136,7 +136,13 @@ def torch_gpu_info(torch: Any, index: int = 0) -> TorchGpuInfo:
             f"{int(bus_bits)}-bit bus / 8; sustained bandwidth is lower (measure it)",
         )
     else:
-        bandwidth = Fact.unknown(f"{how} gives no memory clock and bus width (older torch); not measured")
+        # Absent on some current builds too (torch 2.11 on CUDA 13): say what is missing
+        # and what stands in, not a guess at the cause.
+        missing = [attr for attr, v in (("memory_clock_rate", clock_khz), ("memory_bus_width", bus_bits)) if not v]
+        bandwidth = Fact.unknown(
+            f"{how} has no {' and no '.join(missing)} (torch {getattr(torch, '__version__', '?')}, CUDA "
+            f"{cuda_version.value if cuda_version.known else '?'}): the theoretical peak is missing; the measured "
+            "bandwidth is used instead (`cope detect` measures it)")
 
     try:
         free, _total = cuda.mem_get_info(index)

@@ -72,8 +72,9 @@ class LocalProber:
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
         # Host and device pools share one layout (the CPU kernel's), so a copied miss is
         # the same bytes on the GPU; the GPU reads them with its own kernel.
-        self.cpu_pool = ExpertPool(self.shape, "cpu", pool_bytes=pool_bytes, min_experts=model.top_k,
-                                   pin=self.cuda)
+        from probes.host_pool import host_pool
+
+        self.cpu_pool = host_pool(self.shape, pool_bytes=pool_bytes, min_experts=model.top_k, pin=self.cuda)
         self.gpu_pool = None
         if self.cuda:  # pragma: no cover - needs CUDA
             self.gpu_pool = ExpertPool(self.shape, "cuda", pool_bytes=pool_bytes, min_experts=model.top_k,
