@@ -6,7 +6,8 @@ prints the folder of the binaries on stdout (narration on stderr), so that
 
     COPE_LLAMA_BIN="$(python bench/llamacpp_build.py)" python -m pytest -q
 
-runs the suite's real-binary tests (tests/test_real_llamacpp.py) against them.
+runs the suite's real-binary tests (tests/test_real_llamacpp.py; llama-imatrix: tests/test_imatrix_real.py)
+against them.
 
 The source is the llama.cpp that the `llama-cpp-python` source distribution vendors
 (fetched with `pip download --no-binary :all: --no-deps`, or given with --sdist): PyPI
