@@ -295,6 +295,29 @@ def read_gguf_prefix(path: str):
         raise CopeInputError(f"needs {need.needed} bytes", path=path) from None
 
 
+@functools.lru_cache(maxsize=None)
+def imatrix_seed() -> bytes:
+    import numpy as np
+
+    from tests.imatrix_files import moe_counts, write_imatrix_gguf
+
+    return _written(lambda p: write_imatrix_gguf(p, moe_counts(np.array([[4, 0, 2, 2], [1, 3, 3, 1]]), (0, 1)),
+                                                 hidden=2), ".gguf")
+
+
+@functools.lru_cache(maxsize=None)
+def legacy_imatrix_seed() -> bytes:
+    from tests.imatrix_files import write_legacy_dat
+
+    return _written(lambda p: write_legacy_dat(p, {"blk.0.ffn_up_exps.weight": 8}), ".dat")
+
+
+def read_imatrix(path: str):
+    from cope_tui.sources.imatrix import read_imatrix as read
+
+    return read(path)
+
+
 def read_profile(path: str):
     from engine.profile_io import load_profile
 
@@ -310,4 +333,6 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("gguf", ".gguf", gguf_seed, read_gguf, gguf_field_mutation),
     Target("gguf-prefix", ".gguf", gguf_seed, read_gguf_prefix, gguf_field_mutation),
     Target("profile", ".json", profile_seed, read_profile, mutate_json),
+    Target("imatrix", ".gguf", imatrix_seed, read_imatrix, gguf_field_mutation),
+    Target("imatrix-legacy", ".dat", legacy_imatrix_seed, read_imatrix),
 )}
