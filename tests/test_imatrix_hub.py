@@ -13,7 +13,8 @@ pytest.importorskip("huggingface_hub")
 pytest.importorskip("gguf")
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main  # noqa: E402
-from cope_tui.sources.hub_imatrix import is_imatrix_name, load_imatrix_index  # noqa: E402
+from cope_tui.sources.hub_imatrix import imatrix_entries_for, is_imatrix_name, load_imatrix_index  # noqa: E402
+from cope_tui.sources.hub_trace import entries_for  # noqa: E402
 from cope_tui.sources.imatrix import read_imatrix  # noqa: E402
 from engine.catalog import catalog  # noqa: E402
 from tests.hub_server import FakeHub, refused_endpoint  # noqa: E402
@@ -94,3 +95,15 @@ def test_the_index_lists_where_imatrix_files_are_published_unverified(capsys):
     code = main(["trace", "pull", "--imatrix", "--list", "--model", entries[0].model])
     out = capsys.readouterr().out
     assert code == EXIT_OK and f"{entries[0].repo_id}/{entries[0].file} unverified" in out
+
+
+def test_a_model_without_a_published_trace_is_pointed_at_its_published_imatrix(capsys):
+    """The trace listing of a model the index has no trace for, but an imatrix, names the
+    imatrix listing; one without either says only that no trace is published."""
+    entry = next(e for e in load_imatrix_index() if not entries_for(e.model))
+    assert main(["trace", "pull", "--list", "--model", entry.model]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "offers no published trace" in err and f"--list --imatrix --model {entry.model}" in err, err
+    bare = next(m for m in catalog() if not entries_for(m) and not imatrix_entries_for(m))
+    assert main(["trace", "pull", "--list", "--model", bare]) == EXIT_OK
+    assert "imatrix" not in capsys.readouterr().err

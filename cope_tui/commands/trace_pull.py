@@ -79,11 +79,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.model:
         from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
 
-        matches = entries_for(resolve_model(args.model).id)
+        model_id = resolve_model(args.model).id
+        matches = entries_for(model_id)
         if not matches:
             _say(f"the trace index offers no published trace of {args.model} or of its shape")
+            _point_at_imatrix(model_id)
         for m in matches:
-            print(f"{entry_label(m)}\t{m.entry.format}\t{pull_hint(m.entry, resolve_model(args.model).id)}")
+            print(f"{entry_label(m)}\t{m.entry.format}\t{pull_hint(m.entry, model_id)}")
         return EXIT_OK
     for e in load_index():
         state = "" if e.verified else " unverified"
@@ -91,6 +93,16 @@ def _list(args: argparse.Namespace) -> int:
         fits = f"\tsame shape as {', '.join(e.shape_fits)}" if e.shape_fits else ""
         print(f"{e.repo_id}{state}\t{readable}\t{e.model or e.model_in_card or '?'}{fits}")
     return EXIT_OK
+
+
+def _point_at_imatrix(model_id: str) -> None:
+    """Without a trace, a published imatrix is the next best routing statistic: say where."""
+    from cope_tui.sources.hub_imatrix import imatrix_entries_for  # noqa: PLC0415
+
+    found = len(imatrix_entries_for(model_id))
+    if found:
+        _say(f"the imatrix index names {found} published imatrix file{'s' if found > 1 else ''} of {model_id} "
+             f"(expert popularity, no routing order): cope trace pull --list --imatrix --model {model_id}")
 
 
 def _imatrix(args: argparse.Namespace) -> int:
