@@ -78,7 +78,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     n_blocks = fields.int_of(_LAYER_KEYS)
     vocab = fields.int_of(("vocab_size",))
     top_k = fields.int_of(_TOP_K_KEYS)
-    check_model_shape(n_blocks, 0, n_experts, where)  # before anything is sized by them
+    check_model_shape(n_blocks, 0, n_experts, where, top_k)  # before anything is sized by them
 
     notes: list[str] = []
     expert_ffn, gated = _expert_ffn(fields, model_type, n_experts)

@@ -131,10 +131,19 @@ def _shape_problem(doc: Any, max_depth: int) -> str | None:
 MAX_MODEL_BLOCKS = 1024
 MAX_MODEL_EXPERTS = 4096
 MAX_MODEL_EXPERT_SLOTS = 262_144  # MoE layers x routed experts
+# Experts a token is routed to: the replay's state counts hold (hits, prefetches) pairs of
+# up to k each per layer and plan, so k sizes them squared (4,096 asked for 17 GB). The
+# catalog's most is 10 (Qwen3-Next-80B-A3B, Qwen3.5-397B-A17B); 64 leaves six times that.
+MAX_MODEL_TOP_K = 64
 
 
-def check_model_shape(n_blocks: int, n_moe_layers: int, n_experts: int, where: str | None) -> None:
+def check_model_shape(n_blocks: int, n_moe_layers: int, n_experts: int, where: str | None,
+                      top_k: int | None = None) -> None:
     """CopeInputError naming `where` when a declared shape exceeds what any real model has."""
+    # (a top-k above the experts is the model's own check: 'top_k 129 not in 1..128')
+    if top_k is not None and MAX_MODEL_TOP_K < top_k <= n_experts:
+        raise CopeInputError(f"declares {top_k:,} experts a token (top-k), more than the {MAX_MODEL_TOP_K} COPE "
+                             "sizes (real models route to at most 10)", path=where)
     if n_blocks > MAX_MODEL_BLOCKS:
         raise CopeInputError(f"declares {n_blocks:,} blocks, more than the {MAX_MODEL_BLOCKS:,} COPE sizes "
                              "(the largest real MoE model has 94)", path=where)

@@ -293,3 +293,22 @@ def test_a_silent_program_past_its_time_is_killed():
 
     with pytest.raises(subprocess.TimeoutExpired):
         run_capped([sys.executable, "-c", "import time; time.sleep(120)"], timeout_s=0.5)
+
+
+# --- 5. a declared top-k sizes the replay's state counts squared ------------------------------
+
+
+def test_a_config_declaring_thousands_of_experts_a_token_is_refused(tmp_path):
+    import json
+
+    from engine.errors import CopeInputError
+    from engine.hf_config import model_from_hf_config
+    from tests.test_hostile_inputs import QWEN_CONFIG
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QWEN_CONFIG, "num_experts": 4096, "num_hidden_layers": 64,
+                                "num_experts_per_tok": 4096}))
+    with pytest.raises(CopeInputError, match=r"declares 4,096 experts a token \(top-k\), more than the 64"):
+        model_from_hf_config(path)
+    path.write_text(json.dumps({**QWEN_CONFIG, "num_experts_per_tok": 64}))
+    assert model_from_hf_config(path).top_k == 64  # at the cap: read

@@ -187,9 +187,11 @@ def _check_declared_shape(fields: Mapping[str, Any], where: str) -> None:
     if not isinstance(arch, str):
         return
     blocks, experts = fields.get(f"{arch}.block_count"), fields.get(f"{arch}.expert_count")
+    used = fields.get(f"{arch}.expert_used_count")
     blocks = blocks if isinstance(blocks, int) and not isinstance(blocks, bool) else 0
     experts = experts if isinstance(experts, int) and not isinstance(experts, bool) else 0
-    check_model_shape(blocks, blocks, experts, where)  # every block counted as MoE: an upper bound
+    used = used if isinstance(used, int) and not isinstance(used, bool) else None
+    check_model_shape(blocks, blocks, experts, where, used)  # every block counted as MoE: an upper bound
 
 
 def _alignment(fields: Mapping[str, Any], where: str) -> int:

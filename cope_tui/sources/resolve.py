@@ -32,7 +32,7 @@ def looks_like_repo_id(text: str) -> bool:
 def resolve_model(arg: str, *, gguf_file: str | None = None) -> ModelSpec:
     model = _resolve(arg, gguf_file)
     # Every source's shape within what real models have: it sizes the replay's arrays.
-    check_model_shape(model.n_blocks, model.n_moe_layers, model.n_routed_experts, arg.strip())
+    check_model_shape(model.n_blocks, model.n_moe_layers, model.n_routed_experts, arg.strip(), model.top_k)
     return model
 
 
