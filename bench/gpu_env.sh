@@ -7,6 +7,8 @@
 #   gpu_env_install NAME DIR  COPE and bench/wheels (bench/offline_wheels.sh) unpacked into
 #                             DIR by bench/install_wheels.py, DIR first on PYTHONPATH;
 #                             one line and exit 2 when the wheels are missing
+#   gpu_env_warm NAME         numba's first-call compile of the replay loops, done once
+#                             here (cached in NUMBA_CACHE_DIR) so no timed step pays it
 #   gpu_env_name              the GPU torch sees ("none (dry run without CUDA)" else)
 #
 # No `--gpu` preset in any of these scripts: they plan for the GPU they run on, so an
@@ -38,6 +40,8 @@ gpu_env_install() {
     exit 2
   fi
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  # Beside the site folder: numba's compiled replay loops, shared by this run's processes.
+  export NUMBA_CACHE_DIR="${NUMBA_CACHE_DIR:-$(dirname "$site")/numba}"
   if ! line=$(cd "$site" && "$py" -c 'import cope_tui.cli, orjson' 2>&1); then
     echo "$name: COPE does not import from $site: ${line##*$'\n'}" >&2
     exit 2
@@ -47,4 +51,13 @@ gpu_env_install() {
 gpu_env_name() {
   "$py" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (dry run without CUDA)")' 2>/dev/null \
     || echo "unknown (torch failed)"
+}
+
+gpu_env_warm() {
+  local name=$1 t0 rc
+  t0=$(date +%s)
+  (cd "$(dirname "$NUMBA_CACHE_DIR")" && timeout --kill-after=5 90 "$py" -m cope_tui.cli advise --json \
+     --fidelity analytic --model qwen3-30b-a3b --trace synthetic >/dev/null 2>&1)
+  rc=$?
+  echo "$name: numba warm-up (replay loops compiled before the timed steps): $(( $(date +%s) - t0 )) s, exit $rc" >&2
 }

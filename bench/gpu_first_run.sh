@@ -136,7 +136,7 @@ step 40 "numba warm-up (advise --fidelity analytic)" "${cope[@]}" advise --json 
 step 100 "cope advise --fidelity combined" "${cope[@]}" advise --json --fidelity combined --probe-budget 45 "${model[@]}" \
   --vram-budget 16 --threads "$threads" >"$work/advise.json" 2>"$work/advise.stderr"
 step 120 "cope validate" "${cope[@]}" validate "${model[@]}" --threads "$threads" --vram-budgets 16 --tokens 12 \
-  --fidelity analytic,combined --probe-budget 30 --max-seconds 90 --out "$work/validate.json" \
+  --fidelity analytic,combined --probe-budget 20 --max-seconds 70 --out "$work/validate.json" \
   >"$work/validate.txt" 2>"$work/validate.stderr"
 
 # --- what the figures rest on, the summary, the archive -----------------------------------

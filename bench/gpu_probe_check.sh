@@ -26,6 +26,7 @@ if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
 fi
 out=$1
 shift
+caller=$PWD
 for arg in "$@"; do
   case $arg in
     --gpu|--gpu=*) echo "gpu_probe_check: $arg: no --gpu preset here; the probes measure this machine's GPU" >&2
@@ -42,14 +43,15 @@ out=$(cd "$out" && pwd)
 private=$(mktemp -d "${TMPDIR:-/tmp}/cope-probe-check.XXXXXX") || { echo "gpu_probe_check: no temporary folder" >&2; exit 2; }
 trap 'rm -rf "$private"' EXIT
 gpu_env_install gpu_probe_check "$private/site"
-# From OUT_DIR, so the installed wheel runs, not the checkout.
-cope=(bash -c 'cd "$0" && exec "$@"' "$out" "$py" -m cope_tui.cli)
+# From the caller's folder, so relative paths among the extra options (--trace) mean what they meant.
+cope=(bash -c 'cd "$0" && exec "$@"' "$caller" "$py" -m cope_tui.cli)
 cd "$root" || exit 2
 case " $* " in
   *" --trace "*|*" --trace="*) ;;
   *) echo "gpu_probe_check: SYNTHETIC routing (COPE's synthetic trace; pass --trace FILE for a recorded one)" >&2 ;;
 esac
 echo "gpu_probe_check: GPU: $(gpu_env_name)" >&2
+gpu_env_warm gpu_probe_check
 
 export COPE_CACHE_DIR="$out/profile"
 mkdir -p "$COPE_CACHE_DIR"

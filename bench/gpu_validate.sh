@@ -101,6 +101,7 @@ PY
 
 echo "gpu_validate: SYNTHETIC routing: $(tr '\n' ';' < "$out/traces.stderr")" >&2
 echo "gpu_validate: GPU: $(gpu_env_name)" >&2
+gpu_env_warm gpu_validate
 start=$(date +%s)
 status=0
 for model in qwen3-30b-a3b deepseek-coder-v2-lite-instruct; do
