@@ -26,16 +26,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cope_tui.options import DEFAULT_GPU  # noqa: E402
-from engine.catalog import load_model  # noqa: E402
-from engine.analytic_cost import AnalyticCostModel  # noqa: E402
-from engine.policy import Execution  # noqa: E402
-from engine.platform import platform_from  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
-from engine.replay import ReplayStats  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.models.catalog import load_model  # noqa: E402
+from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.replays.policy import Execution  # noqa: E402
+from engine.hardware.presets import platform_from  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
+from engine.replays.replay import ReplayStats  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from probes.host import detect_cpu  # noqa: E402
 from probes.operators import threads_set  # noqa: E402
-from engine.cost_models import build_cost_model  # noqa: E402
+from engine.cost.cost_models import build_cost_model  # noqa: E402
 from probes.local_prober import LocalProber, PresetGpu  # noqa: E402
 from probes.runner import ensure_profile  # noqa: E402
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
-from engine.hit_curves import lru_hit_curves  # noqa: E402
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency  # noqa: E402
-from engine.replay import ReplaySetup, replay_many  # noqa: E402
+from engine.replays.hit_curves import lru_hit_curves  # noqa: E402
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency  # noqa: E402
+from engine.replays.replay import ReplaySetup, replay_many  # noqa: E402
 from engine.traces.moe_beyond import read_moe_beyond_csv_dir  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[2] / "shared" / "traces" / "deepseek-v2-lite-chat__moe-beyond"

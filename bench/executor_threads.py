@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.catalog import load_model  # noqa: E402
-from engine.policy import Candidate, Kind  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
-from engine.replay import ReplaySetup  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.models.catalog import load_model  # noqa: E402
+from engine.replays.policy import Candidate, Kind  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
+from engine.replays.replay import ReplaySetup  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 
 
 def main() -> None:

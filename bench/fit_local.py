@@ -4,7 +4,7 @@
 
 `cope detect` measures this machine's read bandwidth (numpy reductions, one thread and
 every core). Where it has, the analytic model's CPU lane comes from those figures
-(engine/analytic_cost.py, `machine_assumptions`): one thread streams
+(engine/cost/analytic_cost.py, `machine_assumptions`): one thread streams
 `measured_thread_share` of the one-thread read, every thread together at most
 `measured_read_share` of the all-core read, in place of the published fit's per-thread rate
 and efficiency against a theoretical peak. This script fits the two shares on llama-bench
@@ -16,7 +16,7 @@ fit. Two numbers for every machine, from one machine's four runs: docs/accuracy.
 far that carries.
 
 Then the measured fidelities' CPU lane: COPE's CPU probe times torch's int8 mat-vec, not
-llama.cpp's kernel; `LLAMA_CPP_KERNEL_SPEEDUP` (engine/measured_cost.py) converts the one
+llama.cpp's kernel; `LLAMA_CPP_KERNEL_SPEEDUP` (engine/cost/measured_cost.py) converts the one
 into the other. It is fitted the same way on the same runs, priced with the probe profiles
 measured on that machine minutes after them (bench/data/probe_profile_*.json) and the
 fitted shares. A test (tests/test_local_fit.py) checks the code holds both optima.
@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions  # noqa: E402
-from engine.command_estimate import command_settings, price_placement_command  # noqa: E402
-from engine.llama_args import parse_llama_command  # noqa: E402
-from engine.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, AtomicCostModel, LlamaCppCpuLane  # noqa: E402
-from engine.platform import Fact  # noqa: E402
-from engine.profile_io import load_profile  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions  # noqa: E402
+from engine.advice.command_estimate import command_settings, price_placement_command  # noqa: E402
+from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
+from engine.cost.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, AtomicCostModel, LlamaCppCpuLane  # noqa: E402
+from engine.hardware.platform import Fact  # noqa: E402
+from engine.profiles.profile_io import load_profile  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "llamacpp_cpu_runs.json"
 FITTED = ("measured_thread_share", "measured_read_share")
@@ -159,14 +159,14 @@ def main() -> int:
     data = load()
     runs = prepared(data)
     best = fit(runs)
-    print("fitted (engine/analytic_cost.py): " + ", ".join(f"{n} = {getattr(best, n):.3f}" for n in FITTED))
+    print("fitted (engine/cost/analytic_cost.py): " + ", ".join(f"{n} = {getattr(best, n):.3f}" for n in FITTED))
     print(f"data: {DATA.relative_to(ROOT)} ({data['date']}, {data['cpu']}; {data['llama_cpp']})")
     for label, a in (("fitted", best), ("in the code", AnalyticAssumptions())):
         cells = ", ".join(f"{r['quant']} {r['threads']}t {x:.3f}" for r, x in zip(data["runs"], ratios(a, runs)))
         shares = ", ".join(f"{getattr(a, n):.3f}" for n in FITTED)
         print(f"{label} ({shares}): mean squared log ratio {loss(a, runs):.5f}; estimated/measured: {cells}")
     speedup = fit_speedup(runs, data)
-    print(f"fitted (engine/measured_cost.py): LLAMA_CPP_KERNEL_SPEEDUP = {speedup:.3f}")
+    print(f"fitted (engine/cost/measured_cost.py): LLAMA_CPP_KERNEL_SPEEDUP = {speedup:.3f}")
     for label, v in (("fitted", speedup), ("in the code", LLAMA_CPP_KERNEL_SPEEDUP)):
         cells = ", ".join(f"{r['quant']} {r['threads']}t {x:.3f}"
                           for r, x in zip(data["runs"], atomic_ratios(v, runs, data)))

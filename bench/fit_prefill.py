@@ -2,7 +2,7 @@
 
     python bench/fit_prefill.py
 
-The constants of engine/prefill_cost.py that no spec sheet gives (the share of the GPU's
+The constants of engine/cost/prefill_cost.py that no spec sheet gives (the share of the GPU's
 tensor peak prefill GEMMs reach, the share of the CPU cores' int8 SIMD peak they reach and
 how much more of it a core without VNNI reaches, how much faster ik_llama.cpp's repacked
 (-rtr) CPU GEMMs are, how much of the pinned host-to-device rate an expert copy reaches)
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fit_published import nelder_mead  # noqa: E402
 from bench.published import CSV, published_rows  # noqa: E402
 from bench.published_prefill import price_all, summary  # noqa: E402
-from engine.prefill_cost import PrefillAssumptions  # noqa: E402
+from engine.cost.prefill_cost import PrefillAssumptions  # noqa: E402
 
 FITTED = ("gpu_flops_efficiency", "cpu_flops_efficiency", "cpu_no_vnni_factor", "ik_cpu_speedup", "copy_efficiency")
 START = PrefillAssumptions(gpu_flops_efficiency=0.2, cpu_flops_efficiency=0.05, cpu_no_vnni_factor=1.2,

@@ -8,7 +8,7 @@ latencies of a block, a token and a hand-over) are fitted together to the decode
 of the rows of ../shared/calibration/published-decode.csv whose hardware is stated
 (bench/published_rows.py), minimising the mean squared log ratio of estimated to
 published tokens/s. One set of constants for every row: nothing per model, per row or per
-source. It prints the fitted values for engine/analytic_cost.py's AnalyticAssumptions and
+source. It prints the fitted values for engine/cost/analytic_cost.py's AnalyticAssumptions and
 the fit's residuals, for docs/accuracy.md. A test (tests/test_accuracy_fit.py) checks that
 the constants in the code are what this fit gives.
 """
@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.published import CSV, Priced, fitted_rows, price_all, published_rows  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 # The constants the fit moves (in log space, so each stays positive), and where it starts.
 FITTED = ("gpu_bandwidth_efficiency", "cpu_bandwidth_efficiency", "cpu_thread_bytes_per_mac", "gpu_block_overhead_s",
@@ -104,7 +104,7 @@ def main() -> int:
     # A local search: from the constants in the code (the last fit's), as the
     # cross-validation's folds start; from START it stops at a worse optimum (docs/accuracy.md).
     best = fit(rows_csv, start=AnalyticAssumptions())
-    print("fitted constants (engine/analytic_cost.py AnalyticAssumptions):")
+    print("fitted constants (engine/cost/analytic_cost.py AnalyticAssumptions):")
     for f in fields(AnalyticAssumptions):
         mark = "  fitted" if f.name in FITTED else ""
         value = getattr(best, f.name)

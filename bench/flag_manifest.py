@@ -1,7 +1,7 @@
 """Extract the command-line flags a runtime accepts from its source at one commit, and
 write them as a flag manifest (JSON): the facts COPE's exports are checked against for
 runtimes (tests/test_flag_manifests.py), and what COPE spells commands for when no build is
-found (engine/runtimes/builds.py).
+found (engine/llamacpp/builds.py).
 
     python bench/flag_manifest.py --git-dir CLONE/.git --commit SHA --runtime fork \\
         --repository https://github.com/thecodacus/llama.cpp --branch fable5/moe-cache-readme \\

@@ -47,7 +47,7 @@ def _worker(memory_mib: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     warnings.simplefilter("ignore")
     sys.path.insert(0, str(ROOT))
-    from engine.errors import CopeInputError
+    from engine.core.errors import CopeInputError
     from tests.fuzz_targets import TARGETS
 
     for line in sys.stdin:

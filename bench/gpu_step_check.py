@@ -38,7 +38,7 @@ CUDA: list[bool] = []  # filled by main: whether CUDA sections run
 
 def write_figures() -> None:
     if OUT:
-        from engine.files import atomic_write_text
+        from engine.core.files import atomic_write_text
 
         atomic_write_text(OUT[0], json.dumps(figures, indent=1, default=str))
 
@@ -174,7 +174,7 @@ def copies(torch, host_pool):
 
 @section("layer steps through the probes")
 def steps(torch, model, quant, prober):
-    from engine.policy import Execution
+    from engine.replays.policy import Execution
 
     cores = prober_threads()
     for threads in sorted({max(1, cores // 2), max(1, cores - 1)}):
@@ -204,7 +204,7 @@ def prober_threads() -> int:
 
 @section("the GPU lane eager against graphs", needs_cuda=True)
 def eager_vs_graph(torch, prober):
-    from engine.policy import Execution
+    from engine.replays.policy import Execution
     from probes.layer_step import LayerStep
 
     pool = prober.gpu_pool
@@ -238,10 +238,10 @@ def main(argv: list[str]) -> int:
     CUDA.append(torch.cuda.is_available())
     if args:
         OUT.append(Path(args[0]))
-    from engine.catalog import load_model
-    from engine.analytic_cost import AnalyticCostModel
-    from engine.platform import platform_from
-    from engine.quant import get_quantization
+    from engine.models.catalog import load_model
+    from engine.cost.analytic_cost import AnalyticCostModel
+    from engine.hardware.presets import platform_from
+    from engine.models.quant import get_quantization
     from probes.experts import ExpertShape
     from probes.local_prober import LocalProber, PresetGpu
 

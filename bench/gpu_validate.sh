@@ -48,8 +48,8 @@ shared="$root/../shared/traces"
 import json, sys
 from pathlib import Path
 import numpy as np
-from engine.catalog import load_model
-from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.models.catalog import load_model
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 from engine.traces import save_trace
 
 shared, dest, tokens = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])

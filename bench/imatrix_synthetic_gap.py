@@ -33,11 +33,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
 from cope_tui.service.request import SYNTHETIC_ZIPF  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
-from engine.hit_rates import hit_rates_at_slots  # noqa: E402
-from engine.popularity import PopularityProfile  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
-from engine.trace import TraceMeta  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.replays.hit_rates import hit_rates_at_slots  # noqa: E402
+from engine.traces.popularity import PopularityProfile  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.traces.trace import TraceMeta  # noqa: E402
 from engine.traces.moe_beyond import read_moe_beyond_csv_dir  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[2] / "shared" / "traces" / "deepseek-v2-lite-chat__moe-beyond"

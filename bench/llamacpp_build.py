@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.cache_dirs import cache_root  # noqa: E402
+from engine.core.cache_dirs import cache_root  # noqa: E402
 
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"

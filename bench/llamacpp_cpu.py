@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.llamacpp_build import SDIST  # noqa: E402
 from bench.llamacpp_build import binaries as built_binaries  # noqa: E402
-from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output  # noqa: E402
+from engine.llamacpp.llama_bench_json import BenchTest, decode_tests, parse_bench_output  # noqa: E402
 
 MODEL = "qwen3-30b-a3b"
 N_GEN = 64

@@ -1,5 +1,5 @@
 """How long `-ot` patterns take to match a model's expert tensor names: COPE's bounded
-matcher (engine/ecma_regex.py) against a backtracking engine (Python's re, which
+matcher (engine/llamacpp/ecma_regex.py) against a backtracking engine (Python's re, which
 std::regex resembles), on catastrophic and ordinary patterns. Prints figures; the
 backtracking runs go in a child process with a time limit so nothing hangs here.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.ecma_regex import compile_pattern  # noqa: E402
+from engine.llamacpp.ecma_regex import compile_pattern  # noqa: E402
 
 NAMES = [f"blk.{b}.ffn_{k}_exps.weight" for b in range(94) for k in ("gate", "up", "down")]  # Qwen3-235B's
 BACKTRACK_LIMIT_S = 60

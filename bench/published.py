@@ -6,7 +6,7 @@ Each row of ../shared/calibration/published-decode.csv that bench/published_rows
 transcribes, and of the project's own bench/data/published-extra.csv (bench/published_extra_rows.py;
 its rows are named x<index>), is priced through the code path of `cope estimate` (the request built from
 the model, quantization and hardware presets, the command's own settings, its placement
-priced by engine/command_estimate.py) with the analytic cost model, the fidelity COPE
+priced by engine/advice/command_estimate.py) with the analytic cost model, the fidelity COPE
 uses for a machine it has not measured. The published tokens/s are only compared with:
 they never enter the estimate. Rows it cannot price are listed with the reason.
 
@@ -37,12 +37,12 @@ from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel, uses_cuda_graphs  # noqa: E402
-from engine.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.llama_args import parse_llama_command  # noqa: E402
-from engine.llama_placement import placement_of  # noqa: E402
-from engine.memory_spec import parse_memory_spec  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, uses_cuda_graphs  # noqa: E402
+from engine.advice.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
+from engine.llamacpp.llama_placement import placement_of  # noqa: E402
+from engine.hardware.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
 EXTRA_CSV = ROOT / "bench" / "data" / "published-extra.csv"  # published runs the project collected (its .md)
@@ -162,7 +162,7 @@ def fused_moe(published: dict[str, str]) -> bool | None:
 
 def cuda_graphs_of(row: Row, published: dict[str, str]) -> bool:
     """Whether the row's runtime, at its build and flags, replays decode as CUDA graphs
-    (engine.analytic_cost.uses_cuda_graphs)."""
+    (engine.cost.analytic_cost.uses_cuda_graphs)."""
     gpu_experts = regime_of(row) in ("all-GPU", "partial offload")
     return uses_cuda_graphs(row.runtime, build_date=build_date(published), fused_moe=fused_moe(published),
                             gpu_experts=gpu_experts)

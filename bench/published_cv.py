@@ -3,7 +3,7 @@ cross-validation over the published decode rows.
 
     python bench/published_cv.py [--csv PATH] [--json OUT]
 
-The constants of engine/analytic_cost.py are fitted on the rows whose hardware is stated
+The constants of engine/cost/analytic_cost.py are fitted on the rows whose hardware is stated
 (bench/fit_published.py). Those rows' in-sample error says little about a new machine: a
 source (one discussion, one blog post) is one machine and one person's way of measuring,
 and the fit learns it. So, for each source: refit every constant on the rows of all the
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fit_published import FITTED, fit  # noqa: E402
 from bench.published import REGIMES, Priced, fitted_rows, mape, price_all, rows_from_args, signed_error  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 
 The rows of bench/published_rows.py that publish `pp_tok_s` (PROMPT_RUNS says how each was
 taken: prompt tokens, -ub, depth, the build's copy of CPU experts, ik_llama.cpp's -rtr) are
-priced with engine/prefill_cost.py on the request and placement bench/published.py builds
+priced with engine/cost/prefill_cost.py on the request and placement bench/published.py builds
 for the decode figure (the same model, quantization, hardware presets and command). The
 published tokens/s never enter the estimate. Reported: MAPE over the rows with their
 hardware stated and over all priced rows, the GPU rows (experts copied or computed beside a
@@ -27,10 +27,10 @@ from bench.published import mape, prepared, rows_from_args, tokens_per_s  # noqa
 from bench.published_rows import PROMPT_RUNS, ROWS, UBATCH_SWEEPS, PromptRun, Row  # noqa: E402
 from cope_tui.options import SYNTHETIC_TOKENS, PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import AnalyticCostModel  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.llama_placement import placement_memory, placement_of  # noqa: E402
-from engine.prefill_cost import IK_LLAMA, LLAMA_CPP, PrefillAssumptions, PrefillModel  # noqa: E402
+from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.llamacpp.llama_placement import placement_memory, placement_of  # noqa: E402
+from engine.cost.prefill_cost import IK_LLAMA, LLAMA_CPP, PrefillAssumptions, PrefillModel  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,18 @@ Each case is timed on its first call ("first") and then on `--repeat` more calls
 also imports numba and loads the compiled loops from numba's cache, or compiles them
 when the cache is empty (always with `--compile`, which points numba at an empty
 cache folder): that is what a user's first `cope advise` on a machine pays, once.
-Then the sweep a stage at a time, as the app's chart runs it (engine.advise.sweep_in_stages):
+Then the sweep a stage at a time, as the app's chart runs it (engine.advice.advise.sweep_in_stages):
 the seconds to the first stage (what the one-pass curves give) and to the last, over
 every candidate and over the chart's lines alone (the best four at the request's budget
 and the baseline: what the app prices). Prints seconds, candidates, the (token, layer) steps covered per second (every
 candidate's histogram covers tokens x layers steps, whether it was replayed, shared or
 read off a fixed residency), and the warm median as a fraction of its target.
 `--score` adds `advise --eviction lru,score`, whose score caches run on the step-wise
-residency of engine/residency.py; it has no target. Measures only; asserts nothing.
+residency of engine/replays/residency.py; it has no target. Measures only; asserts nothing.
 `--breakdown` times, in one more call of each case, the compiled LRU tasks by kind (per-layer
 cache rows and pools) and by admission rule (none admitted, every miss, capped as
 ready-first caps it): thread-seconds summed over the threads, and how many caches ran.
-What only a step-by-step replay can count (engine/hit_curves.py says which caches) sets a
+What only a step-by-step replay can count (engine/replays/hit_curves.py says which caches) sets a
 floor on the sweep: its thread-seconds over the cores.
 Other work on the machine slows these figures: run it on a quiet one, more than once.
 """
@@ -60,12 +60,12 @@ if "--compile" in sys.argv[1:]:
 
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.advise import advise, sweep_budgets, sweep_in_stages  # noqa: E402
-from engine.analytic_cost import AnalyticCostModel  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
-from engine.memory import GIB  # noqa: E402
-from engine.policy import Eviction  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.advice.advise import advise, sweep_budgets, sweep_in_stages  # noqa: E402
+from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.hardware.memory import GIB  # noqa: E402
+from engine.replays.policy import Eviction  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 
 MODEL = "qwen3-30b-a3b"
 GPU = "rtx-4060-ti-16gb"
@@ -157,8 +157,8 @@ def thread_seconds(call) -> str:  # type: ignore[no-untyped-def]
     """`call()` with the compiled engines' tasks timed: thread-seconds and caches by kind
     (per-layer rows, pools) and by admission rule. A task of rows is split by rule, so
     each runs as its own task here (the same work, in smaller pieces)."""
-    from engine import replay_compiled
-    from engine.compiled import kernels
+    from engine.replays import replay_compiled
+    from engine.replays.compiled import kernels
 
     spent: dict[tuple[str, str], float] = {}
     caches: dict[tuple[str, str], set[int]] = {}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.catalog import get_model  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 
 APP_TARGET_S = 1.0
 SYNTHETIC_TARGET_S = 1.0

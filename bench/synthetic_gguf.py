@@ -51,8 +51,8 @@ class GgufShape:
 
 
 def catalog_shape(model_id: str, n_blocks: int) -> GgufShape:
-    """The shapes of a catalog qwen3moe model (engine/catalog.py), with `n_blocks` blocks."""
-    from engine.catalog import load_model
+    """The shapes of a catalog qwen3moe model (engine/models/catalog.py), with `n_blocks` blocks."""
+    from engine.models.catalog import load_model
 
     m = load_model(model_id)
     if m.arch != ARCH or m.attention is None or m.n_shared_experts:

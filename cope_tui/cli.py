@@ -20,10 +20,11 @@ import sys
 import threading
 import traceback
 
-from cope_tui.commands.output import clean_output, cope_version, error_line
+from cope_tui.app import run_app
 from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
+from cope_tui.commands.output import clean_output, cope_version, error_line
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
@@ -94,8 +95,6 @@ def _launch_app() -> int:
     """`cope` with no arguments in a terminal: the Textual app (the only path that
     imports textual; without a terminal, no arguments still means `cope advise`)."""
     try:
-        from cope_tui.app import run_app
-
         return run_app()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

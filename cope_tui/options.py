@@ -20,7 +20,12 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import input_kind, user_path
+from engine.hardware.cpu_presets import cpu_models, cpu_presets, machines
+from engine.hardware.memory_spec import parse_bandwidth_gbps, parse_memory_spec
+from engine.hardware.presets import gpu_presets
+from engine.models.quant import quantizations
 
 # What a setting left unsaid stands for (the request records each as an assumption).
 DEFAULT_MODEL = "qwen3-30b-a3b"
@@ -90,14 +95,10 @@ def _words(text: str | tuple) -> tuple[str, ...]:
 
 
 def _memory(text: str):  # type: ignore[no-untyped-def]
-    from engine.memory_spec import parse_memory_spec  # noqa: PLC0415
-
     return parse_memory_spec(text)
 
 
 def _bandwidth(text: str) -> float:
-    from engine.memory_spec import parse_bandwidth_gbps  # noqa: PLC0415
-
     return parse_bandwidth_gbps(text)
 
 
@@ -127,8 +128,6 @@ def _between(low: int, high: int) -> Callable[[int], str | None]:
 
 
 def _folder(value: str) -> str | None:
-    from engine.user_paths import input_kind, user_path  # noqa: PLC0415
-
     try:
         kind = input_kind(user_path(value), what="folder")
     except CopeInputError as exc:  # ~nosuchuser, a NUL byte, a name too long, a FIFO
@@ -149,20 +148,14 @@ def _evictions(value: tuple[str, ...]) -> str | None:
 
 
 def _quantizations() -> list[tuple[str, str]]:
-    from engine.quant import quantizations
-
     return [(q, q) for q in quantizations()]
 
 
 def _gpu_presets() -> list[tuple[str, str]]:
-    from engine.platform import gpu_presets
-
     return [(spec.name, pid) for pid, spec in gpu_presets().items()]
 
 
 def _cpu_presets() -> list[tuple[str, str]]:
-    from engine.cpu_presets import cpu_models, cpu_presets, machines
-
     # One entry per CPU name (its usual memory; the Memory field gives another); a typical
     # machine shares its CPU's name, so it says the memory that sets it apart.
     def label(pid: str, name: str) -> str:

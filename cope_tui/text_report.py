@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from engine.advise import Recommendation
-from engine.command_estimate import CommandEstimate
-from engine.export import Export
-from engine.memory import GIB
-from engine.popularity import profile_words
-from engine.run_advice import CandidateRuns, RunAdvice, plan_runs
+from engine.advice.advise import Recommendation
+from engine.advice.command_estimate import CommandEstimate
+from engine.advice.run_advice import CandidateRuns, RunAdvice, plan_runs
+from engine.core.spans import count_of
+from engine.hardware.memory import GIB
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
+from engine.runtimes.export import Export
 from engine.runtimes.llamacpp import label_text
-from engine.spans import count_of
+from engine.traces.popularity import profile_words
 
 def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
                           model_path: str | None = None) -> str:
@@ -253,7 +253,7 @@ def _best_lines(est: CommandEstimate) -> list[str]:
 
 
 def rank_text(est: CommandEstimate) -> str:
-    """Where the command ranks; a tie ranks as equal (engine/estimate.py: faster)."""
+    """Where the command ranks; a tie ranks as equal (engine/cost/estimate.py: faster)."""
     if est.rank is None:
         return ""
     if est.rank > est.of:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.advise import Recommendation
-from engine.prefill_cost import DOUBLE_BUFFERED
-from engine.workload import WorkloadRanking
+from engine.advice.advise import Recommendation
+from engine.advice.workload import WorkloadRanking
+from engine.cost.prefill_cost import DOUBLE_BUFFERED
 
 
 def render_workload(ranking: WorkloadRanking, rec: Recommendation, *, limit: int | None = 10) -> str:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.platform import Fact
+from engine.hardware.platform import Fact
 from probes.cpu_bandwidth import measure_cpu_memory_bandwidth  # noqa: F401 - callers import it from here
 
 MIB = 1024**2

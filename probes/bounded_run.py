@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES
+from engine.core.input_limits import RUNTIME_OUTPUT_MAX_BYTES
 
 CHUNK_BYTES = 65_536
 

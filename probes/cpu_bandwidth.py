@@ -7,7 +7,7 @@ the cheapest reduction per byte, so a core's arithmetic never limits it, which a
 sum does at about 14 GB/s a core); its reductions release the GIL, so the threads read in
 parallel without torch. The array is several times the last-level
 cache (an EPYC 9684X has 1.1 GiB of L3), so the reductions read main memory. The result is a
-sustained figure: below the theoretical peak of the memory (engine.memory_spec), often
+sustained figure: below the theoretical peak of the memory (engine.hardware.memory_spec), often
 60 to 85% of it.
 """
 
@@ -20,7 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engine.platform import Fact
+from engine.hardware.platform import Fact
+import numpy as np
 
 MIB = 1024**2
 GIB = 1024**3
@@ -90,8 +91,6 @@ def measure_cpu_memory_bandwidth(size_bytes: int | None = None, repeats: int = 5
     pass the physical cores). `size_bytes`: the array (default: CACHE_MULTIPLE times the
     last-level cache, 512 MiB to 4 GiB, at most a quarter of the available memory).
     """
-    import numpy as np  # noqa: PLC0415
-
     threads = max(1, int(threads or _usable_cpus()))
     llc = last_level_cache_bytes(sys_root)
     if size_bytes is None:

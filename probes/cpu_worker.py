@@ -32,6 +32,7 @@ import weakref
 from concurrent.futures import Future
 from functools import cache
 from typing import Any, Callable
+from probes.host import detect_cpu
 
 _STOP = object()
 # Every worker's queue and thread: stopped and joined at exit, while the interpreter is
@@ -153,8 +154,6 @@ def warm_here(threads: int) -> None:
 
 @cache
 def physical_cores() -> int:
-    from probes.host import detect_cpu
-
     cpu = detect_cpu()
     for fact in (cpu.physical_cores, cpu.logical_threads):
         if fact.known:

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine.platform import CudaProblem
+from engine.hardware.platform import CudaProblem
 
 WHEEL_INDEX = "https://download.pytorch.org/whl"
 # CUDA versions PyTorch publishes wheels for (the index names cuXYZ); a driver runs a

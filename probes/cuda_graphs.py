@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+from probes.timing import time_repeats
 
 GRAPH_CAPACITY = 8192  # graphs per lane (an expert each); more experts run eagerly
 BUSY_S = 0.5e-3  # the prelude that keeps the GPU busy while the host queues a timed step
@@ -170,9 +171,7 @@ class BusyPrelude:
 def time_cuda(torch: Any, fn: Callable[[], Any], budget_s: float, *, stream: Any = None,
               **kw: Any):  # pragma: no cover - needs CUDA
     """Time `fn`'s GPU work with CUDA events on `stream` (default: current), behind a
-    busy prelude, one host wait per repeat; probes.operators.time_repeats' Timing."""
-    from probes.operators import time_repeats
-
+    busy prelude, one host wait per repeat; probes.timing.time_repeats' Timing."""
     prelude = BusyPrelude(torch, stream=stream)
 
     def once() -> float:

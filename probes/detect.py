@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.platform import Fact, Platform
+from engine.hardware.platform import Fact, Platform
 from probes.bandwidth import measure_cpu_memory_bandwidth, measure_gpu_memory_bandwidth, measure_h2d_bandwidth
 from probes.gpu import NO_GPU_NAME, detect_gpu
 from probes.host import detect_cpu

@@ -6,7 +6,7 @@ device slots up to its capacity, the others in (pinned) host memory; the trace's
 replayed token by token, layer by layer; every layer step executed by
 probes.layer_step.LayerStep, the one implementation the combined-schedule probes use too.
 
-Residency follows the rules of DESIGN.md §4 one step at a time, as engine.residency
+Residency follows the rules of DESIGN.md §4 one step at a time, as engine.replays.residency
 states them once for replay too (`ResidencyPlan`: what each step hits, admits and
 prefetches, and into which device slot): hits are the routed experts resident in a
 device slot; under stage and ready-first a mutable cache admits the copied misses (a
@@ -56,8 +56,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.policy import Candidate
-from engine.residency import ReplaySetup, ResidencyPlan
+from engine.replays.policy import Candidate
+from engine.replays.residency import ReplaySetup, ResidencyPlan
+from probes.experts import int8pack_works
+from probes.host_pool import host_pool
+from probes.layer_step import GPU_BESIDE, DeviceSlots, LayerStep, copy_expert
+from probes.operators import ExpertShape, SharedLayerOp, TokenHeadOp
 
 HOST_HASH = 2654435761  # spreads (layer, expert) keys over a host pool smaller than the model
 
@@ -157,8 +161,6 @@ class Executor:
                  keep_outputs: bool | None = None, warmup: bool = True):
         import torch
 
-        from probes.operators import ExpertShape, _int8pack_works
-
         if mode not in ("timed", "functional"):
             raise ValueError(f"mode must be timed or functional, got {mode!r}")
         self.torch = torch
@@ -179,13 +181,11 @@ class Executor:
         int8 = None
         if self.cuda:  # pragma: no cover - needs CUDA
             # The host tier's kernel decides the layout; the device reads the same bytes as bf16.
-            int8 = _int8pack_works(torch, "cpu")
+            int8 = int8pack_works(torch, "cpu")
         if host_pool_bytes is None and mode == "functional":
             host_pool_bytes, min_experts = 1, self.n_keys
         else:
             min_experts = k
-        from probes.host_pool import host_pool
-
         # The probes' pool when the layout matches (built once per process, probes/host_pool.py).
         self.host = host_pool(self.shape, pool_bytes=host_pool_bytes, min_experts=min_experts, seed=seed,
                               pin=self.cuda, int8=int8)
@@ -233,8 +233,6 @@ class Executor:
 
     # --- shared work (timed CUDA only) --------------------------------------------------
     def _gpu_side(self):  # pragma: no cover - needs CUDA
-        from probes.operators import SharedLayerOp, TokenHeadOp
-
         if self._shared_ops is None:
             model, kinds, ops = self.model, {}, []
             kv = self.context_tokens // 2
@@ -269,8 +267,6 @@ class Executor:
 
     def _run(self, candidate: Candidate, trace: Any, setup: ReplaySetup, *, threads: int,
              cpu_layers: np.ndarray | None, tokens: int | None) -> ExecutedRun:
-        from probes.layer_step import DeviceSlots, LayerStep, copy_expert
-
         ids = np.asarray(trace.expert_ids)
         predicted = getattr(trace, "predicted_ids", None)
         weights = getattr(trace, "weights", None)
@@ -307,8 +303,6 @@ class Executor:
         """The timed (or functional) replay, token by token. On CUDA the host waits once
         per token (the head's sampled token); the steps, shared blocks and head are timed
         with CUDA events, read after that wait."""
-        from probes.layer_step import GPU_BESIDE, copy_expert
-
         n_tokens, n_layers, k = ids.shape
         E = self.model.n_routed_experts
         execution = candidate.execution

@@ -32,7 +32,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from probes.cuda_graphs import GraphLane
 from probes.pool_size import default_pool_bytes
+import numpy as np
 ALIGN = 256  # every section of an expert's buffer starts on this boundary
 _FILL_CHUNK = 64 * 1024**2
 
@@ -67,7 +69,7 @@ class ExpertShape:
 # --- caches and pool sizes --------------------------------------------------------------
 
 
-def _int8pack_works(torch: Any, device: str) -> bool:
+def int8pack_works(torch: Any, device: str) -> bool:
     if not hasattr(torch, "_weight_int8pack_mm"):
         return False
     try:
@@ -80,7 +82,7 @@ def _int8pack_works(torch: Any, device: str) -> bool:
         return False
 
 
-def _fit(torch: Any, x, width: int):
+def fit_line(torch: Any, x, width: int):
     """x [1, n] cut or zero-padded to [1, width]."""
     n = x.shape[1]
     if n == width:
@@ -251,8 +253,6 @@ def copy_expert(dst, src) -> None:
 def fill_expert_bytes(torch: Any, arena, layout: ExpertLayout, seed: int) -> None:
     """Random expert bytes into a CPU arena [n, layout.nbytes]: weights readable as int8
     and as finite bf16 (see the module doc), positive scales about 0.005."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     flat = arena.view(-1).numpy()
     for start in range(0, flat.size, _FILL_CHUNK):
@@ -298,7 +298,7 @@ class ExpertPool:
         self.torch = torch
         self.shape = shape
         self.device = str(device)
-        self.int8 = _int8pack_works(torch, "cpu") if int8 is None else bool(int8)
+        self.int8 = int8pack_works(torch, "cpu") if int8 is None else bool(int8)
         if pool_bytes is None:
             pool_bytes = default_pool_bytes(self.device)
         self.n_experts = max(min_experts, math.ceil(pool_bytes / shape.expert_bytes))
@@ -334,8 +334,6 @@ class ExpertPool:
 
     def graph_lane(self, device: str = "cuda"):
         """The CUDA-graph lane of this pool's experts on `device` (one per device)."""
-        from probes.cuda_graphs import GraphLane
-
         key = str(self.torch.device(device))
         if key not in self._lanes:
             self._lanes[key] = GraphLane(self, key)
@@ -355,7 +353,7 @@ class ExpertPool:
     def input_of(self, x):
         """The hidden state [1, hidden_size] as the kernels' input [1, widths[0]]: cut or
         zero-padded to the byte-equivalent width (unchanged when already that wide)."""
-        return _fit(self.torch, x, self.widths[0])
+        return fit_line(self.torch, x, self.widths[0])
 
     def _activation(self, gate_up):
         f = self.torch.nn.functional
@@ -375,8 +373,8 @@ class ExpertPool:
         torch = self.torch
         if isinstance(mats, Expert) and mats.is_cuda:
             w_in, w_down = mats.dense
-            act = self._activation(torch.nn.functional.linear(_fit(torch, x, w_in.shape[1]), w_in))
-            return torch.nn.functional.linear(_fit(torch, act, w_down.shape[1]), w_down)
+            act = self._activation(torch.nn.functional.linear(fit_line(torch, x, w_in.shape[1]), w_in))
+            return torch.nn.functional.linear(fit_line(torch, act, w_down.shape[1]), w_down)
         x = self.input_of(x)
         if isinstance(mats, Expert):
             mats = mats.mats  # gate and up apart: the CPU kernels' slices of one output cost more
@@ -386,7 +384,7 @@ class ExpertPool:
         else:
             act = torch.nn.functional.gelu(self._mv(x, mats[0]))
         if down_in is None:
-            down_in = _fit(torch, act, self.widths[-1])
+            down_in = fit_line(torch, act, self.widths[-1])
         else:
             width = min(act.shape[1], down_in.shape[1])
             down_in[:, :width] = act[:, :width]

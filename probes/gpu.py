@@ -15,10 +15,12 @@ The mapping takes the module objects as parameters (`torch_gpu_info`, `nvml_gpu_
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.platform import Fact, GpuSpec, derive_h2d_bytes_per_s
+from engine.hardware.gpu_match import with_preset_figures
+from engine.hardware.platform import Fact, GpuSpec, derive_h2d_bytes_per_s, unknown_gpu
+from probes.cuda_check import cuda_facts_of, diagnose, nvidia_device_files
 
 _IMPORT = object()  # sentinel: import the real module
 UNLOADED = object()  # sentinel for `torch`: do not load it; read its build from the package files
@@ -410,15 +412,8 @@ def detect_gpu(index: int = 0, *, torch: Any = _IMPORT, nvml: Any = _IMPORT,
         if nvml is None and nvml_err:
             u = Fact.unknown(nvml_err)
             n = NvmlGpuInfo(False, nvml_err, u, u, u, u, u, u, u, u, u)
-        from dataclasses import replace
-
-        from engine.gpu_match import with_preset_figures
-        from probes.cuda_check import cuda_facts_of, diagnose, nvidia_device_files
-
         files = nvidia_device_files() if device_files is None else list(device_files)
         problem = diagnose(cuda_facts_of(torch, n, files, torch_unloaded=unloaded))
         return replace(with_preset_figures(gpu_spec_from(t, n)), cuda_problem=problem)
     except Exception as exc:  # never raise: detection is advice, not a precondition
-        from engine.platform import unknown_gpu
-
         return unknown_gpu(f"GPU detection failed ({_why(exc)})")

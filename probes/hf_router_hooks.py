@@ -10,9 +10,9 @@ transformers 4.x) is turned into softmax top-k here, renormalised when the confi
 `norm_topk_prob` says so (Mixtral always renormalises). Ids are stored in
 descending weight order.
 
-`_Hooks` puts a forward hook on every router (the ids and weights of the token being
+`RouterHooks` puts a forward hook on every router (the ids and weights of the token being
 decoded) and a forward pre-hook on every MoE block's decoder (the hidden state
-entering it); `_Hooks.predict` feeds that hidden state through the next MoE block's
+entering it); `RouterHooks.predict` feeds that hidden state through the next MoE block's
 post-attention norm and router. The decode loop that drives them is
 `probes.record_hf`. torch is imported inside the functions: importing this module
 costs nothing.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 
 
 @dataclass
@@ -75,15 +75,15 @@ def _config_int(config, names: tuple[str, ...], what: str) -> int:
     raise CopeInputError(f"model config gives no {what} ({' / '.join(names)})")
 
 
-def _config_top_k(config) -> int:
+def config_top_k(config) -> int:
     return _config_int(config, ("num_experts_per_tok", "moe_top_k", "top_k"), "top-k")
 
 
-def _config_n_experts(config) -> int:
+def config_n_experts(config) -> int:
     return _config_int(config, ("num_experts", "num_local_experts", "n_routed_experts"), "expert count")
 
 
-def _norm_topk(config) -> bool:
+def norm_topk(config) -> bool:
     value = getattr(config, "norm_topk_prob", None)
     if value is None:
         return getattr(config, "model_type", "") == "mixtral"
@@ -123,7 +123,7 @@ def _route(output, *, n_experts: int, top_k: int, normalise: bool):
     return ids.cpu().numpy(), None if weights is None else weights.detach().cpu().numpy().astype(np.float32)
 
 
-class _Hooks:
+class RouterHooks:
     """Forward hooks on the routers and pre-hooks on the MoE blocks' decoders."""
 
     def __init__(self, routers: list[_Router], *, n_experts: int, top_k: int, normalise: bool):

@@ -14,11 +14,11 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from engine.bandwidth_store import machine_key
-from engine.cpu_presets import with_memory
-from engine.errors import CopeInputError
-from engine.memory_spec import memory_spec
-from engine.platform import CpuSpec, Fact
+from engine.core.errors import CopeInputError
+from engine.hardware.bandwidth_store import machine_key
+from engine.hardware.cpu_presets import with_memory
+from engine.hardware.memory_spec import memory_spec
+from engine.hardware.platform import CpuSpec, Fact
 from probes.memory_detect import MemoryFacts, detect_memory, read_dmidecode
 
 BANDWIDTH_UNKNOWN_NOTE = "not measured; `cope detect` (in the app: Measure this machine) measures it"
@@ -164,7 +164,7 @@ def machine_id(roots: Iterable[str | Path] = ("/etc", "/var/lib/dbus")) -> str:
 
 
 def this_machine_key(cpu: CpuSpec) -> str:
-    """The key engine.bandwidth_store files this machine's measurements under."""
+    """The key engine.hardware.bandwidth_store files this machine's measurements under."""
     ram = int(cpu.ram_bytes.value) if cpu.ram_bytes.known and cpu.ram_bytes.basis == "detected" else None  # type: ignore[arg-type]
     return machine_key(cpu.name, os.cpu_count(), ram, machine_id())
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from probes.experts import ExpertPool, int8pack_works
+from probes.pool_size import default_pool_bytes
 
 _LOCK = threading.Lock()
 _LAST: list[tuple[tuple, Any]] = []  # [(key, pool)]: the most recent pool
@@ -26,11 +28,8 @@ def host_pool(shape: Any, *, pool_bytes: int | None = None, min_experts: int = 1
     pool had the same settings (after resolving the defaults), else a new one."""
     import torch
 
-    from probes.experts import ExpertPool, _int8pack_works
-    from probes.pool_size import default_pool_bytes
-
     resolved_bytes = default_pool_bytes("cpu") if pool_bytes is None else int(pool_bytes)
-    resolved_int8 = _int8pack_works(torch, "cpu") if int8 is None else bool(int8)
+    resolved_int8 = int8pack_works(torch, "cpu") if int8 is None else bool(int8)
     key = (shape, resolved_bytes, int(min_experts), int(seed), bool(pin), resolved_int8)
     with _LOCK:
         if _LAST and _LAST[0][0] == key:

@@ -14,7 +14,7 @@ step as a whole.
   (`staging_slots` experts; more misses go in rounds that reuse the slots), then the
   GPU computes hits and misses.
 - ready-first: the GPU starts on the hits at once; the misses named in `copy_ids` (or,
-  without them, as many as the greedy of engine.cost_model.compose_ready_first sends
+  without them, as many as the greedy of engine.cost.cost_model.compose_ready_first sends
   to the copy lane for the given measured `lanes`) are copied one by one and computed
   on the GPU as each arrives, the others on the CPU lane; merged.
 
@@ -48,9 +48,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.policy import Execution
+from engine.cost.cost_model import compose_ready_first
+from engine.replays.policy import Execution
 from probes.cpu_worker import CpuWorker, default_lane_threads, set_here, warm_here
-from probes.experts import Expert, ExpertPool, _fit, copy_expert, experts_of
+from probes.experts import Expert, ExpertPool, copy_expert, experts_of, fit_line
 from probes.step_device import step_device
 
 Mats = Sequence  # one expert: an Expert, or [(weight, scale or None)] per matrix
@@ -354,7 +355,7 @@ class LayerStep:
     @staticmethod
     def ready_first_split(n_hits: int, misses: Sequence[int], copy_ids: Sequence[int] | None, lanes: Any) -> list[int]:
         """The misses ready-first copies: `copy_ids` when given (a subset of the misses),
-        else the first n of the misses, n from the greedy over `lanes` (engine.cost_model)."""
+        else the first n of the misses, n from the greedy over `lanes` (engine.cost.cost_model)."""
         if copy_ids is not None:
             chosen = [int(e) for e in copy_ids]
             stray = sorted(set(chosen) - set(misses))
@@ -363,8 +364,6 @@ class LayerStep:
             return [e for e in misses if e in set(chosen)]
         if lanes is None:
             raise ValueError("ready-first needs a lane split: copy_ids, or lanes with per-expert times")
-        from engine.cost_model import compose_ready_first
-
         n_copy = compose_ready_first(n_hits, len(misses), lanes)[5]
         return list(misses[:n_copy])
 
@@ -394,10 +393,10 @@ def dense_reference(kernels: ExpertPool, experts: Mapping[int, Mats], x, ids: Se
     out = torch.zeros(1, kernels.shape.hidden_size, dtype=torch.float32)
     for e in ids:
         mats = kernels.dequantized(experts[int(e)], device_kernel=int(e) in on_device)
-        xin = _fit(torch, x, mats[0].shape[1])
+        xin = fit_line(torch, x, mats[0].shape[1])
         if kernels.shape.gated:
             act = torch.nn.functional.silu(xin @ mats[0].T) * (xin @ mats[1].T)
         else:
             act = torch.nn.functional.gelu(xin @ mats[0].T)
-        out += float(table.get(int(e), 1.0)) * (_fit(torch, act, mats[-1].shape[1]) @ mats[-1].T)
+        out += float(table.get(int(e), 1.0)) * (fit_line(torch, act, mats[-1].shape[1]) @ mats[-1].T)
     return out

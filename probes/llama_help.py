@@ -1,6 +1,6 @@
 """A llama.cpp-family program's `--help`, read once per binary.
 
-The flags a build takes decide how COPE spells its commands (engine/runtimes/builds.py),
+The flags a build takes decide how COPE spells its commands (engine/llamacpp/builds.py),
 and `--help` is the only reliable record of them (a build from a source archive reports
 no version). Running it costs a fraction of a second, but COPE asks on every `advise`,
 so the text is kept under the cache folder, keyed by the binary's real path, size and
@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from engine.cache_dirs import machine_dir
-from engine.errors import CopeInputError
-from engine.files import atomic_write_text, open_regular
+from engine.core.cache_dirs import machine_dir
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write_text, open_regular
 
 SCHEMA = "cope.llama-help"
 SCHEMA_VERSION = 1

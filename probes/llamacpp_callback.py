@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError
+from engine.traces.trace import RoutingTrace, TraceMeta
 
 GGML_TYPE_F32 = 0
 GGML_TYPE_I32 = 26

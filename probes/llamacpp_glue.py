@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ctypes
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
+import pathlib
 
 INSTALL_HINT = (
     "recording from a GGUF file needs llama-cpp-python: pip install 'cope-tui[llamacpp]' "
@@ -25,7 +26,7 @@ class LlamaCppMissing(CopeInputError):
     """llama-cpp-python is not installed."""
 
 
-class _TensorHead(ctypes.Structure):
+class TensorHead(ctypes.Structure):
     """The stable head of struct ggml_tensor (type, buffer, ne, nb)."""
 
     _fields_ = [
@@ -44,10 +45,8 @@ def import_llama_cpp():
     return llama_cpp
 
 
-def _ggml_lib(llama_cpp):
+def ggml_lib(llama_cpp):
     """A ctypes handle that resolves ggml_get_name, ggml_nbytes, ggml_backend_tensor_get."""
-    import pathlib
-
     candidates = []
     try:
         from llama_cpp import _ggml  # type: ignore[import-not-found]
@@ -76,7 +75,7 @@ def _ggml_lib(llama_cpp):
     raise CopeInputError("this llama-cpp-python build does not expose ggml's tensor functions")
 
 
-def _gguf_facts(path: str) -> dict:
+def gguf_facts(path: str) -> dict:
     """Architecture, expert count and top-k from the GGUF header (the `gguf` package)."""
     from gguf import GGUFReader
 
@@ -119,7 +118,7 @@ def bytes_as_token_ids(text: str, n_vocab: int) -> list[int]:
     return [b % n_vocab for b in text.encode("utf-8")]
 
 
-def _quiet(llama_cpp) -> None:
+def quiet(llama_cpp) -> None:
     """Keep llama.cpp's load chatter off stderr (errors still show)."""
     try:
         from llama_cpp import _logger  # type: ignore[import-not-found]

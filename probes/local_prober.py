@@ -11,10 +11,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from engine.analytic_cost import AnalyticCostModel
-from engine.cost_model import compose_step
-from engine.policy import Execution
-from engine.profile import Measurement
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_model import compose_step
+from engine.cost.measured_cost import OperatorCurve
+from engine.profiles.profile import Measurement
+from engine.replays.policy import Execution
+from probes import operators as ops
+from probes.cuda_check import diagnose, local_cuda_facts
+from probes.cuda_graphs import BusyPrelude
+from probes.host_pool import host_pool
+from probes.layer_step import DeviceSlots, LayerStep
+from probes.operators import ExpertPool, ExpertShape
 
 GPU_OPERATORS = frozenset({"gpu_experts", "h2d_copy", "sync", "shared_layer", "token_head"})
 STAGING_SLOTS = 8  # the bounded staging buffer of stage and ready-first, in experts
@@ -52,14 +59,12 @@ class LocalProber:
     (resident experts on the GPU, misses in pinned host memory, p prefetch copies in
     flight on their own stream), timed as a whole: basis "measured", method
     "timed-step". Without CUDA, the step's CPU lane is timed for real and composed with
-    the preset's GPU, copy and sync lanes (engine.cost_model.compose_step): basis
+    the preset's GPU, copy and sync lanes (engine.cost.cost_model.compose_step): basis
     "measured+preset" (or "preset" when no CPU lane), method "composed".
     """
 
     def __init__(self, model: Any, quant: Any, preset: PresetGpu, *, pool_bytes: int | None = None,
                  cuda: bool | None = None, context_tokens: int | None = None):
-        from probes.operators import ExpertPool, ExpertShape
-
         import torch
 
         self.torch = torch
@@ -72,8 +77,6 @@ class LocalProber:
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
         # Host and device pools share one layout (the CPU kernel's), so a copied miss is
         # the same bytes on the GPU; the GPU reads them with its own kernel.
-        from probes.host_pool import host_pool
-
         self.cpu_pool = host_pool(self.shape, pool_bytes=pool_bytes, min_experts=model.top_k, pin=self.cuda)
         self.gpu_pool = None
         if self.cuda:  # pragma: no cover - needs CUDA
@@ -97,8 +100,6 @@ class LocalProber:
     def gpu_name(self) -> str:
         if self.cuda:  # pragma: no cover
             return self.torch.cuda.get_device_name(0)
-        from probes.cuda_check import diagnose, local_cuda_facts
-
         text = f"none: GPU figures from the {self.preset.analytic.platform.gpu.name} preset"
         problem = diagnose(local_cuda_facts())
         return text if problem is None else f"{text}; {problem.message} (fix: {problem.fix})"
@@ -118,8 +119,6 @@ class LocalProber:
         return m
 
     def _measure(self, operator: str, key: dict, share_s: float) -> Measurement:
-        from probes import operators as ops
-
         if operator == "cpu_experts":
             t = ops.cpu_experts(self.cpu_pool, key["n"], key["threads"], share_s)
             return Measurement(operator, key, t.median_s, t.spread_s, t.repeats)
@@ -132,8 +131,6 @@ class LocalProber:
         return self._measure_gpu(operator, key, share_s)  # pragma: no cover
 
     def _measure_gpu(self, operator, key, share_s):  # pragma: no cover - needs CUDA
-        from probes import operators as ops
-
         if operator == "gpu_experts":
             t = ops.gpu_experts(self.gpu_pool, key["n"], share_s)
         elif operator == "h2d_copy":
@@ -156,8 +153,6 @@ class LocalProber:
     def lanes(self, threads: int):
         """Single-operator costs for the composition rules (and ready-first's split): what
         this prober measured so far, the preset's figures for the rest."""
-        from engine.measured_cost import _Curve
-
         lanes = self.preset.analytic.lanes(threads)
         changes: dict[str, Any] = {}
         names = {"gpu_experts": ("gpu_experts_s", "gpu_launch_s", "gpu_per_expert_s"),
@@ -166,15 +161,13 @@ class LocalProber:
         for operator, (fn, fixed, per) in names.items():
             points = self._points.get((operator, threads if operator == "cpu_experts" else 0))
             if points:
-                curve = _Curve(points, operator, lambda _label: None)
+                curve = OperatorCurve(points, operator, lambda _label: None)
                 changes.update({fn: curve, fixed: curve.intercept_s, per: curve.slope_s})
         if self._sync_s is not None and self.cuda:  # pragma: no cover - needs CUDA
             changes["sync_s"] = self._sync_s
         return replace(lanes, **changes)
 
     def _schedule_composed(self, key: dict, share_s: float) -> Measurement:
-        from probes import operators as ops
-
         execution = Execution(key["execution"])
         h, m, threads = key["hits"], key["misses"], key["threads"]
         uses_cpu = m > 0 and execution is not Execution.STAGE
@@ -194,9 +187,6 @@ class LocalProber:
         """One real layer step in this state, timed as a whole (probes.layer_step), with
         the resident experts from the GPU pool on `device` ("cpu": the functional mode,
         for tests) and the misses and prefetch sources from the host pool."""
-        from probes import operators as ops
-        from probes.layer_step import DeviceSlots, LayerStep
-
         torch = self.torch
         execution = Execution(key["execution"])
         h, m, p, threads = key["hits"], key["misses"], key["prefetches"], key["threads"]
@@ -219,8 +209,6 @@ class LocalProber:
 
         prelude = None
         if self._step.cuda:  # pragma: no cover - needs CUDA
-            from probes.cuda_graphs import BusyPrelude
-
             prelude = BusyPrelude(torch)
 
         def step():

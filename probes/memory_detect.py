@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.memory_spec import memory_type
-from engine.platform import Fact
+from engine.hardware.memory_spec import memory_type
+from engine.hardware.platform import Fact
 
 # SMBIOS 3.x type 17 "Memory Type" codes of the memory COPE knows.
 _SMBIOS_TYPES = {0x18: "DDR3", 0x1A: "DDR4", 0x1E: "LPDDR4", 0x22: "DDR5", 0x23: "LPDDR5"}

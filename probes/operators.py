@@ -17,69 +17,12 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from probes.experts import (  # noqa: F401 - re-exported: the operators' public names
-    ExpertPool,
-    ExpertShape,
-    _fit,
-    _int8pack_works,
-    copy_expert,
-)
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_s: float
-    spread_s: float  # interquartile range
-    repeats: int
-
-
-def time_repeats(
-    fn: Callable[[], Any],
-    budget_s: float,
-    *,
-    min_repeats: int = 5,
-    max_repeats: int = 1000,
-    rel_spread: float = 0.05,
-    sync: Callable[[], None] | None = None,
-    warmup: int = 1,
-    timer: Callable[[Any], float] | None = None,
-) -> Timing:
-    """Run `fn` until the IQR is under `rel_spread` of the median (after `min_repeats`)
-    or `budget_s` is spent (at least 3 repeats); median and IQR of perf_counter times.
-    `timer`: the time of a repeat is timer(fn's result) instead (a layer step times
-    itself, leaving out its set-up)."""
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < max_repeats:
-        t0 = time.perf_counter()
-        result = fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0 if timer is None else float(timer(result)))
-        n = len(times)
-        spent = time.perf_counter() - start
-        if n >= min_repeats and _iqr(times) <= rel_spread * statistics.median(times):
-            break
-        if spent >= budget_s and n >= 3:
-            break
-    return Timing(statistics.median(times), _iqr(times), len(times))
-
-
-def _iqr(times: list[float]) -> float:
-    if len(times) < 4:
-        return max(times) - min(times)
-    q = statistics.quantiles(times, n=4)
-    return q[2] - q[0]
+from probes.cuda_graphs import time_cuda
+from probes.experts import ExpertPool, ExpertShape, copy_expert, experts_of, fit_line, int8pack_works
+from probes.timing import Timing, time_repeats
 
 
 class threads_set:
@@ -130,8 +73,6 @@ def gpu_experts(pool: ExpertPool, n: int, budget_s: float, **kw) -> Timing:
 
     if not lane.cuda:
         return time_repeats(step, budget_s, **kw)
-    from probes.cuda_graphs import time_cuda  # pragma: no cover - needs CUDA
-
     return time_cuda(pool.torch, step, budget_s, **kw)  # pragma: no cover
 
 
@@ -141,8 +82,6 @@ class H2DCopier:
     into n staging slots; on CUDA on a copy stream, timed with CUDA events."""
 
     def __init__(self, host_pool: ExpertPool, max_n: int, device: str = "cuda"):
-        from probes.experts import experts_of
-
         torch = host_pool.torch
         self.torch, self.host = torch, host_pool
         self.arena = torch.empty(max_n, host_pool.layout.nbytes, dtype=torch.uint8, device=device)
@@ -159,8 +98,6 @@ class H2DCopier:
     def time(self, n: int, budget_s: float, **kw) -> Timing:
         if not self.cuda:
             return time_repeats(lambda: self.copy(n), budget_s, **kw)
-        from probes.cuda_graphs import time_cuda  # pragma: no cover - needs CUDA
-
         torch = self.torch  # pragma: no cover
 
         def on_copy_stream() -> None:  # pragma: no cover
@@ -219,7 +156,7 @@ def _byte_matrix(torch: Any, rows: int, cols: int, bytes_per_weight: float, int8
 
 def _matvec(torch: Any, x, mat):
     w, s = mat
-    x = _fit(torch, x, w.shape[1])
+    x = fit_line(torch, x, w.shape[1])
     if s is not None:
         return torch._weight_int8pack_mm(x, w, s)
     return x @ w.T
@@ -243,7 +180,7 @@ class SharedLayerOp:
         self.moe = block in model.moe_blocks
         a = model.attention
         hidden = model.hidden_size
-        int8 = _int8pack_works(torch, device) and torch.device(device).type == "cpu"
+        int8 = int8pack_works(torch, device) and torch.device(device).type == "cpu"
         attn_params = a.params(hidden)
         bpw = quant.non_expert_bytes(attn_params) / attn_params
         if a.kind == "mla":
@@ -308,11 +245,11 @@ class SharedLayerOp:
         h = self._rms(x)
         proj = _matvec(torch, h, parts["in"])
         q_dim = self.kv_heads * self.q_per_kv * self.head_dim
-        q = _fit(torch, proj, q_dim).view(self.kv_heads, self.q_per_kv, self.head_dim).to(torch.float16)
+        q = fit_line(torch, proj, q_dim).view(self.kv_heads, self.q_per_kv, self.head_dim).to(torch.float16)
         k = parts["k"]
         scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim ** -0.5)
         att = torch.bmm(torch.softmax(scores.float(), dim=-1).to(torch.float16), k[:, :, : self.v_dim])
-        x = x + _fit(torch, _matvec(torch, att.reshape(1, -1).to(torch.bfloat16), parts["o"]), x.shape[1])
+        x = x + fit_line(torch, _matvec(torch, att.reshape(1, -1).to(torch.bfloat16), parts["o"]), x.shape[1])
         h = self._rms(x)
         if "router" in parts:
             logits = _matvec(torch, h, parts["router"])
@@ -333,7 +270,7 @@ class TokenHeadOp:
         gen = torch.Generator().manual_seed(seed)
         hidden, vocab = model.hidden_size, model.vocab_size
         params = model.head_params()
-        int8 = _int8pack_works(torch, device) and torch.device(device).type == "cpu"
+        int8 = int8pack_works(torch, device) and torch.device(device).type == "cpu"
         self.head = _byte_matrix(torch, vocab, hidden, quant.non_expert_bytes(params) / params, int8, device, gen)
         # The embedding table stays in host memory unless tied (llama.cpp); one row is read.
         self.embedding = torch.randn(min(vocab, 4096), hidden, generator=gen).to(torch.bfloat16)
@@ -408,8 +345,6 @@ def shared_layer_time(model: Any, quant: Any, kv_tokens: int, budget_s: float, d
     for blocks in kinds.values():
         op = SharedLayerOp(model, quant, blocks[0], kv_tokens, device, **kw)
         if op.graphs is not None:  # pragma: no cover - needs CUDA
-            from probes.cuda_graphs import time_cuda
-
             t = time_cuda(op.torch, op.run, share)
         else:
             t = time_repeats(op.run, share)

@@ -2,7 +2,7 @@
 
 Where: `<cache dir>/profiles/<key>.json`, the cache dir being, first found, the `root`
 argument, the COPE_CACHE_DIR environment variable, or the user cache folder for "cope"
-(engine/cache_dirs.py).
+(engine/core/cache_dirs.py).
 
 A corrupt, foreign or implausible file (a time of 0 s or of more than 1000 s, a FIFO
 or a device in its place) is never trusted and never deleted: it is renamed aside to
@@ -41,12 +41,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from engine.cache_dirs import locks_dir, profiles_dir
-from engine.errors import CopeInputError
-from engine.profile import Measurement, Profile, Refusal
-from engine.files import atomic_write_text, set_aside_saying
-from engine.profile_io import load_profile, save_profile
-from engine.profile_keys import Ident
+from engine.core.cache_dirs import locks_dir, profiles_dir
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write_text, set_aside_saying
+from engine.profiles.profile import Measurement, Profile, Refusal
+from engine.profiles.profile_io import load_profile, save_profile
+from engine.profiles.profile_keys import Ident
 
 
 class ProfileCacheWarning(UserWarning):

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace, TraceMeta
-from probes.hf_router_hooks import _config_n_experts, _config_top_k, _Hooks, _norm_topk, find_routers
+from engine.core.errors import CopeInputError
+from engine.traces.trace import RoutingTrace, TraceMeta
+from probes.hf_router_hooks import RouterHooks, config_n_experts, config_top_k, find_routers, norm_topk
+import inspect
 
 Progress = Callable[[int, int, str], None]
 
@@ -60,8 +61,6 @@ class HFRecording:
 
 
 def _cache_kwarg(model) -> str:
-    import inspect
-
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -150,8 +149,8 @@ def record_hf(
     model.eval()
     config = model.config
     routers = find_routers(model)
-    n_experts, top_k = _config_n_experts(config), _config_top_k(config)
-    hooks = _Hooks(routers, n_experts=n_experts, top_k=top_k, normalise=_norm_topk(config))
+    n_experts, top_k = config_n_experts(config), config_top_k(config)
+    hooks = RouterHooks(routers, n_experts=n_experts, top_k=top_k, normalise=norm_topk(config))
     encoded = [_encode(p, tokenizer) for p in prompts]
     eos = getattr(config, "eos_token_id", None)
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos]))

@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace
+from engine.core.errors import CopeInputError
+from engine.traces.trace import RoutingTrace
 from probes.llamacpp_callback import MoeRoutingCollector, TensorView, make_eval_callback
-from probes.llamacpp_glue import _ggml_lib, _gguf_facts, _quiet, _TensorHead, bytes_as_token_ids, import_llama_cpp
+from probes.llamacpp_glue import TensorHead, bytes_as_token_ids, ggml_lib, gguf_facts, import_llama_cpp, quiet
 
 Progress = Callable[[int, int, str], None]
 
@@ -68,8 +68,8 @@ def record_with_llamacpp(
         raise CopeInputError(f"tokens per prompt must be at least 1, got {tokens_per_prompt}")
     if not prompts:
         raise CopeInputError("no prompt to record from")
-    facts = _gguf_facts(gguf_path)
-    get_name, nbytes, tensor_get = _ggml_lib(llama_cpp)
+    facts = gguf_facts(gguf_path)
+    get_name, nbytes, tensor_get = ggml_lib(llama_cpp)
     collector = MoeRoutingCollector()
 
     def name_of(t) -> str:
@@ -77,7 +77,7 @@ def record_with_llamacpp(
         return raw.decode("utf-8", "replace") if raw else ""
 
     def read_view(t) -> TensorView:
-        head = _TensorHead.from_address(t)
+        head = TensorHead.from_address(t)
         size = int(nbytes(t))
         buf = (ctypes.c_uint8 * size)()
         if size:
@@ -88,7 +88,7 @@ def record_with_llamacpp(
     # Keep this reference alive until the context is freed: llama.cpp holds only the C pointer.
     c_callback = llama_cpp.ggml_backend_sched_eval_callback(body)
 
-    _quiet(llama_cpp)
+    quiet(llama_cpp)
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers

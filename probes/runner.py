@@ -1,4 +1,4 @@
-"""Run a probe plan (engine.probe_plan) into the profile cache (probes.profile_cache).
+"""Run a probe plan (engine.profiles.probe_plan) into the profile cache (probes.profile_cache).
 
 Atomic probes first, then the combined layer steps, most frequent first; a total
 budget in seconds, a cancel flag and a progress callback (done, total, label). Each
@@ -9,7 +9,7 @@ a side file and replaces the cached profile only once the new one is complete.
 
 Every series of the atomic probes (CPU experts at the thread count, GPU experts, copies,
 and each single operator) is checked for consistency once measured
-(engine.probe_consistency: more experts never faster, repeats not spread wide); one that
+(engine.profiles.probe_consistency: more experts never faster, repeats not spread wide); one that
 fails is measured once more, and one that fails again is refused: not kept, recorded in
 the profile with a line saying which figure and why, so pricing says it and stays
 analytic for what the series would have priced, and the next run measures it again.
@@ -39,16 +39,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.analytic_cost import AnalyticCostModel
-from engine.probe_consistency import check_profile, check_series, refusal_note, series_in, series_refs
-from engine.probe_plan import ProbePlan, atomic_probes, plan_probes
-from engine.profile import Measurement, ModelShape, Profile, Provenance, Refusal
-from engine.profile_keys import cache_key
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.profiles.probe_consistency import check_profile, check_series, refusal_note, series_in, series_refs
+from engine.profiles.probe_plan import ProbePlan, atomic_probes, plan_probes
+from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance, Refusal
+from engine.profiles.profile_keys import cache_key
+from probes.cuda_check import local_cuda_facts, local_device_uuid, predicted_usable
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu
-from probes.profile_cache import ProfileWriter, is_partial, load_cached
+from probes.profile_cache import ProfileWriter, is_partial, load_cached, profile_path
 
 if TYPE_CHECKING:
-    from engine.advise import AdviseRequest
+    from engine.cost.request import AdviseRequest
 
 MIN_SHARE_S = 0.05
 Progress = Callable[[int, int, str], None]
@@ -68,7 +69,7 @@ class RunResult:
     stopped: str | None  # "budget", "cancelled", "refused" or None
     elapsed_s: float
     resumed: int = 0  # measurements an interrupted earlier run had left in the cache
-    refused: tuple[str, ...] = ()  # a line for each series refused (engine.probe_consistency)
+    refused: tuple[str, ...] = ()  # a line for each series refused (engine.profiles.probe_consistency)
 
 
 def _label(operator: str, key: dict) -> str:
@@ -120,7 +121,7 @@ def run_plan(
     """Measure what `plan` asks for and `writer` lacks, atomic probes first.
 
     The atomic probes always run (every measured fidelity needs them); then each of
-    their series is checked (engine.probe_consistency), one that fails is measured once
+    their series is checked (engine.profiles.probe_consistency), one that fails is measured once
     more, and one that fails again is refused: dropped from the profile with a note, and
     the combined states are not measured (the machine was not measuring steadily).
     Combined states stop at the budget. A KeyboardInterrupt flushes what was measured
@@ -182,8 +183,6 @@ def hardware_key(request: "AdviseRequest", cuda: Any = None) -> dict:
     the torch build and whether CUDA works (torch.cuda.is_available() when torch is
     imported, else what probes.cuda_check predicts), so a profile measured without CUDA
     is never reused as one measured with it. `cuda`: (CudaFacts, device UUID) for tests."""
-    from probes.cuda_check import local_cuda_facts, local_device_uuid, predicted_usable
-
     facts, uuid = cuda if cuda is not None else (local_cuda_facts(), local_device_uuid())
     p = request.platform
     return {
@@ -319,8 +318,6 @@ def ensure_profile(
 
 
 def _path(key: str, root) -> Path:
-    from probes.profile_cache import profile_path
-
     return profile_path(key, root)
 
 

@@ -26,7 +26,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.runtimes.builds import LlamaBuild, build_from_help
+from engine.llamacpp.builds import LlamaBuild, build_from_help
+from engine.llamacpp.llamacpp_flags import spelling_summary
+from probes.bounded_run import run_capped
 from probes.llama_help import read_help
 
 LLAMA_PROGRAMS = ("llama-server", "llama-cli", "llama-bench")
@@ -48,8 +50,6 @@ class InstalledRuntime:
         doc = {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
                "how": self.how}
         if self.build is not None:
-            from engine.runtimes.llamacpp_flags import spelling_summary
-
             doc["flags_read_from"] = self.build.origin
             doc["spelling"] = spelling_summary(self.build)
         return doc
@@ -79,8 +79,6 @@ HELP_MAX_BYTES = 4 * 2**20  # a --help or --version: llama-server's --help is ab
 
 def _run(argv: list[str], timeout_s: float) -> str:
     """stdout and stderr of a short command; raises OSError or TimeoutExpired."""
-    from probes.bounded_run import run_capped  # noqa: PLC0415
-
     done = run_capped(argv, timeout_s=timeout_s, max_bytes=HELP_MAX_BYTES)  # what a runtime prints is untrusted
     return done.stdout + done.stderr
 

@@ -101,7 +101,7 @@ def without_recorded_clock(monkeypatch):
     test (every preset records one), so what a missing clock costs can still be seen."""
     import copy
 
-    from engine import cpu_compute
+    from engine.hardware import cpu_compute
 
     def drop(preset_id: str) -> None:
         table = copy.deepcopy(cpu_compute._table())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.model import AttentionShape, ModelSpec
+from engine.models.model import AttentionShape, ModelSpec
 
 
 def tiny_model(
@@ -38,12 +38,12 @@ def tiny_model(
 
 def replay_priced_layer_set(request, cost_model, cpu_layers):  # type: ignore[no-untyped-def]
     """TPOT of whole layers' experts on the CPU, priced as the ranking prices a partition
-    candidate (replay, then engine.estimate.price): an independent check of placement pricing."""
+    candidate (replay, then engine.cost.estimate.price): an independent check of placement pricing."""
     import numpy as np
 
-    from engine.estimate import price
-    from engine.policy import Candidate, Execution, Kind
-    from engine.replay import ReplaySetup, replay
+    from engine.cost.estimate import price
+    from engine.replays.policy import Candidate, Execution, Kind
+    from engine.replays.replay import ReplaySetup, replay
 
     k = request.model.top_k
     stats = replay(request.trace.expert_ids, None, Candidate(Kind.PARTITION_FIRST),

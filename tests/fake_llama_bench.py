@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.analytic_cost import AnalyticAssumptions
+from engine.cost.analytic_cost import AnalyticAssumptions
 from tests import tiny_gguf as tg
 
 
@@ -35,7 +35,7 @@ class FakeMachine:
     gpu_block_overhead_s: float = 150e-6
     gpu_expert_launch_s: float = 15e-6
     sync_s: float = 250e-6
-    # The global fit's (engine.analytic_cost): calibrate does not fit it.
+    # The global fit's (engine.cost.analytic_cost): calibrate does not fit it.
     token_fixed_s: float = AnalyticAssumptions().token_fixed_s
     gpu: bool = False
     output: str = "json"  # "json" | "garbage" | "fail"

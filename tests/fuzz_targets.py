@@ -170,7 +170,7 @@ def gguf_seed() -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def profile_seed() -> bytes:
-    from engine.profile_io import save_profile
+    from engine.profiles.profile_io import save_profile
     from tests.test_profile import profile
 
     return _written(lambda p: save_profile(profile(), p), ".json")
@@ -287,7 +287,7 @@ def read_gguf(path: str):
 
 def read_gguf_prefix(path: str):
     from cope_tui.sources.gguf_header import NeedMoreBytes, parse_header_prefix
-    from engine.errors import CopeInputError
+    from engine.core.errors import CopeInputError
 
     try:
         return parse_header_prefix(Path(path).read_bytes(), path)
@@ -319,7 +319,7 @@ def read_imatrix(path: str):
 
 
 def read_profile(path: str):
-    from engine.profile_io import load_profile
+    from engine.profiles.profile_io import load_profile
 
     return load_profile(path)
 

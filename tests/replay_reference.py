@@ -14,8 +14,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import SCORE_DECAY_PER_TOKEN, ReplaySetup
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
+from engine.replays.replay import SCORE_DECAY_PER_TOKEN, ReplaySetup
 
 # --- the reference ------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""engine/accuracy.py on hand-made predicted/measured tables."""
+"""engine/advice/accuracy.py on hand-made predicted/measured tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.accuracy import (
+from engine.advice.accuracy import (
     abs_pct_errors,
     config_accuracy,
     ranks,

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fit_published import FITTED, BOUNDS  # noqa: E402
 from bench.published import CSV, fitted_rows, price_all, published_rows  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
 from tests.fit_optimum import assert_at_optimum  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"the calibration data is not at {CSV}")

@@ -7,17 +7,18 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
-from engine.advise import advise, partition_layers
-from engine.catalog import get_model
-from engine.analytic_cost import AnalyticCostModel
-from engine.cost_model import StateCosts
-from engine.errors import CopeInputError
-from engine.estimate import price
-from engine.memory import GIB, RUNTIME_RESERVE_BYTES, SAFETY_MARGIN_FRACTION, plan_memory
-from engine.platform import get_cpu_preset
-from engine.policy import Execution, Kind, parse_candidate_id, policy_matrix
-from engine.quant import get_quantization
-from engine.replay import ReplayStats
+from engine.advice.advise import advise
+from engine.core.errors import CopeInputError
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_model import StateCosts
+from engine.cost.estimate import price
+from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES, SAFETY_MARGIN_FRACTION, plan_memory
+from engine.models.catalog import get_model
+from engine.models.quant import get_quantization
+from engine.replays.policy import Execution, Kind, parse_candidate_id, policy_matrix
+from engine.replays.replay import ReplayStats
+from engine.replays.residency import partition_layers
 
 
 def fake_cpu():
@@ -155,7 +156,7 @@ def test_synthetic_origin_and_assumptions_are_reported():
 
 
 def test_trace_for_another_model_is_refused(tmp_path):
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
     from engine.traces import save_trace
 
     other = synthetic_trace(get_model("olmoe-1b-7b"), SyntheticSettings(tokens=20))
@@ -169,7 +170,7 @@ def test_trace_for_another_model_is_refused(tmp_path):
 def test_copying_candidates_left_out_when_the_staging_buffer_does_not_fit():
     # Mixtral experts are ~0.16 GiB at Q4_K_M: find a budget whose room after the fixed
     # costs is smaller than two experts' staging buffer.
-    from engine.memory import plan_memory as plan
+    from engine.hardware.memory import plan_memory as plan
 
     model = get_model("mixtral-8x7b-instruct")
     quant = get_quantization("Q4_K_M")
@@ -193,7 +194,7 @@ def test_vram_used_never_exceeds_the_budget_over_a_range_of_budgets():
 def test_trace_with_other_block_numbers_is_refused():
     from dataclasses import replace as dc_replace
 
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 
     model = get_model("deepseek-v2-lite-chat")  # MoE blocks 1..26
     trace = synthetic_trace(model, SyntheticSettings(tokens=20))

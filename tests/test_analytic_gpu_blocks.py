@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.published import build_date, fused_moe  # noqa: E402
-from engine.analytic_cost import (REFERENCE_BLOCK_KERNELS, AnalyticAssumptions, AnalyticCostModel,  # noqa: E402
+from engine.cost.analytic_cost import (REFERENCE_BLOCK_KERNELS, AnalyticAssumptions, AnalyticCostModel,  # noqa: E402
                                   block_kernels, uses_cuda_graphs)
-from engine.catalog import get_model  # noqa: E402
-from engine.platform import platform_from  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.hardware.presets import platform_from  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
 
 
 def test_stock_llama_cpp_and_the_fork_always_replay_graphs():

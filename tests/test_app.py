@@ -21,8 +21,9 @@ from cope_tui.app.help import HelpScreen  # noqa: E402
 from cope_tui.app.state import Services  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport  # noqa: E402
-from engine.cost_models import Fidelity  # noqa: E402
-from engine.platform import get_cpu_preset, unknown_gpu  # noqa: E402
+from engine.cost.cost_model import Fidelity  # noqa: E402
+from engine.hardware.platform import unknown_gpu  # noqa: E402
+from engine.hardware.cpu_presets import get_cpu_preset
 
 PROBES = ("cpu_experts n=1 threads=8", "cpu_experts n=2 threads=8", "h2d_copy n=1", "sync")
 
@@ -58,7 +59,7 @@ class FakeRunner:
                 raise RuntimeError("the fake prober broke")
             done += 1
         progress(done, total, "done")
-        from engine.analytic_cost import AnalyticCostModel
+        from engine.cost.analytic_cost import AnalyticCostModel
 
         model = AnalyticCostModel(request.model, request.quant, request.platform,
                                   context_tokens=request.context_tokens)
@@ -342,8 +343,8 @@ async def test_bad_model_keeps_results_and_says_why(tmp_path):
 
 
 async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
-    from engine.catalog import get_model
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.models.catalog import get_model
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
     from engine.traces import save_trace
 
     trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=200, seed=3, sequences=1))
@@ -432,7 +433,7 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
     import numpy as np
 
     from cope_tui.service.advice import estimate_command, parse_pasted
-    from engine.advise import advise
+    from engine.advice.advise import advise
     from tests.factories import replay_priced_layer_set
 
     app = make_app(make_services())
@@ -496,8 +497,8 @@ def recorded_trace_file(path, *, tokens: int, note: str = ""):  # type: ignore[n
     """A small synthetic trace saved as if `cope trace record` had made it (origin "recorded")."""
     from dataclasses import replace
 
-    from engine.catalog import get_model
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.models.catalog import get_model
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
     from engine.traces import save_trace
 
     trace = synthetic_trace(get_model("qwen3-30b-a3b"), SyntheticSettings(tokens=tokens, seed=7, sequences=1))
@@ -661,7 +662,7 @@ async def test_a_bad_token_count_is_a_warning_not_a_crash(tmp_path):
 async def test_measure_this_machine_shows_the_measured_cpu_bandwidth():
     from dataclasses import replace
 
-    from engine.platform import Fact, Platform
+    from engine.hardware.platform import Fact, Platform
 
     asked = []
 
@@ -703,8 +704,8 @@ async def test_measure_this_machine_shows_the_measured_cpu_bandwidth():
 async def test_the_app_starts_on_the_detected_gpu_and_warns_when_torch_cannot_use_it():
     from dataclasses import replace as with_fields
 
-    from engine.gpu_match import with_preset_figures
-    from engine.platform import CudaProblem, Fact
+    from engine.hardware.gpu_match import with_preset_figures
+    from engine.hardware.platform import CudaProblem, Fact
 
     detected = with_fields(
         with_preset_figures(with_fields(unknown_gpu("not asked"), name="NVIDIA GeForce RTX 4090",
@@ -758,7 +759,7 @@ async def test_with_a_workload_the_pinned_row_and_the_export_follow_request_time
     app = make_app(make_services(), FAST.with_(workload="rag", gpu="rtx-4060-ti-16gb"))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        from engine.run_advice import plan_runs
+        from engine.advice.run_advice import plan_runs
 
         ranking, runs = app.workload_ranking, app.runs
         assert runs.ranking is ranking

@@ -15,7 +15,7 @@ from textual.widgets import DataTable  # noqa: E402
 from cope_tui.app.panes.results import ResultsPane  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.text_report import nothing_fits, render_run_now  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
 from engine.runtimes import STOCK_NAME  # noqa: E402
 from tests.test_app import make_app, make_services, settle, text_of  # noqa: E402
 
@@ -215,8 +215,8 @@ def refused_runner(measured: int):  # type: ignore[no-untyped-def]
     """A prober whose cpu_experts series failed its consistency check twice: the outcome
     probe_then_price returns for it (no pricing; the refusal line as the error)."""
     from cope_tui.service.pricing import ProbeOutcome, ProbeReport
-    from engine.cost_models import Fidelity
-    from engine.probe_consistency import SeriesRef, SeriesVerdict, refusal_note
+    from engine.cost.cost_model import Fidelity
+    from engine.profiles.probe_consistency import SeriesRef, SeriesVerdict, refusal_note
 
     verdict = SeriesVerdict(SeriesRef("cpu_experts", (("threads", 8),)),
                             "3 experts measured 40.0 ms, slower than 4 experts at 20.0 ms", "monotone", (3, 4))

@@ -10,7 +10,7 @@ import pytest
 
 from cope_tui.sources import hub_trace
 from cope_tui.sources.hub_trace import IndexEntry, PullPlan
-from engine.progress import Cancelled
+from engine.core.progress import Cancelled
 from tests.test_app import FAST, make_app, make_services, settle, text_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("app_caches")]
@@ -29,8 +29,8 @@ def indexed(monkeypatch):
 
 @pytest.fixture
 def pulled_file(tmp_path):
-    from engine.catalog import get_model
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.models.catalog import get_model
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
     from engine.traces import save_trace
 
     path = tmp_path / "pulled.cope.npz"

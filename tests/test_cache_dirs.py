@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import cache_dirs
-from engine.cache_dirs import (
+from engine.core import cache_dirs
+from engine.core.cache_dirs import (
     cache_root,
     default_trace_path,
     profiles_dir,
@@ -81,7 +81,7 @@ def test_trace_paths_live_under_the_traces_folder(tmp_path, monkeypatch):
 
 
 def test_the_cache_module_needs_neither_platformdirs_nor_the_front_end():
-    code = ("import sys, engine.cache_dirs as c; c.cache_root(); c.user_cache_dir(); "
+    code = ("import sys, engine.core.cache_dirs as c; c.cache_root(); c.user_cache_dir(); "
             "bad = [m for m in ('platformdirs', 'cope_tui', 'probes', 'textual', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -12,11 +12,11 @@ import pytest
 
 from cope_tui.cli import main
 from cope_tui.options import PlanChoices
-from engine.analytic_cost import REFERENCE_BLOCK_KERNELS, AnalyticAssumptions
-from engine.calibration_io import find_calibration, from_dict, load_calibration, to_dict
-from engine.errors import CopeInputError
-from engine.llama_bench_json import parse_bench_output
-from engine.platform import get_gpu_preset
+from engine.core.errors import CopeInputError
+from engine.cost.analytic_cost import REFERENCE_BLOCK_KERNELS, AnalyticAssumptions
+from engine.cost.calibration_io import find_calibration, from_dict, load_calibration, to_dict
+from engine.hardware.presets import get_gpu_preset
+from engine.llamacpp.llama_bench_json import parse_bench_output
 from tests import tiny_gguf as tg
 from tests.fake_llama_bench import FakeMachine, model_facts, write_fake
 
@@ -102,7 +102,7 @@ def test_saturation_is_fitted_when_the_runs_reach_it(tmp_path, cache, gguf, monk
     from dataclasses import replace
 
     import probes.host
-    from engine.platform import Fact
+    from engine.hardware.platform import Fact
 
     detect = probes.host.detect_cpu
     # An 8-core machine: more threads than this one's logical CPUs would be clamped to them.
@@ -130,7 +130,7 @@ def test_gpu_calibration_recovers_the_block_overhead_and_hand_over(tmp_path, cac
     assert cal.gpu_name == gpu.name
     fitted = cal.constants.values
     # gpu_block_overhead_s is a block of REFERENCE_BLOCK_KERNELS kernels; the tiny model's GQA
-    # block with top-2 experts launches fewer (engine.analytic_cost.block_kernels), and it is
+    # block with top-2 experts launches fewer (engine.cost.analytic_cost.block_kernels), and it is
     # that block the fake machine charges 150 us
     tiny_kernels = 11 + 11 + tg.TOP_K - 1
     assert fitted["gpu_block_overhead_s"] * tiny_kernels / REFERENCE_BLOCK_KERNELS == pytest.approx(150e-6, rel=0.05)
@@ -243,8 +243,8 @@ def test_a_run_past_its_time_limit_is_skipped_and_cancel_stops(tmp_path, cache, 
     import threading
 
     from cope_tui.service.calibrate import run_llama_bench
-    from engine.calibration_runs import cpu_runs
-    from engine.progress import Cancelled
+    from engine.advice.calibration_runs import cpu_runs
+    from engine.core.progress import Cancelled
 
     slow = tmp_path / "slow-bench"
     slow.write_text("#!/bin/sh\nsleep 30\n")
@@ -281,7 +281,7 @@ def test_estimate_keeps_the_fidelity_asked_for_at_the_commands_own_settings(tmp_
     import shlex
 
     from cope_tui.service import advice as service
-    from engine.llama_args import parse_llama_command
+    from engine.llamacpp.llama_args import parse_llama_command
 
     path, facts = gguf
     _calibrate(path, write_fake(tmp_path, FakeMachine(**facts)), 2)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engine.catalog import _parse_catalog, catalog, get_model, load_model
-from engine.errors import CopeInputError
-from engine.quant import _parse_quantizations, get_quantization, quantizations
+from engine.core.errors import CopeInputError
+from engine.models.catalog import _parse_catalog, catalog, get_model, load_model
+from engine.models.quant import _parse_quantizations, get_quantization, quantizations
 
 REQUIRED_IDS = {
     "qwen3-30b-a3b",

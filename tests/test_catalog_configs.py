@@ -2,7 +2,7 @@
 
 The dicts below hold the fields of each model's published config.json that decide its
 shape (the sources are in each catalog entry's `source`). Reading them with
-`engine.hf_config` must give the catalog entry's shape: the catalog and the reader agree,
+`engine.models.hf_config` must give the catalog entry's shape: the catalog and the reader agree,
 and both follow the published fields. Totals are checked against the model cards.
 """
 
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from engine.catalog import get_model
-from engine.hf_config import model_from_hf_config
+from engine.models.catalog import get_model
+from engine.models.hf_config import model_from_hf_config
 
 HYBRID_LINEAR = {"linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
                  "linear_num_value_heads": 32, "linear_value_head_dim": 128}
@@ -163,7 +163,7 @@ def test_active_parameters_match_the_model_cards(model_id):
 
 def test_llama_cpp_parameter_counts_of_published_ggufs():
     # llama-bench's "params" column for GGUFs of these models: every tensor's elements.
-    from engine.gguf_tensors import gguf_tensors
+    from engine.models.gguf_tensors import gguf_tensors
 
     counted = {m: sum(t.n_elements for t in gguf_tensors(get_model(m))) for m in
                ("qwen3.5-35b-a3b", "glm-4.7-flash", "glm-4.5-air", "llama-4-scout-17b-16e", "deepseek-v3",

@@ -2,7 +2,7 @@
 
 Each dict below holds the shape-deciding fields of the model's published config.json as read
 (where: each catalog entry's `source`). The tests check the entries' key dimensions as
-numbers, that `engine.hf_config` reading those fields gives the entry's shape, the totals
+numbers, that `engine.models.hf_config` reading those fields gives the entry's shape, the totals
 against the model cards, that a typical published GGUF file name maps to the entry, and that
 `cope estimate` prices a llama.cpp command for each.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.catalog import catalog, get_model
-from engine.model_names import model_from_file_name
+from engine.models.catalog import catalog, get_model
+from engine.models.model_names import model_from_file_name
 from tests.test_catalog_configs import read_as_entry
 
 QWEN35_LINEAR_64V = {"linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
@@ -151,7 +151,7 @@ def test_active_parameters_match_the_published_counts(model_id):
 
 
 def test_llama_cpp_parameter_count_of_the_qwen35_122b_gguf():
-    from engine.gguf_tensors import gguf_tensors
+    from engine.models.gguf_tensors import gguf_tensors
 
     counted = sum(t.n_elements for t in gguf_tensors(get_model("qwen3.5-122b-a10b")))
     assert counted == pytest.approx(122.11e9, rel=2e-3)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
-from engine.catalog import get_model
-from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.models.catalog import get_model
 from engine.traces import save_trace, write_llama_moe_trace_csv
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 
 FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
 
@@ -158,7 +158,7 @@ def test_models_and_presets_list_the_catalog(capsys):
     for model_id in ("qwen3-30b-a3b", "deepseek-v2-lite-chat", "gpt-oss-20b", "mixtral-8x7b-instruct"):
         assert model_id in out
     # every quantization --quant takes, each on its own line (an unknown one's error points here)
-    from engine.quant import quantizations
+    from engine.models.quant import quantizations
 
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
     assert listed == {q.name for q in quantizations().values()}
@@ -168,9 +168,10 @@ def test_models_and_presets_list_the_catalog(capsys):
 
 
 def test_models_and_presets_as_json_hold_what_the_tables_show(capsys):
-    from engine.catalog import catalog
-    from engine.platform import cpu_presets, gpu_presets
-    from engine.quant import quantizations
+    from engine.models.catalog import catalog
+    from engine.hardware.cpu_presets import cpu_presets
+    from engine.hardware.presets import gpu_presets
+    from engine.models.quant import quantizations
 
     assert main(["models", "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
@@ -197,7 +198,7 @@ def test_export_into_a_path_under_a_file_is_a_one_line_error(capsys, tmp_path):
 
 
 def test_override_pattern_splits_at_the_first_equals_sign_like_llama_cpp():
-    from engine.llama_args import parse_llama_command
+    from engine.llamacpp.llama_args import parse_llama_command
 
     command = parse_llama_command(["llama-server", "-m", "m.gguf", "-ot", "blk\\.(1)\\.ffn_(up|down)_exps=CPU"])
     assert command.overrides[0][:2] == ("blk\\.(1)\\.ffn_(up|down)_exps", "CPU")

@@ -10,11 +10,11 @@ import pytest
 
 from cope_tui.cli import main
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from engine.catalog import get_model
-from engine.hit_curves import hits_of, static_step_counts
-from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.models.catalog import get_model
+from engine.replays.hit_curves import hits_of, static_step_counts
 from engine.traces import load_any_trace
 from engine.traces.registry import save_any_trace
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 
 FAST = ["--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb"]
 

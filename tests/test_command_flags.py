@@ -10,9 +10,9 @@ import shlex
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.command_flags import carry_over
-from engine.export import Export
-from engine.llama_args import parse_llama_command
+from engine.advice.command_flags import carry_over
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.runtimes.export import Export
 from engine.runtimes.host import MAPPED_NOTE
 
 PLATFORM = ["--tokens", "100", "--gpu", "rtx-3090", "--cpu", "ryzen-9-7950x"]

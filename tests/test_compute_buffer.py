@@ -9,8 +9,8 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
-from engine.llama_args import parse_llama_command
-from engine.prefill_cost import compute_buffer_bytes, extra_vram_bytes
+from engine.cost.prefill_cost import compute_buffer_bytes, extra_vram_bytes
+from engine.llamacpp.llama_args import parse_llama_command
 
 FAST = PlanChoices(tokens=40, cpu="ryzen-9-7950x", gpu="rtx-4060-ti-16gb", threads=16)
 BASE = "llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -c 8192 -t 16"

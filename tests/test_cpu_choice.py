@@ -12,13 +12,12 @@ import pytest
 import probes.host as host
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.options import PlanChoices
-from cope_tui.service.hardware import plan_cpu as service_plan_cpu
-from cope_tui.service.hardware import remember_cpu_bandwidth
+from cope_tui.service.hardware import plan_cpu as service_plan_cpu, remember_cpu_bandwidth
 from cope_tui.service.request import build_request
-from engine.cpu_choice import plan_cpu, split_sockets
-from engine.errors import CopeInputError
-from engine.memory_spec import parse_memory_spec
-from engine.platform import CpuSpec, Fact, Platform, unknown_gpu
+from engine.core.errors import CopeInputError
+from engine.hardware.cpu_choice import plan_cpu, split_sockets
+from engine.hardware.memory_spec import parse_memory_spec
+from engine.hardware.platform import CpuSpec, Fact, Platform, unknown_gpu
 
 GiB = 1024**3
 
@@ -285,10 +284,10 @@ def test_a_measured_bandwidth_is_not_discounted_twice():
     """The fitted efficiency is against a theoretical peak; a measured (sustained) figure
     gets the share llama.cpp reaches of a measured read instead, and one thread's rate
     comes from one thread's measured read."""
-    from engine.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions
-    from engine.catalog import get_model
-    from engine.platform import no_gpu
-    from engine.quant import get_quantization as get_quant
+    from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions
+    from engine.models.catalog import get_model
+    from engine.hardware.platform import no_gpu
+    from engine.models.quant import get_quantization as get_quant
 
     fitted = AnalyticAssumptions()
     peak = replace(detected_7950x(), mem_bandwidth_bytes_per_s=Fact.preset(96e9, "DDR5-6000 x2 peak"))

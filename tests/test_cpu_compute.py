@@ -12,9 +12,10 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
-from engine.analytic_cost import AnalyticCostModel
-from engine.assets_io import load_asset_json
-from engine.cpu_compute import (
+from engine.core.assets_io import load_asset_json
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.prefill_cost import PrefillAssumptions, PrefillModel
+from engine.hardware.cpu_compute import (
     CPU_COMPUTE_ASSET,
     FALLBACK_CLOCK_HZ,
     CoreCompute,
@@ -23,11 +24,9 @@ from engine.cpu_compute import (
     cpu_model_id,
     cpu_peak_flops,
 )
-from engine.cpu_presets import cpu_models
-from engine.llama_placement import placement_of
-from engine.llama_args import parse_llama_command
-from engine.platform import get_cpu_preset
-from engine.prefill_cost import PrefillAssumptions, PrefillModel
+from engine.hardware.cpu_presets import cpu_models, get_cpu_preset
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_of
 
 TABLE = load_asset_json(CPU_COMPUTE_ASSET)
 FACTORS = (1.0, PrefillAssumptions().cpu_no_vnni_factor, 2.0)

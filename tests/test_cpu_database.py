@@ -10,12 +10,11 @@ import re
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.assets_io import load_asset_json
-from engine.cpu_compute import CPU_COMPUTE_ASSET, core_compute_of, cpu_amx
-from engine.cpu_presets import CPU_FIGURES, cpu_models, find_cpu_preset_id, model_for_cpu_name
-from engine.errors import CopeInputError
-from engine.memory_spec import parse_memory_spec
-from engine.platform import get_cpu_preset
+from engine.core.assets_io import load_asset_json
+from engine.core.errors import CopeInputError
+from engine.hardware.cpu_compute import CPU_COMPUTE_ASSET, core_compute_of, cpu_amx
+from engine.hardware.cpu_presets import CPU_FIGURES, cpu_models, find_cpu_preset_id, get_cpu_preset, model_for_cpu_name
+from engine.hardware.memory_spec import parse_memory_spec
 
 CPUS = load_asset_json("cpus.json")["cpus"]
 COMPUTE = load_asset_json(CPU_COMPUTE_ASSET)

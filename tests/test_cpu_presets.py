@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import engine.cpu_presets as cp
-from engine.errors import CopeInputError
-from engine.memory_spec import parse_memory_spec
-from engine.platform import get_cpu_preset
+import engine.hardware.cpu_presets as cp
+from engine.core.errors import CopeInputError
+from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.memory_spec import parse_memory_spec
 
 GiB = 1024**3
 
@@ -64,8 +64,8 @@ def test_the_families_people_use_are_there():
 
 @pytest.mark.parametrize("name, pid", CSV_CPUS)
 def test_calibration_cpus_find_their_preset(name, pid):
-    from engine.cpu_choice import split_sockets
-    from engine.preset_names import match_preset, presets_named_in
+    from engine.hardware.cpu_choice import split_sockets
+    from engine.hardware.preset_names import match_preset, presets_named_in
 
     names = {k: m.name for k, m in cp.cpu_models().items()}
     _, bare = split_sockets(name)
@@ -181,7 +181,7 @@ def test_a_machine_must_name_a_cpu_preset(fresh):
     ("EPYC 9175F", "epyc-9175f"),  # AMD's F is another part (frequency-optimised): kept
 ])
 def test_an_intel_f_part_is_the_part_without_its_graphics(name, preset):
-    from engine.cpu_presets import find_cpu_preset_id
+    from engine.hardware.cpu_presets import find_cpu_preset_id
 
     assert find_cpu_preset_id(name) == preset
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.platform import platform_from
+from engine.hardware.presets import platform_from
 from probes.cuda_check import (
     CudaFacts,
     diagnose,
@@ -147,7 +147,7 @@ def test_this_machine_key_needs_no_torch_import():
     import subprocess
     import sys
 
-    code = ("import sys; from types import SimpleNamespace; from engine.platform import platform_from; "
+    code = ("import sys; from types import SimpleNamespace; from engine.hardware.presets import platform_from; "
             "from probes.runner import hardware_key; "
             "k = hardware_key(SimpleNamespace(platform=platform_from('h200', 'desktop-ddr5', None), context_tokens=1)); "
             "assert 'torch' not in sys.modules; print(k['cuda_available'], k['torch'])")
@@ -194,7 +194,7 @@ def test_cope_detect_json_carries_the_problem_and_the_warning(monkeypatch, capsy
 
 def test_detect_platform_says_why_the_gpu_was_not_measured(monkeypatch):
     import probes.detect as detect
-    from engine.platform import Fact
+    from engine.hardware.platform import Fact
 
     _cpu_build_machine(monkeypatch)
     monkeypatch.setattr(detect, "measure_cpu_memory_bandwidth", lambda threads=None: Fact.measured(1e10, "stub"))

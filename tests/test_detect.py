@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.platform import PCIE_LANE_BYTES_PER_S, GpuSpec, Platform, get_gpu_preset, unknown_gpu
+from engine.hardware.platform import PCIE_LANE_BYTES_PER_S, GpuSpec, Platform, unknown_gpu
+from engine.hardware.presets import get_gpu_preset
 from probes.bandwidth import measure_cpu_memory_bandwidth, measure_gpu_memory_bandwidth, measure_h2d_bandwidth
 from probes.gpu import NO_GPU_NAME, detect_gpu, nvml_gpu_info, torch_gpu_info
 
@@ -496,7 +497,9 @@ def test_detect_lines_up_every_figure_whatever_the_name_length():
     # thread_bandwidth_bytes_per_s is the longest name; its figure ends in the same column
     # as every other row's, two spaces before the basis.
     from cope_tui.commands.detect import _render_platform
-    from engine.platform import Platform, get_cpu_preset, get_gpu_preset
+    from engine.hardware.platform import Platform
+    from engine.hardware.cpu_presets import get_cpu_preset
+    from engine.hardware.presets import get_gpu_preset
 
     text = _render_platform(Platform(get_gpu_preset("rtx-3090"), get_cpu_preset("ryzen-9-7950x")))
     rows = [line for line in text.splitlines() if line.startswith("  ") and "_" in line.split()[0]]

@@ -19,12 +19,12 @@ from hypothesis import strategies as st  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.advice import parse_pasted  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.analytic_cost import AnalyticCostModel  # noqa: E402
-from engine.command_estimate import command_settings, price_placement_command  # noqa: E402
-from engine.ecma_regex import RegexError, compile_pattern  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.llama_args import ARG_TABLE, LLAMA_PROGRAMS, parse_llama_command  # noqa: E402
-from engine.platform import usable_threads  # noqa: E402
+from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.advice.command_estimate import command_settings, price_placement_command  # noqa: E402
+from engine.llamacpp.ecma_regex import RegexError, compile_pattern  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.llamacpp.llama_args import ARG_TABLE, LLAMA_PROGRAMS, parse_llama_command  # noqa: E402
+from engine.hardware.platform import usable_threads  # noqa: E402
 
 EXAMPLE_LIMIT_S = 30  # a hang, not a speed: one example takes milliseconds
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,

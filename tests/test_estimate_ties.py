@@ -12,8 +12,8 @@ from cope_tui.cli import EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
 from cope_tui.text_report import render_command_estimate
-from engine.estimate import compare, faster
-from engine.llama_args import parse_llama_command
+from engine.cost.estimate import compare, faster
+from engine.llamacpp.llama_args import parse_llama_command
 
 PLATFORM = ["--tokens", "100", "--gpu", "rtx-3090", "--cpu", "ryzen-9-7950x"]
 

@@ -1,7 +1,7 @@
 """The executor of whole candidates (probes/executor.py), in the functional mode.
 
 Every candidate kind executed on tiny shapes: its hit, admission and prefetch counts
-equal engine.replay's for the same candidate, and every token's MoE output equals the
+equal engine.replays.replay's for the same candidate, and every token's MoE output equals the
 dense reference for the same routing. The VRAM budget is enforced; timed runs without
 CUDA refuse GPU candidates.
 """
@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.advise import partition_layers  # noqa: E402
-from engine.policy import Candidate, Eviction, Execution, Kind, Residency, policy_matrix, standalone_candidates  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
-from engine.replay import ReplaySetup, replay  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
-from engine.residency import ResidencyPlan  # noqa: E402
+from engine.replays.residency import partition_layers  # noqa: E402
+from engine.replays.policy import Candidate, Eviction, Execution, Kind, Residency, policy_matrix, standalone_candidates  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
+from engine.replays.replay import ReplaySetup, replay  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.replays.residency import ResidencyPlan  # noqa: E402
 from probes.executor import Executor, GpuRequired, OutOfDeviceMemory, VramBudgetExceeded  # noqa: E402
 from probes.layer_step import dense_reference  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402

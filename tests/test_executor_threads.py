@@ -15,10 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.policy import Candidate, Execution, Kind, Residency  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
-from engine.replay import ReplaySetup  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.replays.policy import Candidate, Execution, Kind, Residency  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
+from engine.replays.replay import ReplaySetup  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from probes.executor import Executor  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.policy import Execution  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
+from engine.replays.policy import Execution  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
 from probes import experts as ex  # noqa: E402
 from probes import pool_size  # noqa: E402
 from probes.layer_step import LayerStep, dense_reference  # noqa: E402
@@ -61,8 +61,8 @@ def test_the_cuda_kernels_reading_is_what_the_reference_computes():
     x = torch.randn(1, p.shape.hidden_size, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     expert = p.experts[3]
     w_in, w_down = expert.dense
-    act = p._activation(torch.nn.functional.linear(ex._fit(torch, x, w_in.shape[1]), w_in))
-    y = torch.nn.functional.linear(ex._fit(torch, act, w_down.shape[1]), w_down).float()
+    act = p._activation(torch.nn.functional.linear(ex.fit_line(torch, x, w_in.shape[1]), w_in))
+    y = torch.nn.functional.linear(ex.fit_line(torch, act, w_down.shape[1]), w_down).float()
     ref = dense_reference(p, {3: expert}, x, [3], device_ids=[3])
     assert torch.allclose(y, ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
     int8_ref = dense_reference(p, {3: expert}, x, [3])

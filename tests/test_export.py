@@ -17,22 +17,22 @@ import numpy as np
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.export import (
-    EXPS_REGEX_TAIL,
+from engine.core.errors import CopeInputError
+from engine.hardware.memory import MemoryPlan
+from engine.llamacpp.llamacpp_flags import EXPS_REGEX_TAIL
+from engine.models.catalog import get_model
+from engine.replays.policy import parse_candidate_id
+from engine.runtimes.export import (
     NEEDS_FORK,
     NOT_EXPRESSIBLE,
     RUNS_ON_STOCK,
     ExportPlan,
-    export_candidate,
     expert_regexes,
+    export_candidate,
     fork_profile_csv,
     layer_set_regex,
     write_export,
 )
-from engine.memory import MemoryPlan
-from engine.policy import parse_candidate_id
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
 UPDATE = os.environ.get("COPE_UPDATE_GOLDEN") == "1"

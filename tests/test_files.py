@@ -1,4 +1,4 @@
-"""engine/files.py: atomic writes replace only regular files; reads refuse special files."""
+"""engine/core/files.py: atomic writes replace only regular files; reads refuse special files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write_text, check_regular, read_text
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write_text, check_regular, read_text
 
 needs_posix = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/null are POSIX")
 

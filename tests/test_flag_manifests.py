@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.export import ExportPlan, export_candidate
-from engine.memory import MemoryPlan
-from engine.policy import Eviction, policy_matrix, standalone_candidates
+from engine.core.errors import CopeInputError
+from engine.hardware.memory import MemoryPlan
+from engine.models.catalog import get_model
+from engine.replays.policy import Eviction, policy_matrix, standalone_candidates
 from engine.runtimes import runtime_named
+from engine.runtimes.export import ExportPlan, export_candidate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.flag_manifest import arg_cpp_options, if_arg_options, program_entry, sglang_options  # noqa: E402
@@ -58,7 +58,7 @@ def load(runtime: str) -> dict:
 # --- the plans exported -------------------------------------------------------------------
 
 def ranked_candidates(all_gpu_fits: bool) -> list:
-    """What COPE ranks (engine/advise.py): the policy matrix with and without next-layer
+    """What COPE ranks (engine/advice/advise.py): the policy matrix with and without next-layer
     predictions, every eviction, and the standalone candidates."""
     seen = {}
     for prefetch in (False, True):
@@ -138,7 +138,7 @@ def export_problems(runtime: str, binary: str, model, spelling: str) -> tuple[di
     doc = load(runtime)
     builds = None
     if spelling == "this-build":
-        from engine.runtimes.builds import build_from_manifest
+        from engine.llamacpp.builds import build_from_manifest
 
         builds = {runtime: build_from_manifest(doc)}
     seen: dict[str, list[str]] = defaultdict(list)

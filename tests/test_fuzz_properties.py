@@ -24,7 +24,7 @@ pytest.importorskip("gguf")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from engine.errors import CopeInputError  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
 from engine.traces.limits import MAX_ENTRIES_ENV  # noqa: E402
 from tests.fuzz_targets import INTERESTING_INTS, INTERESTING_TEXT, TARGETS  # noqa: E402
 

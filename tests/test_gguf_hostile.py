@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("gguf")
 
 from cope_tui.sources.gguf_model import model_from_gguf  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
 from tests.gguf_bytes import ARR, I32, STR, U32, U64, Tensor, base, encode  # noqa: E402
 
 

@@ -19,8 +19,8 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources.gguf_header import NeedMoreBytes, parse_header_prefix, read_local_header  # noqa: E402
 from cope_tui.sources.gguf_model import file_quantization, model_from_gguf  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
 
 # (elements per block, bytes per block), from ggml's block structs.
 BLOCK = {T.F32: (1, 4), T.F16: (1, 2), T.Q8_0: (32, 34), T.Q4_K: (256, 144), T.Q6_K: (256, 210),
@@ -378,7 +378,7 @@ def test_missing_experts_per_token(tmp_path):
 def tiny_hybrid_spec():
     """A qwen35moe-shaped model: 4 blocks, block 3 attends (gated), blocks 0-2 are Gated
     DeltaNet; one shared expert; one NextN block in the file."""
-    from engine.model import AttentionShape, LinearAttentionShape, ModelSpec
+    from engine.models.model import AttentionShape, LinearAttentionShape, ModelSpec
 
     return ModelSpec(
         id="tiny-hybrid", name="tiny-hybrid", arch="qwen35moe", n_blocks=4, moe_blocks=(0, 1, 2, 3),
@@ -389,8 +389,8 @@ def tiny_hybrid_spec():
 
 
 def write_from_mix(path: Path, spec, quant: str) -> Path:
-    """A GGUF holding exactly the tensors engine.gguf_tensors lists, typed by llama.cpp's rules."""
-    from engine.quant_mix import tensor_types
+    """A GGUF holding exactly the tensors engine.models.gguf_tensors lists, typed by llama.cpp's rules."""
+    from engine.models.quant_mix import tensor_types
 
     w = Writer(path, spec.arch)
     g = w.w

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.policy import Execution  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
+from engine.replays.policy import Execution  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
 from probes import operators as ops  # noqa: E402
 from probes.experts import ExpertPool, ExpertShape, copy_expert  # noqa: E402
 from probes.layer_step import DeviceSlots, LayerStep, dense_reference  # noqa: E402

@@ -1,4 +1,4 @@
-"""A detected GPU's name, as NVML and torch report it, to its preset (engine.gpu_match)."""
+"""A detected GPU's name, as NVML and torch report it, to its preset (engine.hardware.gpu_match)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from engine.gpu_match import preset_for_device, with_preset_figures
-from engine.platform import Fact, get_gpu_preset, unknown_gpu
+from engine.hardware.gpu_match import preset_for_device, with_preset_figures
+from engine.hardware.platform import Fact, unknown_gpu
+from engine.hardware.presets import get_gpu_preset
 
 GiB = 1024**3
 MiB = 1024**2

@@ -131,9 +131,9 @@ def test_abi3_and_platform_tags():
 
 def test_prober_and_executor_share_one_host_pool():
     pytest.importorskip("torch")
-    from engine.analytic_cost import AnalyticCostModel
-    from engine.platform import platform_from
-    from engine.quant import get_quantization
+    from engine.cost.analytic_cost import AnalyticCostModel
+    from engine.hardware.presets import platform_from
+    from engine.models.quant import get_quantization
     from probes import host_pool
     from probes.executor import Executor
     from probes.local_prober import LocalProber, PresetGpu
@@ -165,7 +165,7 @@ def h200_torch_without_clock():
 
 
 def test_missing_memory_clock_is_said_missing_and_the_measured_bandwidth_used(monkeypatch):
-    from engine.platform import Fact
+    from engine.hardware.platform import Fact
     from probes import detect
     from probes.gpu import detect_gpu, torch_gpu_info
 

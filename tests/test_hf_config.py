@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.hf_config import model_from_hf_config
-from engine.quant import get_quantization
+from engine.core.errors import CopeInputError
+from engine.models.catalog import get_model
+from engine.models.hf_config import model_from_hf_config
+from engine.models.quant import get_quantization
 
 CONFIGS = "model-configs__moe-lrc"
 
@@ -350,7 +350,7 @@ def test_what_a_config_shape_gets_wrong_is_said_in_every_plan(configs):
     ("qwen", "qwen1.5-moe-a2.7b"), ("deepseek2", "deepseek-v2-lite-chat"),
 ])
 def test_the_trained_context_is_max_position_embeddings_as_the_catalog_says(configs, key, catalog_id):
-    from engine.catalog import get_model
+    from engine.models.catalog import get_model
 
     data = json.loads((configs / f"{key}.config.json").read_text())
     model = _load(configs, key)

@@ -1,4 +1,4 @@
-"""Hit curves (engine/hit_curves.py): every capacity from one pass, checked against the
+"""Hit curves (engine/replays/hit_curves.py): every capacity from one pass, checked against the
 step-by-step replay at every capacity 0..E where they are exact; the case where COPE's
 step convention breaks the inclusion property; allocation by marginal gain."""
 
@@ -10,7 +10,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from engine.hit_curves import (
+from engine.replays.hit_curves import (
     allocate_by_curves,
     hits_of,
     lru_hit_curves,
@@ -18,8 +18,8 @@ from engine.hit_curves import (
     static_step_counts,
     uniform_with_remainder,
 )
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import ReplaySetup, allocate_slots, replay, replay_many, replay_stepwise
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
+from engine.replays.replay import ReplaySetup, allocate_slots, replay, replay_many, replay_stepwise
 from tests.replay_reference import random_case, reference_replay
 
 FIXED = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, Allocation.UNIFORM)

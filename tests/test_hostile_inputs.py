@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
 
@@ -93,7 +93,7 @@ def test_a_link_to_a_device_is_refused_as_a_config(tmp_path):
     link = tmp_path / "config.json"
     link.symlink_to("/dev/zero")
     with pytest.raises(CopeInputError, match="is a device .*expected a regular"):
-        from engine.hf_config import model_from_hf_config
+        from engine.models.hf_config import model_from_hf_config
 
         model_from_hf_config(link)
 
@@ -107,7 +107,7 @@ def test_validate_out_onto_a_fifo_or_a_folder_is_refused_before_any_work(tmp_pat
 
 
 def test_output_path_checks_the_folder(tmp_path):
-    from engine.user_paths import output_path
+    from engine.core.user_paths import output_path
 
     assert output_path(str(tmp_path / "new.json"), flag="--out") == tmp_path / "new.json"
     assert output_path(str(tmp_path / "to be made" / "x.json"), flag="--out") == tmp_path / "to be made" / "x.json"
@@ -126,7 +126,7 @@ def sparse(path: Path, size: int) -> Path:
 
 
 def test_a_sparse_giant_config_is_refused_before_it_is_read(tmp_path):
-    from engine.hf_config import model_from_hf_config
+    from engine.models.hf_config import model_from_hf_config
 
     path = sparse(tmp_path / "config.json", 9 * 2**30)
     with pytest.raises(CopeInputError, match=r"config.json: 9.0 GiB, larger than the 8 MiB a config.json can be"):
@@ -140,7 +140,7 @@ def test_a_sparse_giant_non_gguf_model_file_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["t.csv", "t.jsonl"])
 def test_a_sparse_giant_text_trace_is_refused_after_its_first_chunk(tmp_path, name):
-    from engine.catalog import get_model
+    from engine.models.catalog import get_model
     from engine.traces import load_any_trace
 
     path = sparse(tmp_path / name, 9 * 2**30)
@@ -149,7 +149,7 @@ def test_a_sparse_giant_text_trace_is_refused_after_its_first_chunk(tmp_path, na
 
 
 def test_a_sparse_giant_prompt_file_is_refused(tmp_path):
-    from engine.prompts import load_prompts
+    from engine.traces.prompts import load_prompts
 
     path = sparse(tmp_path / "prompts.txt", 9 * 2**30)
     with pytest.raises(CopeInputError, match="larger than the 64 MiB a prompt file can be"):
@@ -180,7 +180,7 @@ def test_a_parquet_compression_bomb_is_refused_from_its_metadata(tmp_path):
     ("1e400", "too large for a float"),
 ])
 def test_a_config_declaring_absurd_expert_counts_is_refused(tmp_path, experts, match):
-    from engine.hf_config import model_from_hf_config
+    from engine.models.hf_config import model_from_hf_config
 
     text = json.dumps({**QWEN_CONFIG, "num_experts": 7}).replace('"num_experts": 7', f'"num_experts": {experts}')
     path = tmp_path / "config.json"
@@ -190,7 +190,7 @@ def test_a_config_declaring_absurd_expert_counts_is_refused(tmp_path, experts, m
 
 
 def test_a_config_of_1000_blocks_and_4096_experts_is_refused(tmp_path):
-    from engine.hf_config import model_from_hf_config
+    from engine.models.hf_config import model_from_hf_config
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**QWEN_CONFIG, "num_experts": 4096, "num_hidden_layers": 1000}))
@@ -199,8 +199,8 @@ def test_a_config_of_1000_blocks_and_4096_experts_is_refused(tmp_path):
 
 
 def test_deeply_nested_json_is_one_line(tmp_path):
-    from engine.hf_config import model_from_hf_config
-    from engine.input_limits import parse_json
+    from engine.models.hf_config import model_from_hf_config
+    from engine.core.input_limits import parse_json
 
     path = tmp_path / "config.json"
     path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
@@ -257,7 +257,7 @@ def machine_key() -> str:
 
 
 def test_a_bad_bandwidth_record_is_set_aside_with_one_warning(tmp_path):
-    from engine.bandwidth_store import BandwidthCacheWarning, load_measurement, store_path
+    from engine.hardware.bandwidth_store import BandwidthCacheWarning, load_measurement, store_path
 
     path = store_path("k", tmp_path)
     path.parent.mkdir(parents=True)
@@ -292,7 +292,7 @@ def test_a_fifo_in_the_machine_cache_never_hangs_advise(tmp_path, which):
 
 
 def test_a_deeply_nested_calibration_is_set_aside(tmp_path):
-    from engine.calibration_io import find_calibration
+    from engine.cost.calibration_io import find_calibration
 
     folder = tmp_path / "machine"
     folder.mkdir()
@@ -313,7 +313,7 @@ def test_a_deeply_nested_calibration_is_set_aside(tmp_path):
     ('[{"n_prompt": 0, "n_gen": 64, "n_threads": 2, "avg_ts": 1e999}]', "too large for a float"),
 ])
 def test_llama_bench_json_with_limits(text, says):
-    from engine.llama_bench_json import parse_bench_output
+    from engine.llamacpp.llama_bench_json import parse_bench_output
 
     with pytest.raises(CopeInputError, match="not llama-bench's -o json") as info:
         parse_bench_output(text, where="/opt/llama-bench (cpu-only run)")
@@ -324,7 +324,7 @@ def test_a_fit_that_misses_its_runs_is_refused_and_never_stored(tmp_path, monkey
     pytest.importorskip("gguf")
     from dataclasses import replace
 
-    import engine.calibration_fit as calibration_fit
+    import engine.advice.calibration_fit as calibration_fit
     from cope_tui.service.calibrate import calibrate
     from tests import tiny_gguf as tg
     from tests.fake_llama_bench import FakeMachine, model_facts, write_fake

@@ -184,7 +184,7 @@ def test_a_link_as_a_side_file_is_refused_before_anything_is_written(cli, tmp_pa
 
 
 def _export_with_counts():
-    from engine.export import Export
+    from engine.runtimes.export import Export
     import numpy as np
 
     return Export("c", "c", "needs-fork", "", ("llama-server", "-m", "m.gguf"), side_files=(("a.csv", "new csv"),),
@@ -194,8 +194,8 @@ def _export_with_counts():
 def test_a_full_disk_during_an_artefact_leaves_the_old_files_and_no_temp(tmp_path):
     import errno
 
-    from engine.errors import CopeInputError
-    from engine.export import write_export
+    from engine.core.errors import CopeInputError
+    from engine.runtimes.export import write_export
 
     (tmp_path / "a.csv").write_text("old csv")
     before = _old_files(tmp_path)
@@ -210,8 +210,8 @@ def test_a_full_disk_during_an_artefact_leaves_the_old_files_and_no_temp(tmp_pat
 
 
 def test_a_rename_failing_midway_puts_back_what_it_replaced(tmp_path, monkeypatch):
-    from engine.errors import CopeInputError
-    from engine.export import write_export
+    from engine.core.errors import CopeInputError
+    from engine.runtimes.export import write_export
 
     (tmp_path / "a.csv").write_text("old csv")
     before = _old_files(tmp_path)
@@ -231,7 +231,7 @@ def test_a_rename_failing_midway_puts_back_what_it_replaced(tmp_path, monkeypatc
 
 
 def test_every_artefact_is_written_when_all_can_be(tmp_path):
-    from engine.export import write_export
+    from engine.runtimes.export import write_export
 
     _old_files(tmp_path)
     written = write_export(_export_with_counts(), tmp_path / "run.sh", write_tensor=lambda h, c: h.write(b"new"))
@@ -301,8 +301,8 @@ def test_a_silent_program_past_its_time_is_killed():
 def test_a_config_declaring_thousands_of_experts_a_token_is_refused(tmp_path):
     import json
 
-    from engine.errors import CopeInputError
-    from engine.hf_config import model_from_hf_config
+    from engine.core.errors import CopeInputError
+    from engine.models.hf_config import model_from_hf_config
     from tests.test_hostile_inputs import QWEN_CONFIG
 
     path = tmp_path / "config.json"

@@ -15,7 +15,7 @@ from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources import hub_model  # noqa: E402
 from cope_tui.sources.gguf_model import model_from_gguf  # noqa: E402
 from cope_tui.sources.hub_model import model_from_hub_config, model_from_hub_gguf  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
 from tests.hub_server import FakeHub, refused_endpoint  # noqa: E402
 from tests.test_gguf_model import write_deepseek_like  # noqa: E402
 

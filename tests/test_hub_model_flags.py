@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from cope_tui.cli import EXIT_OK, main
-from engine.llama_args import parse_llama_command
+from engine.llamacpp.llama_args import parse_llama_command
 
 HW = ["--gpu", "rtx-4090", "--cpu", "ryzen-9-7950x", "--tokens", "40"]
 

@@ -16,7 +16,7 @@ pytest.importorskip("huggingface_hub")
 from cope_tui.cli import EXIT_INPUT, main  # noqa: E402
 from cope_tui.sources import hub_net  # noqa: E402
 from cope_tui.sources.hub_model import model_from_hub_config  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
 from tests.hub_server import FakeHub  # noqa: E402
 from tests.test_hub_model import CONFIG, REPO  # noqa: E402
 

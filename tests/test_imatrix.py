@@ -18,9 +18,9 @@ pytest.importorskip("gguf")
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main  # noqa: E402
 from cope_tui.sources.imatrix import read_imatrix  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.imatrix import check_imatrix_fits_model, imatrix_profile  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.traces.imatrix import check_imatrix_fits_model, imatrix_profile  # noqa: E402
 from tests.factories import tiny_model  # noqa: E402
 from tests.imatrix_files import moe_counts, write_imatrix_gguf, write_legacy_dat  # noqa: E402
 from tests.tiny_archs import write_tiny  # noqa: E402
@@ -227,7 +227,7 @@ def test_the_kt_counts_follow_the_imatrix(capsys, tmp_path):
 
 
 def test_a_real_trace_still_replays_beside_an_imatrix_profile(capsys, tmp_path, ds_imatrix):
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
     from engine.traces import save_trace
 
     model, _, path = ds_imatrix
@@ -243,7 +243,7 @@ def test_a_real_trace_still_replays_beside_an_imatrix_profile(capsys, tmp_path, 
 
 
 def test_fitted_synthetic_routing_follows_each_layers_counts():
-    from engine.synthetic import SyntheticSettings, synthetic_trace
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 
     model = tiny_model(moe_blocks=(0, 1, 2), experts=16, k=2)
     counts = np.zeros((3, 16))

@@ -16,7 +16,7 @@ from cope_tui.cli import EXIT_INPUT, EXIT_OK, main  # noqa: E402
 from cope_tui.sources.hub_imatrix import imatrix_entries_for, is_imatrix_name, load_imatrix_index  # noqa: E402
 from cope_tui.sources.hub_trace import entries_for  # noqa: E402
 from cope_tui.sources.imatrix import read_imatrix  # noqa: E402
-from engine.catalog import catalog  # noqa: E402
+from engine.models.catalog import catalog  # noqa: E402
 from tests.hub_server import FakeHub, refused_endpoint  # noqa: E402
 from tests.imatrix_files import moe_counts, write_imatrix_gguf, write_legacy_dat  # noqa: E402
 

@@ -27,7 +27,7 @@ import pytest
 from cope_tui.cli import EXIT_OK, main
 from cope_tui.sources.gguf_model import model_from_gguf
 from cope_tui.sources.imatrix import read_imatrix
-from engine.imatrix import check_imatrix_fits_model
+from engine.traces.imatrix import check_imatrix_fits_model
 from tests.tiny_archs import write_tiny
 
 BIN = os.environ.get("COPE_LLAMA_BIN", "")

@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.cost_model import Lanes, compose_ready_first  # noqa: E402
-from engine.policy import Execution  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
+from engine.cost.cost_model import Lanes, compose_ready_first  # noqa: E402
+from engine.replays.policy import Execution  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
 from probes.cpu_worker import default_lane_threads  # noqa: E402
 from probes.layer_step import DeviceSlots, LayerStep, copy_expert, dense_reference  # noqa: E402
 from probes.operators import ExpertPool, ExpertShape  # noqa: E402
@@ -281,7 +281,7 @@ def test_a_process_with_many_workers_exits_cleanly():
 
     code = (
         "import torch\n"
-        "from engine.policy import Execution\n"
+        "from engine.replays.policy import Execution\n"
         "from tests.test_layer_step import layer, split\n"
         "for _ in range(12):\n"
         "    pool, step, x, w = layer()\n"

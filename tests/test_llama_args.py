@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.llama_args import command_notes, parse_llama_command
-from engine.llama_placement import placement_of
+from engine.core.errors import CopeInputError
+from engine.llamacpp.llama_args import command_notes, parse_llama_command
+from engine.llamacpp.llama_placement import placement_of
+from engine.models.catalog import get_model
 
 QWEN = get_model("qwen3-30b-a3b")  # 48 MoE blocks 0..47
 DS = get_model("deepseek-coder-v2-lite-instruct")  # block 0 dense, MoE 1..26
@@ -91,7 +91,7 @@ def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
     old = parse_llama_command(shlex.split("llama-server -fa -t 4"))  # -fa as an old switch
     assert old.flash_attn == "on" and old.threads == 4
     assert any("-fa off" in n for n in command_notes(parse_llama_command(["llama-server", "-fa", "off"]), QWEN))
-    # Without -ngl, llama-server's --fit decides (engine/llama_fit.py, tests/test_llama_fit.py); llama-bench has none.
+    # Without -ngl, llama-server's --fit decides (engine/llamacpp/llama_fit.py, tests/test_llama_fit.py); llama-bench has none.
     assert not any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
     assert any("no -ngl: llama-bench offloads every layer" in n
                for n in command_notes(parse_llama_command(["llama-bench"]), QWEN))

@@ -8,11 +8,11 @@ import shlex
 import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
-from engine.catalog import get_model
-from engine.ecma_regex import MAX_STATES, RegexError, compile_pattern, search
-from engine.errors import CopeInputError
-from engine.llama_args import LLAMA_MAX_LAYERS, command_notes, parse_llama_command
-from engine.llama_placement import placement_of
+from engine.core.errors import CopeInputError
+from engine.llamacpp.ecma_regex import MAX_STATES, RegexError, compile_pattern, search
+from engine.llamacpp.llama_args import LLAMA_MAX_LAYERS, command_notes, parse_llama_command
+from engine.llamacpp.llama_placement import placement_of
+from engine.models.catalog import get_model
 
 QWEN = get_model("qwen3-30b-a3b")
 NAMES = ["blk.0.ffn_gate_exps.weight", "blk.12.ffn_down_exps.weight", "blk.7.ffn_up_exps.weight",

@@ -13,9 +13,9 @@ import pytest
 from cope_tui.cli import EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
-from engine.llama_args import parse_llama_command
-from engine.llama_fit import FIT_TARGET_BYTES
-from engine.llama_placement import placement_memory, placement_of
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_fit import FIT_TARGET_BYTES
+from engine.llamacpp.llama_placement import placement_memory, placement_of
 
 SMALL_GPU = PlanChoices(tokens=40, cpu="ryzen-9-7950x", gpu="rtx-4060-ti-16gb")
 M = "-m Qwen3-30B-A3B-Q4_K_M.gguf"

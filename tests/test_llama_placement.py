@@ -14,11 +14,11 @@ from cope_tui.cli import EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
-from engine.analytic_cost import AnalyticCostModel
-from engine.cpu_presets import get_cpu_preset
-from engine.llama_args import parse_llama_command
-from engine.llama_placement import placement_cost, placement_memory, placement_of
-from engine.memory import GIB
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.memory import GIB
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_cost, placement_memory, placement_of
 from tests.factories import replay_priced_layer_set
 
 FAST = PlanChoices(tokens=40, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)
@@ -154,8 +154,8 @@ def test_more_cpu_layers_are_never_faster_more_threads_never_slower_and_threads_
 def test_a_thread_streams_what_its_core_computes_and_a_second_thread_on_a_core_adds_nothing():
     """Below saturation the CPU lane follows the core's int8 peak (MACs a cycle x clock), and
     counts cores, not hardware threads."""
-    from engine.analytic_cost import AnalyticAssumptions
-    from engine.cpu_compute import core_compute
+    from engine.cost.analytic_cost import AnalyticAssumptions
+    from engine.hardware.cpu_compute import core_compute
 
     request = build_request(FAST)
     rates = {}

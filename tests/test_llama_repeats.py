@@ -8,10 +8,10 @@ import shlex
 
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.llama_args import parse_llama_command
-from engine.llama_placement import placement_of
+from engine.core.errors import CopeInputError
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_of
+from engine.models.catalog import get_model
 
 QWEN = get_model("qwen3-30b-a3b")
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.synthetic_gguf import GgufShape, catalog_shape, tensor_shapes, write_random_gguf  # noqa: E402
-from engine.llama_bench_json import decode_tests, parse_bench_output  # noqa: E402
+from engine.llamacpp.llama_bench_json import decode_tests, parse_bench_output  # noqa: E402
 
 SMALL = GgufShape(hidden=64, n_blocks=2, n_experts=4, top_k=2, expert_ff=32, n_head=4, n_head_kv=2, head_dim=16,
                   vocab=48)

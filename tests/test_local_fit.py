@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fit_local import BOUNDS, FITTED, SPEEDUP_BOUNDS, atomic_loss, load, loss, prepared, probe_profile  # noqa: E402
-from engine.analytic_cost import AnalyticAssumptions  # noqa: E402
-from engine.cost_models import Fidelity, build_cost_model  # noqa: E402
-from engine.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, AtomicCostModel, LlamaCppCpuLane  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
+from engine.cost.cost_models import build_cost_model  # noqa: E402
+from engine.cost.cost_model import Fidelity
+from engine.cost.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, AtomicCostModel, LlamaCppCpuLane  # noqa: E402
 from tests.fit_optimum import assert_at_optimum  # noqa: E402
 
 
@@ -84,8 +85,8 @@ def test_validation_prices_the_probes_kernel_and_advice_llama_cpps(runs):
 def test_a_whole_step_timed_on_the_probes_kernel_is_scaled_to_llama_cpps(runs):
     """A measured all-CPU step (h = 0) moves by what the conversion does to the composed
     step; an all-GPU one (h = k) has no CPU experts and stays as measured."""
-    from engine.measured_cost import CombinedCostModel
-    from engine.profile import Measurement
+    from engine.cost.measured_cost import CombinedCostModel
+    from engine.profiles.profile import Measurement
 
     request = runs[0][0]
     k = request.model.top_k

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import CopeInputError
-from engine.memory_spec import parse_bandwidth_gbps, parse_memory_spec
+from engine.core.errors import CopeInputError
+from engine.hardware.memory_spec import parse_bandwidth_gbps, parse_memory_spec
 
 
 @pytest.mark.parametrize(

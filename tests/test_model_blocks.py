@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.memory import plan_memory
-from engine.model import AttentionShape, LinearAttentionShape, ModelSpec
-from engine.quant import get_quantization
+from engine.core.errors import CopeInputError
+from engine.hardware.memory import plan_memory
+from engine.models.catalog import get_model
+from engine.models.model import AttentionShape, LinearAttentionShape, ModelSpec
+from engine.models.quant import get_quantization
 
 F16 = 2  # bytes per cached K/V element
 F32 = 4  # bytes per recurrent-state element

@@ -1,4 +1,4 @@
-"""A GGUF file name -> the catalog model and quantization it names (engine.model_names).
+"""A GGUF file name -> the catalog model and quantization it names (engine.models.model_names).
 
 The names are real published file names (Hugging Face GGUF repos of ggml-org, unsloth,
 bartowski, lmstudio-community, TheBloke) and paths people pass to llama.cpp's -m.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.model_names import model_from_file_name
+from engine.models.model_names import model_from_file_name
 
 KNOWN = [
     ("Qwen3-30B-A3B-Q4_K_M.gguf", "qwen3-30b-a3b", "Q4_K_M"),

@@ -9,7 +9,7 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
-from engine.llama_args import parse_llama_command
+from engine.llamacpp.llama_args import parse_llama_command
 
 BIG_GPU = PlanChoices(tokens=40, cpu="ryzen-9-7950x", gpu="rtx-3090")
 M = "-m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99"

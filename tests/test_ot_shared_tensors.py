@@ -12,12 +12,12 @@ from cope_tui.cli import EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
-from engine.analytic_cost import AnalyticCostModel
-from engine.block_tensors import ATTENTION_IN, ATTENTION_OUT, FFN, piece_of, shared_tensors
-from engine.gguf_tensors import gguf_tensors
-from engine.llama_args import parse_llama_command
-from engine.llama_placement import placement_cost, placement_memory, placement_of
-from engine.memory import RUNTIME_RESERVE_BYTES
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.hardware.memory import RUNTIME_RESERVE_BYTES
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_cost, placement_memory, placement_of
+from engine.models.block_tensors import ATTENTION_IN, ATTENTION_OUT, FFN, piece_of, shared_tensors
+from engine.models.gguf_tensors import gguf_tensors
 
 FAST = PlanChoices(tokens=40, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)
 

@@ -4,21 +4,13 @@ import json
 
 import pytest
 
-import engine.cpu_presets as cpus_mod
-import engine.platform as plat
-from engine.errors import CopeInputError
-from engine.platform import (
-    CpuSpec,
-    Fact,
-    Platform,
-    assumed_cpu_bandwidth_bytes_per_s,
-    cpu_presets,
-    derive_h2d_bytes_per_s,
-    get_cpu_preset,
-    get_gpu_preset,
-    gpu_presets,
-    platform_from,
-)
+import engine.hardware.cpu_presets as cpus_mod
+import engine.hardware.platform as plat
+import engine.hardware.presets as presets_mod
+from engine.core.errors import CopeInputError
+from engine.hardware.cpu_presets import cpu_presets, get_cpu_preset
+from engine.hardware.platform import CpuSpec, Fact, Platform, assumed_cpu_bandwidth_bytes_per_s, derive_h2d_bytes_per_s
+from engine.hardware.presets import get_gpu_preset, gpu_presets, platform_from
 from probes.host import (
     BANDWIDTH_UNKNOWN_NOTE,
     count_numa_nodes,
@@ -145,10 +137,10 @@ def test_h2d_derived_from_pcie_gen4_x16_and_x8():
 
 
 def test_measured_h2d_in_the_asset_is_kept(monkeypatch, fresh_presets):
-    data = plat.load_asset_json("gpus.json")
+    data = presets_mod.load_asset_json("gpus.json")
     data["gpus"][0]["h2d_bytes_per_s"] = 24.5e9
     data["gpus"][0]["h2d_source"] = "nvbandwidth on a test box"
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    monkeypatch.setattr(presets_mod, "load_asset_json", lambda name: data)
     g = gpu_presets()[data["gpus"][0]["id"]]
     assert g.h2d_bytes_per_s == Fact(24.5e9, "measured", "nvbandwidth on a test box")
 
@@ -271,7 +263,7 @@ def test_cpu_lookup_unknown():
 
 
 def _gpu_data_with(**changes):
-    data = plat.load_asset_json("gpus.json")
+    data = presets_mod.load_asset_json("gpus.json")
     data["gpus"][1].update(changes)
     return data
 
@@ -290,7 +282,7 @@ def _gpu_data_with(**changes):
 )
 def test_corrupt_gpu_asset_names_asset_and_field(monkeypatch, fresh_presets, change, field):
     data = _gpu_data_with(**change)
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    monkeypatch.setattr(presets_mod, "load_asset_json", lambda name: data)
     with pytest.raises(CopeInputError) as err:
         gpu_presets()
     msg = str(err.value)
@@ -301,7 +293,7 @@ def test_corrupt_gpu_asset_names_asset_and_field(monkeypatch, fresh_presets, cha
                                      {k: "the vendor said so" for k in plat.GPU_FIGURES}])
 def test_a_gpu_figure_without_its_source_is_refused(monkeypatch, fresh_presets, sources):
     data = _gpu_data_with(sources=sources)
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    monkeypatch.setattr(presets_mod, "load_asset_json", lambda name: data)
     with pytest.raises(CopeInputError, match=r"gpus\.json.*sources"):
         gpu_presets()
 
@@ -310,13 +302,13 @@ def test_corrupt_asset_top_level(monkeypatch, fresh_presets):
     monkeypatch.setattr(cpus_mod, "load_asset_json", lambda name: {"schema_version": 1, "cpus": []})
     with pytest.raises(CopeInputError, match=r"cpus\.json.*schema_version"):
         cpu_presets()
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: {"schema_version": 1, "gpus": "x"})
+    monkeypatch.setattr(presets_mod, "load_asset_json", lambda name: {"schema_version": 1, "gpus": "x"})
     with pytest.raises(CopeInputError, match=r"gpus\.json.*gpus"):
         gpu_presets()
 
 
 def test_corrupt_cpu_asset_names_asset_and_field(monkeypatch, fresh_presets):
-    data = plat.load_asset_json("cpus.json")
+    data = presets_mod.load_asset_json("cpus.json")
     del data["cpus"][0]["physical_cores"]
     monkeypatch.setattr(cpus_mod, "load_asset_json", lambda name: data)
     with pytest.raises(CopeInputError, match=r"cpus\.json.*ryzen-5-3500.*physical_cores"):
@@ -324,9 +316,9 @@ def test_corrupt_cpu_asset_names_asset_and_field(monkeypatch, fresh_presets):
 
 
 def test_duplicate_ids_rejected(monkeypatch, fresh_presets):
-    data = plat.load_asset_json("gpus.json")
+    data = presets_mod.load_asset_json("gpus.json")
     data["gpus"][1]["id"] = data["gpus"][0]["id"]
-    monkeypatch.setattr(plat, "load_asset_json", lambda name: data)
+    monkeypatch.setattr(presets_mod, "load_asset_json", lambda name: data)
     with pytest.raises(CopeInputError, match="duplicate"):
         gpu_presets()
 
@@ -393,7 +385,7 @@ def test_the_vector_isa_comes_from_the_flags(flags, isa):
 def test_a_detected_cpu_no_preset_knows_is_priced_by_its_flags_and_base_clock(tmp_path):
     """Neither name is a preset: the core's MACs a cycle follow the flags, the clock the
     model name or cpufreq's base_frequency, and the decode lane follows the core."""
-    from engine.cpu_compute import core_compute
+    from engine.hardware.cpu_compute import core_compute
 
     proc = tmp_path / "proc"
     proc.mkdir()

@@ -16,12 +16,10 @@ from cope_tui.options import WORKLOAD_PRESETS, PlanChoices
 from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
 from cope_tui.service.workload import export_with_batch, rank, workload_of
-from engine.analytic_cost import AnalyticCostModel
-from engine.errors import CopeInputError
-from engine.export import export_for
-from engine.llama_args import parse_llama_command
-from engine.llama_placement import placement_of
-from engine.prefill_cost import (
+from engine.advice.workload import Workload
+from engine.core.errors import CopeInputError
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.prefill_cost import (
     DOUBLE_BUFFERED,
     IK_LLAMA,
     LLAMA_CPP,
@@ -30,7 +28,9 @@ from engine.prefill_cost import (
     PrefillModel,
     routed_fraction,
 )
-from engine.workload import Workload
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_of
+from engine.runtimes.export import export_for
 
 FAST = PlanChoices(tokens=200, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 from bench.fit_prefill import BOUNDS, FITTED  # noqa: E402
 from bench.published import CSV, published_rows  # noqa: E402
 from bench.published_prefill import price_all, summary  # noqa: E402
-from engine.prefill_cost import PrefillAssumptions  # noqa: E402
+from engine.cost.prefill_cost import PrefillAssumptions  # noqa: E402
 from tests.fit_optimum import assert_at_optimum  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"the calibration data is not at {CSV}")

@@ -13,8 +13,8 @@ from cope_tui import cli
 from cope_tui.service import pricing
 from cope_tui.service.advice import plan
 from cope_tui.service.request import build_request
-from engine.cost_models import Fidelity
-from engine.probe_consistency import (
+from engine.cost.cost_model import Fidelity
+from engine.profiles.probe_consistency import (
     MONOTONE_TOLERANCE,
     SPREAD_TOLERANCE,
     SeriesRef,
@@ -22,8 +22,8 @@ from engine.probe_consistency import (
     check_series,
     refusal_note,
 )
-from engine.profile import Measurement, Refusal
-from engine.profile_io import load_profile, save_profile
+from engine.profiles.profile import Measurement, Refusal
+from engine.profiles.profile_io import load_profile, save_profile
 from probes.profile_cache import load_cached, profile_path
 from probes.runner import cached_profile_complete, profile_key
 from tests.test_service import FAST, FakeProber

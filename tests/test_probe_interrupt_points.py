@@ -22,8 +22,8 @@ from cope_tui.cli import Terminated
 from cope_tui.service import pricing
 from cope_tui.service.advice import plan
 from cope_tui.service.request import build_request
-from engine.cost_models import Fidelity
-from engine.progress import Cancelled
+from engine.core.progress import Cancelled
+from engine.cost.cost_model import Fidelity
 from probes.profile_cache import is_partial, partial_threads
 from probes.runner import profile_key
 from tests.test_probe_consistency import Scripted

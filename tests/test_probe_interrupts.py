@@ -12,7 +12,7 @@ import pytest
 
 from cope_tui import cli
 from cope_tui.service import pricing
-from engine.policy import Execution
+from engine.replays.policy import Execution
 from probes.profile_cache import is_partial, load_cached, staging_path
 from probes.runner import cached_profile_complete, ensure_profile, profile_key
 from tests.test_probes import FakeProber, stats, tiny_request

@@ -7,15 +7,15 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
-from engine.advise import advise
-from engine.analytic_cost import AnalyticCostModel
-from engine.cost_model import StateCosts
-from engine.errors import CopeInputError
-from engine.measured_cost import AtomicCostModel, CombinedCostModel
-from engine.policy import Execution
-from engine.probe_plan import ScheduleState, plan_probes, reachable_states
-from engine.profile import Measurement, ModelShape, Profile, Provenance
-from engine.replay import ReplayStats
+from engine.advice.advise import advise
+from engine.core.errors import CopeInputError
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_model import StateCosts
+from engine.cost.measured_cost import AtomicCostModel, CombinedCostModel
+from engine.profiles.probe_plan import ScheduleState, plan_probes, reachable_states
+from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance
+from engine.replays.policy import Execution
+from engine.replays.replay import ReplayStats
 
 P, S = Execution.PARALLEL, Execution.STAGE
 THREADS = 8
@@ -251,7 +251,7 @@ def test_combined_uses_a_measured_step_where_present_and_atomic_elsewhere():
 
 
 def test_a_step_measured_with_prefetch_in_flight_replaces_the_exposure_formula():
-    from engine.estimate import price
+    from engine.cost.estimate import price
 
     request, analytic, _ = advise_run()
     k, n_blocks = request.model.top_k, request.model.n_blocks

@@ -12,16 +12,16 @@ torch = pytest.importorskip("torch")
 
 from cope_tui import cli  # noqa: E402
 from cope_tui.service import pricing  # noqa: E402
-from engine.analytic_cost import AnalyticCostModel  # noqa: E402
-from engine.cost_models import build_cost_model  # noqa: E402
-from engine.measured_cost import CombinedCostModel  # noqa: E402
-from engine.platform import platform_from  # noqa: E402
-from engine.policy import Execution  # noqa: E402
-from engine.probe_plan import plan_probes  # noqa: E402
-from engine.profile import Measurement  # noqa: E402
-from engine.profile_io import load_profile  # noqa: E402
-from engine.quant import get_quantization  # noqa: E402
-from engine.replay import ReplayStats  # noqa: E402
+from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.cost.cost_models import build_cost_model  # noqa: E402
+from engine.cost.measured_cost import CombinedCostModel  # noqa: E402
+from engine.hardware.presets import platform_from  # noqa: E402
+from engine.replays.policy import Execution  # noqa: E402
+from engine.profiles.probe_plan import plan_probes  # noqa: E402
+from engine.profiles.profile import Measurement  # noqa: E402
+from engine.profiles.profile_io import load_profile  # noqa: E402
+from engine.models.quant import get_quantization  # noqa: E402
+from engine.replays.replay import ReplayStats  # noqa: E402
 from probes import operators as ops  # noqa: E402
 from probes import pool_size  # noqa: E402
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu  # noqa: E402
@@ -179,7 +179,7 @@ def test_runner_runs_atomic_first_stops_states_at_the_budget_and_reports_progres
     plan = plan_probes([(Execution.SEQUENTIAL, stats(2, 0)), (Execution.PARALLEL, stats(2, 1))],
                        threads=1, budget_s=100.0, probe_s=1.0)
     from probes.runner import _provenance, hardware_key, model_shape
-    from engine.profile import Profile
+    from engine.profiles.profile import Profile
 
     writer = ProfileWriter(Profile(_provenance(FakeProber(), 1.0), model_shape(req), hardware_key(req)), root=tmp_path)
     ticks = iter(range(1000))

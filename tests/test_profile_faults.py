@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from engine.cost_model import StateCosts
-from engine.errors import CopeInputError
-from engine.estimate import price
-from engine.policy import Execution
-from engine.replay import ReplayStats
+from engine.core.errors import CopeInputError
+from engine.cost.cost_model import StateCosts
+from engine.cost.estimate import price
+from engine.replays.policy import Execution
+from engine.replays.replay import ReplayStats
 from probes.profile_cache import ProfileCacheWarning, ProfileWriter, load_cached, profile_path, store
 from tests.test_profile import measurements, profile
 
@@ -93,12 +93,12 @@ def test_a_cache_folder_that_is_a_file_keeps_the_run_going(tmp_path):
 
 
 def test_a_read_only_file_system_on_write_is_one_warning(tmp_path, monkeypatch):
-    import engine.files
+    import engine.core.files
 
     def refuse(*_a, **_k):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(engine.files.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(engine.core.files.tempfile, "mkstemp", refuse)
     writer = ProfileWriter(profile(ms=[]), root=tmp_path)
     with pytest.warns(ProfileCacheWarning) as seen:
         for m in measurements():
@@ -143,7 +143,7 @@ def test_no_nan_reaches_a_ranking():
     (lambda m: m.__setitem__("basis", "x" * 5000), r"basis is 'xxx.*xxx', expected one of"),
 ], ids=["400-digit-seconds", "object-execution", "list-execution", "5000-char-basis"])
 def test_fuzz_finds_in_a_measurement_are_one_short_line(tmp_path, edit, match):
-    from engine.profile_io import load_profile
+    from engine.profiles.profile_io import load_profile
 
     path = store(profile(), root=tmp_path)
     doc = json.loads(path.read_text())

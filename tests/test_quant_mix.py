@@ -1,4 +1,4 @@
-"""llama.cpp's per-tensor quantization rules (engine.quant_mix) and the file sizes they give.
+"""llama.cpp's per-tensor quantization rules (engine.models.quant_mix) and the file sizes they give.
 
 Published sizes are what llama-bench prints in its "size" column (GiB) or a model card's
 file size; each row names where it was published. The rules are llama-quant.cpp's
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.catalog import get_model
-from engine.gguf_tensors import gguf_tensors
-from engine.quant import get_quantization, quantizations
-from engine.quant_mix import GGML_BLOCKS, tensor_types, use_more_bits
+from engine.models.catalog import get_model
+from engine.models.gguf_tensors import gguf_tensors
+from engine.models.quant import get_quantization, quantizations
+from engine.models.quant_mix import GGML_BLOCKS, tensor_types, use_more_bits
 
 GIB = 2**30
 

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from cope_tui.sources.gguf_model import model_from_gguf
-from engine.export import NOT_EXPRESSIBLE, ExportPlan, export_candidate, expert_regexes
-from engine.memory import MemoryPlan
-from engine.policy import parse_candidate_id
+from engine.hardware.memory import MemoryPlan
+from engine.replays.policy import parse_candidate_id
+from engine.runtimes.export import NOT_EXPRESSIBLE, ExportPlan, expert_regexes, export_candidate
 from probes.runtimes import detect_runtimes
 from tests.llama_server import complete, run_server
 from tests.tiny_archs import ARCHS, write_tiny
@@ -155,8 +155,8 @@ def test_the_shipped_manifest_is_this_build(found_build):
     writes is taken by the manifest exactly when the binary's --help lists it, and the two
     lists agree but for the removed options --help lists to refuse them and those compiled
     out of a build without RPC."""
-    from engine.runtimes.builds import manifest, shipped_build
-    from engine.runtimes.llamacpp_flags import FLAG_TABLE
+    from engine.llamacpp.builds import manifest, shipped_build
+    from engine.llamacpp.llamacpp_flags import FLAG_TABLE
 
     shipped = shipped_build("llama.cpp")
     for binary in ("llama-server", "llama-bench"):

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 from engine.traces import load_trace, save_trace
 from probes.llamacpp_callback import (
     GGML_TYPE_F32,
@@ -225,7 +225,7 @@ def test_cli_prompt_file_and_out(tiny_model_folder, tmp_path, capsys):
 
 
 def test_parse_prompts_lines_blocks_and_comments():
-    from engine.prompts import domain_prompts, parse_prompts
+    from engine.traces.prompts import domain_prompts, parse_prompts
 
     assert parse_prompts("# c\none\ntwo\n\n") == ["one", "two"]
     assert parse_prompts("a\nb\n\n# c\nc\n") == ["a\nb", "c"]

@@ -199,7 +199,7 @@ def test_llamacpp_text_prompts_on_a_vocabulary_less_model_are_bytes(full_attn):
 def test_llamacpp_cancel_and_bad_token_ids(full_attn):
     import threading
 
-    from engine.errors import CopeInputError
+    from engine.core.errors import CopeInputError
     from probes.record_llamacpp import record_with_llamacpp
 
     _, path = full_attn

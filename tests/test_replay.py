@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency, policy_matrix
-from engine.replay import ReplaySetup, allocate_slots, replay
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency, policy_matrix
+from engine.replays.replay import ReplaySetup, allocate_slots, replay
 
 
 def ids_of(rows: list[list[list[int]]]) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""The compiled LRU replays and hit curves (numba: engine/replay_kernels.py, run by
-engine/replay_compiled.py and engine/hit_curves.py) against the step-wise residency of
-engine/residency.py, and the numpy fallback that runs without numba.
+"""The compiled LRU replays and hit curves (numba: engine/replays/replay_kernels.py, run by
+engine/replays/replay_compiled.py and engine/replays/hit_curves.py) against the step-wise residency of
+engine/replays/residency.py, and the numpy fallback that runs without numba.
 
 The compiled loops must give exactly the step-wise replay's state counts, admissions
 and prefetch used for every LRU plan: per-layer caches of any capacity (0, below the
@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.replay as replay_module
-import engine.replay_compiled as replay_compiled
-from engine import compiled
-from engine.hit_curves import lru_hit_curves, static_step_counts
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import ReplaySetup, replay_many, replay_stepwise
-from engine.replay_common import _Plan, _Ticks, _Trace
+import engine.replays.replay as replay_module
+import engine.replays.replay_compiled as replay_compiled
+from engine.replays import compiled
+from engine.replays.hit_curves import lru_hit_curves, static_step_counts
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
+from engine.replays.replay import ReplaySetup, replay_many, replay_stepwise
+from engine.replays.replay_common import ReplayPlan, Ticks, TraceArrays
 from tests.replay_reference import every_candidate, random_case, uniform_routing
 
 try:
@@ -60,7 +60,7 @@ def stepwise_of(ids, predicted, plans):
         by_width.setdefault(plan.width, []).append(plan)
     out = {}
     for width, group in by_width.items():
-        results = replay_module._run_stepwise(_Trace(ids, predicted, width), group, _Ticks(None, 0, 1))
+        results = replay_module._run_stepwise(TraceArrays(ids, predicted, width), group, Ticks(None, 0, 1))
         out.update({plan.key: result for plan, result in zip(group, results)})
     return [out[plan.key] for plan in plans]
 
@@ -99,7 +99,7 @@ def random_plans(rng, popularity, k, width, n_plans):
         pooled = bool(rng.integers(0, 2))
         plan_width = int(rng.integers(0, width + 1))
         key = ("test", i)
-        plans.append(_Plan(f"plan{i}", key, slots, popularity, False, pooled, Eviction.LRU, admit, plan_width))
+        plans.append(ReplayPlan(f"plan{i}", key, slots, popularity, False, pooled, Eviction.LRU, admit, plan_width))
     return plans
 
 
@@ -170,7 +170,7 @@ def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(numba_on):
     assert not np.array_equal(plans[0].slots, plans[1].slots) and plans[0].slots.sum() == plans[1].slots.sum()
     guesses = replay_compiled._Guesses(ids, predicted, 3)
     pools = replay_compiled._CompiledPool(guesses, plans)
-    replay_compiled.run_engines([pools], len(ids), _Ticks(None, 0, 1))
+    replay_compiled.run_engines([pools], len(ids), Ticks(None, 0, 1))
     assert 1 in pools.joined  # the second followed the first for part of the trace
     for j, candidate in enumerate(candidates):
         want = replay_stepwise(ids, predicted, candidate, setup)
@@ -195,7 +195,7 @@ def test_a_per_layer_cache_depends_only_on_its_own_layer_capacity_and_rules():
     b[layer] = a[layer]
     b[layer + 1] = a[layer + 1]
     width = predicted.shape[2]
-    plans = [_Plan(name, (name,), slots, popularity, False, False, Eviction.LRU, admit, width)
+    plans = [ReplayPlan(name, (name,), slots, popularity, False, False, Eviction.LRU, admit, width)
              for name, slots in (("a", a), ("b", b))]
     (counts_a, _, _), (counts_b, _, _) = stepwise_of(ids, predicted, plans)
     assert np.array_equal(counts_a[layer], counts_b[layer])
@@ -208,7 +208,7 @@ def test_a_sweep_replays_each_per_layer_cache_once(path, monkeypatch):
     # Budgets whose allocations share some layers' capacities: each (layer, capacity,
     # admissions, width) cache is replayed once, and every candidate still equals its
     # step-wise replay.
-    import engine.replay_layer_lru as layer_lru
+    import engine.replays.replay_layer_lru as layer_lru
 
     if path == "compiled":
         if not NUMBA:
@@ -217,7 +217,7 @@ def test_a_sweep_replays_each_per_layer_cache_once(path, monkeypatch):
         engine_class = replay_compiled._CompiledLayerLru
     else:
         monkeypatch.setenv("COPE_NO_NUMBA", "1")
-        engine_class = layer_lru._LayerLru
+        engine_class = layer_lru.LayerLru
     ids, predicted, popularity, _, _, admit = random_case(7, medium=True)
     cells = popularity.size
     setups = [ReplaySetup(popularity, total, 2, admit) for total in (cells // 4, cells // 4 + 1, cells // 2)]
@@ -298,7 +298,7 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
     # compile in every process rather than fail.
     import numba
 
-    from engine import replay_kernels
+    from engine.replays import replay_kernels
 
     real = numba.njit
 

@@ -4,7 +4,7 @@ Four implementations must give the reference's counts, admissions and prefetch u
 exactly, for every candidate kind: `replay`/`replay_many` (lookups, the compiled LRU
 loops or without numba the vectorised numpy engines, batched and shared between
 candidates and budgets), `replay_stepwise` (the step-wise residency of
-engine/residency.py, which the slow paths run), and the executor's `ResidencyPlan`,
+engine/replays/residency.py, which the slow paths run), and the executor's `ResidencyPlan`,
 whose steps are checked here against a slot table kept as the executor keeps its own.
 On random traces, and on real routing when ../shared/traces is present.
 """
@@ -17,9 +17,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replay import ReplaySetup, replay, replay_many, replay_stepwise
-from engine.residency import ResidencyPlan
+from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
+from engine.replays.replay import ReplaySetup, replay, replay_many, replay_stepwise
+from engine.replays.residency import ResidencyPlan
 from tests.replay_reference import every_candidate, random_case, reference_replay, uniform_routing
 
 STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
@@ -29,18 +29,18 @@ STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_
 def pool_path(request, monkeypatch):
     """Run a test with the LRU caches replayed by the compiled loops (numba, a few tokens
     a chunk; skipped without numba), then without them (COPE_NO_NUMBA=1): the numpy
-    engines, with LRU pools replayed a token at a time (`_PoolLru`), then one step at a
+    engines, with LRU pools replayed a token at a time (`PoolLru`), then one step at a
     time (the step-wise residency); replay picks by how many pools and layers."""
-    import engine.replay
-    import engine.replay_compiled
+    import engine.replays.replay
+    import engine.replays.replay_compiled
 
     if request.param == "compiled":
         pytest.importorskip("numba", reason="numba is not installed: the numpy replays run instead")
         monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
-        monkeypatch.setattr(engine.replay_compiled, "CHUNK", 7)
+        monkeypatch.setattr(engine.replays.replay_compiled, "CHUNK", 7)
     else:
         monkeypatch.setenv("COPE_NO_NUMBA", "1")
-        monkeypatch.setattr(engine.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
+        monkeypatch.setattr(engine.replays.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
     return request.param
 
 
@@ -223,7 +223,7 @@ def test_score_heap_settles_rounding_ties_as_the_scan_does():
     # differently from the scores themselves. Key 0 holds 0.81 since token 2, key 1
     # holds 1.0 since token 0: at token 2 both score 0.81 exactly, yet key 0 ranks
     # a hair higher. The scan evicts the lower key, 0; so must the heap.
-    from engine.residency_caches import DecayedScores, ScoreCache
+    from engine.replays.residency_caches import DecayedScores, ScoreCache
 
     scores = DecayedScores(np.zeros((1, 2)), k=1, route_keys=np.zeros((10, 1, 1), dtype=np.intp))
     scores.value, scores.time = [0.9**2, 1.0], [2, 0]
@@ -238,7 +238,7 @@ def test_score_heap_settles_rounding_ties_as_the_scan_does():
 def small_request(tokens=40, **kw):
     from cope_tui.options import PlanChoices
     from cope_tui.service.request import build_request
-    from engine.analytic_cost import AnalyticCostModel
+    from engine.cost.analytic_cost import AnalyticCostModel
 
     args = PlanChoices(**{"tokens": tokens, "cpu": "desktop-ddr5", "gpu": "rtx-4060-ti-16gb", **kw})
     request = build_request(args)
@@ -247,9 +247,10 @@ def small_request(tokens=40, **kw):
 
 
 def test_advise_shares_replays_without_changing_any_candidate(pool_path):
-    from engine.advise import advise, partition_layers
-    from engine.hit_curves import lru_hit_curves
-    from engine.memory import plan_memory
+    from engine.advice.advise import advise
+    from engine.replays.residency import partition_layers
+    from engine.replays.hit_curves import lru_hit_curves
+    from engine.hardware.memory import plan_memory
 
     request, cost = small_request(vram_budget_gib=10)
     recommendation = advise(request, cost)
@@ -281,8 +282,8 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
 def test_budget_sweep_is_advise_at_each_budget(pool_path):
     # The compiled path replays each per-layer cache once for all budgets; the others
     # replay each budget's plans.
-    from engine.advise import advise, sweep_budgets
-    from engine.memory import GIB
+    from engine.advice.advise import advise, sweep_budgets
+    from engine.hardware.memory import GIB
 
     request, cost = small_request()
     budgets = [7 * GIB, 12 * GIB, 12 * GIB, 25 * GIB]  # a repeat, and one where everything fits
@@ -300,8 +301,8 @@ def test_budget_sweep_is_advise_at_each_budget(pool_path):
 
 
 def test_progress_is_reported_while_replaying_and_can_stop_the_work():
-    from engine.advise import advise, sweep_budgets
-    from engine.memory import GIB
+    from engine.advice.advise import advise, sweep_budgets
+    from engine.hardware.memory import GIB
 
     request, cost = small_request(tokens=40)
     calls = []
@@ -359,8 +360,8 @@ def test_every_way_agrees_on_real_deepseek_routing(shared_traces):
 def test_every_way_agrees_under_the_real_qwen3_popularity(shared_traces):
     # The mbolt profile is aggregate (no token order): its routing counts set the
     # initial contents and the nonuniform slots; the routing replayed is drawn from them.
-    from engine.catalog import get_model
-    from engine.synthetic import SyntheticSettings, popularity_from_mbolt_profile, synthetic_trace
+    from engine.models.catalog import get_model
+    from engine.traces.synthetic import SyntheticSettings, popularity_from_mbolt_profile, synthetic_trace
 
     heat = popularity_from_mbolt_profile(shared_traces / "qwen3-30b-a3b__mbolt-profile" / "coactivation_qwen3-30b-a3b.json")
     settings = SyntheticSettings(tokens=16, seed=3, popularity=heat, predictor_accuracy=0.7)

@@ -12,7 +12,7 @@ import pytest
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import plan
-from engine.run_advice import ALL_GPU_GROUP, plan_runs
+from engine.advice.run_advice import ALL_GPU_GROUP, plan_runs
 
 FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
 

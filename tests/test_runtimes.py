@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
-from engine.export import ExportPlan, export_candidate, expert_regexes
-from engine.memory import GIB
-from engine.policy import parse_candidate_id
-from engine.replay import resident_mask
+from engine.core.errors import CopeInputError
+from engine.hardware.memory import GIB
+from engine.models.catalog import get_model
+from engine.replays.policy import parse_candidate_id
+from engine.replays.replay import resident_mask
 from engine.runtimes import REGISTRY, placement_of, runtime_named
+from engine.runtimes.export import ExportPlan, expert_regexes, export_candidate
 from engine.runtimes.sglang_kt import activation_counts, total_flags
-from engine.synthetic import SyntheticSettings, synthetic_trace
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 from tests.test_export import EB, MODEL_PATH, TPOTS, check_golden, memory, popularity
 
 GOLDEN = Path(__file__).parent / "golden" / "runtimes"
@@ -247,7 +247,7 @@ def asked_total(x, model) -> int:
 
 def check_activation_file(tmp_path: Path, model, profile) -> None:
     from cope_tui.service.runtimes import save_counts_pt
-    from engine.export import write_export
+    from engine.runtimes.export import write_export
 
     torch = pytest.importorskip("torch")
     pop = profile.popularity()

@@ -14,11 +14,12 @@ from cope_tui.options import PlanChoices, add_flags, app_options, check_choices,
 from cope_tui.service import pricing
 from cope_tui.service.advice import plan
 from cope_tui.service.request import build_request
-from engine.advise import advise
-from engine.cost_models import Fidelity, build_cost_model
-from engine.errors import CopeInputError
-from engine.profile import Measurement
-from engine.progress import Cancelled
+from engine.advice.advise import advise
+from engine.core.errors import CopeInputError
+from engine.core.progress import Cancelled
+from engine.cost.cost_model import Fidelity
+from engine.cost.cost_models import build_cost_model
+from engine.profiles.profile import Measurement
 from probes.local_prober import GPU_OPERATORS
 
 FAST = PlanChoices(tokens=60, cpu="desktop-ddr5", threads=2)
@@ -149,7 +150,7 @@ def test_the_registry_builds_every_fidelity_and_describes_it(cache):
 
 
 def a_calibration(request):  # type: ignore[no-untyped-def]
-    from engine.calibration import Calibration, LaneConstants, MeasuredRun
+    from engine.cost.calibration import Calibration, LaneConstants, MeasuredRun
 
     run = MeasuredRun("cpu-only", "everything on the CPU", ("llama-bench", "-ngl", "0"), 8, False, 20.0, 0.1)
     return Calibration("0123456789abcdef", request.platform.cpu.name, "", request.model.id, request.quant.name,
@@ -206,7 +207,7 @@ async def test_the_cli_and_the_app_give_the_same_tpot_for_the_same_inputs_and_pr
 
 
 def test_block_spans_read_the_same_everywhere():
-    from engine.spans import block_span
+    from engine.core.spans import block_span
 
     assert block_span([0, 1, 2, 3]) == "0..3"
     assert block_span([4, 5, 9, 12, 13]) == "4..5,9,12..13"
@@ -226,8 +227,8 @@ def test_an_input_error_keeps_its_message_apart_from_its_place():
 def _detected(name="NVIDIA GeForce RTX 4090", vram_gib=24, bandwidth=True):  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from engine.gpu_match import with_preset_figures
-    from engine.platform import Fact, unknown_gpu
+    from engine.hardware.gpu_match import with_preset_figures
+    from engine.hardware.platform import Fact, unknown_gpu
 
     gpu = replace(unknown_gpu("not asked"), name=name, vram_bytes=Fact.measured(vram_gib * 2**30, "NVML"),
                   vram_free_bytes=Fact.measured(vram_gib * 2**30, "NVML"))
@@ -252,7 +253,7 @@ def test_a_named_preset_wins_over_the_detected_gpu():
 
 
 def test_no_gpu_or_one_without_figures_plans_for_the_default_preset_and_says_why():
-    from engine.platform import unknown_gpu
+    from engine.hardware.platform import unknown_gpu
 
     none = build_request(FAST, detect_gpu=lambda: unknown_gpu("NVML is not available"))
     assert none.platform.gpu.preset_id == "rtx-4060-ti-16gb"
@@ -279,7 +280,7 @@ def test_changing_threads_prices_from_the_nearest_measured_count_without_probing
     note = "priced with the cached profile measured at 2 threads, the nearest to 5 (probe to measure at 5)"
     assert note in advice.rec.notes and advice.request.threads == 5
     # The stand-in prices the 5-thread request with the 2-thread measurements.
-    from engine.policy import Execution
+    from engine.replays.policy import Execution
 
     k = advice.request.model.top_k
     same = plan(FAST)
@@ -294,10 +295,10 @@ def test_a_cpu_without_compute_figures_says_what_its_cores_were_assumed_to_be(wi
     from dataclasses import replace
 
     from cope_tui.service.request import core_assumption
-    from engine.cpu_presets import get_cpu_preset
-    from engine.platform import Fact
+    from engine.hardware.cpu_presets import get_cpu_preset
+    from engine.hardware.platform import Fact
 
-    from engine.memory_spec import parse_memory_spec
+    from engine.hardware.memory_spec import parse_memory_spec
 
     custom = build_request(PlanChoices(cpu="Mystery CPU", memory=parse_memory_spec("ddr5-6000x2"), threads=8,
                                        gpu="rtx-4060-ti-16gb"))

@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.catalog import catalog, get_model
-from engine.cpu_compute import cpu_amx
-from engine.cpu_presets import get_cpu_preset
-from engine.errors import CopeInputError
-from engine.export import ExportPlan, export_candidate
-from engine.hf_config import model_from_hf_config
-from engine.memory import plan_memory
-from engine.policy import Allocation, parse_candidate_id
-from engine.quant import get_quantization
-from engine.replay import resident_mask
-from engine.residency import allocate_slots
+from engine.core.errors import CopeInputError
+from engine.hardware.cpu_compute import cpu_amx
+from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.memory import plan_memory
+from engine.models.catalog import catalog, get_model
+from engine.models.hf_config import model_from_hf_config
+from engine.models.quant import get_quantization
+from engine.replays.policy import Allocation, parse_candidate_id
+from engine.replays.replay import resident_mask
+from engine.replays.residency import allocate_slots
 from engine.runtimes import placement_of
+from engine.runtimes.export import ExportPlan, export_candidate
 from engine.runtimes.kt_method import AMXINT4, LLAMAFILE, kt_method
 from engine.runtimes.sglang_kt import SGLANG_KT, activation_counts, cope_rank, kt_memory, strict_counts
 from engine.runtimes.sglang_memory import (

@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from engine.advise import sweep_budgets, sweep_in_stages
-from engine.memory import GIB
-from engine.policy import Kind
-from engine.progress import Cancelled
-from engine.residency import cache_rules
+from engine.advice.advise import sweep_budgets, sweep_in_stages
+from engine.core.progress import Cancelled
+from engine.hardware.memory import GIB
+from engine.replays.policy import Kind
+from engine.replays.residency import cache_rules
 from tests.test_replay_equivalence import small_request
 
 BUDGETS = [7 * GIB, 12 * GIB, 25 * GIB]  # the last holds every expert

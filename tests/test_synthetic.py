@@ -5,15 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from engine.errors import CopeInputError
-from engine.model import ModelSpec
+from engine.core.errors import CopeInputError
+from engine.models.model import ModelSpec
+from engine.traces.synthetic import SyntheticSettings, fit_zipf_exponent, popularity_from_mbolt_profile, synthetic_trace
 from tests.factories import tiny_model
-from engine.synthetic import (
-    SyntheticSettings,
-    fit_zipf_exponent,
-    popularity_from_mbolt_profile,
-    synthetic_trace,
-)
 
 
 def make_model(n_layers=48, experts=128, k=8, first_dense=0) -> ModelSpec:

@@ -1,10 +1,10 @@
-"""engine.thread_speedup: the executed speed-up against the one the estimates imply."""
+"""engine.advice.thread_speedup: the executed speed-up against the one the estimates imply."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.thread_speedup import SPEEDUP_TOLERANCE, SpeedupCheck, describe, speedup_checks
+from engine.advice.thread_speedup import SPEEDUP_TOLERANCE, SpeedupCheck, describe, speedup_checks
 
 
 def test_an_executor_that_does_not_scale_is_warned_against_probes_that_do():

@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 from engine.traces import load_any_trace, save_trace, write_jsonl_trace, write_llama_moe_trace_csv
 from engine.traces.limits import MAX_ENTRIES_ENV
 from tests.test_trace_io import make_model, make_trace

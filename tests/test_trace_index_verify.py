@@ -18,9 +18,9 @@ from cope_tui.cli import main  # noqa: E402
 from cope_tui.sources import hub_trace  # noqa: E402
 from cope_tui.sources.hub_trace import IndexEntry, plan_pull, pull_trace  # noqa: E402
 from cope_tui.sources.trace_index_verify import UNVERIFIED_NOTE, verify_index  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
-from engine.progress import Cancelled  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.core.progress import Cancelled  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from engine.traces import write_llama_moe_trace_csv  # noqa: E402
 from tests.hub_server import FakeHub  # noqa: E402
 

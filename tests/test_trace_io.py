@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import CopeInputError
-from engine.model import ModelSpec
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError
+from engine.models.model import ModelSpec
 from engine.traces import (
     TraceWarning,
     load_any_trace,
@@ -23,6 +22,7 @@ from engine.traces import (
     write_jsonl_trace,
     write_llama_moe_trace_csv,
 )
+from engine.traces.trace import RoutingTrace, TraceMeta
 from tests.factories import tiny_model
 
 BLOCKS = (1, 2, 3)  # block 0 dense, like DeepSeek

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.catalog import get_model
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
+from engine.models.catalog import get_model
 from engine.traces import flame_parquet
 from engine.traces.commitmoe_safetensors import read_commitmoe_safetensors
 from engine.traces.registry import detect_format, load_any_trace

@@ -18,9 +18,9 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request  # noqa: E402
 from cope_tui.sources import hub_trace  # noqa: E402
 from cope_tui.sources.hub_trace import IndexEntry, load_index, pull_trace  # noqa: E402
-from engine.catalog import get_model, catalog  # noqa: E402
-from engine.errors import CopeInputError  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.models.catalog import get_model, catalog  # noqa: E402
+from engine.core.errors import CopeInputError  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from engine.traces import load_trace, save_trace, write_jsonl_trace, write_llama_moe_trace_csv  # noqa: E402
 from tests.hub_server import FakeHub, refused_endpoint  # noqa: E402
 

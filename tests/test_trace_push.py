@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("huggingface_hub")
 
 from cope_tui.cli import main  # noqa: E402
-from engine.catalog import get_model  # noqa: E402
-from engine.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
-from engine.trace_card import CardFacts, dataset_card, quantization_of, runtime_of  # noqa: E402
+from engine.models.catalog import get_model  # noqa: E402
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
+from engine.traces.trace_card import CardFacts, dataset_card, quantization_of, runtime_of  # noqa: E402
 from engine.traces import load_trace, save_trace  # noqa: E402
 from tests.hub_server import FakeHub  # noqa: E402
 

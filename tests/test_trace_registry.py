@@ -8,19 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 from engine.traces import (
     check_trace_fits_model,
     detect_format,
     load_any_trace,
+    registry,
     save_any_trace,
     save_trace,
     write_jsonl_trace,
     write_llama_moe_trace_csv,
 )
-from engine.traces import registry
 from engine.traces.format import TraceFormat
-from tests.test_trace_io import make_model, make_trace, write_moe_beyond, _ids
+from tests.test_trace_io import _ids, make_model, make_trace, write_moe_beyond
 
 UNKNOWN = ("unknown trace format (expected .cope.npz, llama-moe-trace .csv, .jsonl, a folder of "
            "moe-beyond CSV files, FLAME-MoE layer_NN.parquet or CommitMoE labels .safetensors)")

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from cope_tui.cli import EXIT_OK, main
-from engine.catalog import catalog
+from engine.models.catalog import catalog
 
 PLATFORM = ["--tokens", "40", "--gpu", "rtx-3090", "--cpu", "ryzen-9-7950x"]
 
@@ -59,7 +59,7 @@ def test_c_0_of_a_model_whose_context_is_unknown_says_what_was_assumed(tmp_path,
 
 @pytest.mark.parametrize("value, expected", [(131072, 131072), (None, None), ("x", None), (True, None)])
 def test_config_json_context(tmp_path, value, expected):
-    from engine.hf_config import model_from_hf_config
+    from engine.models.hf_config import model_from_hf_config
 
     config = {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2,
               "num_key_value_heads": 1, "head_dim": 64, "num_experts": 4, "num_experts_per_tok": 2,

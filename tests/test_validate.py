@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from cope_tui import cli
-from cope_tui.service import pricing
-from cope_tui.service import ground_truth
-from engine.policy import Kind
-from engine.profile import Measurement
+from cope_tui.service import ground_truth, pricing
+from engine.profiles.profile import Measurement
+from engine.replays.policy import Kind
 from probes.local_prober import GPU_OPERATORS
 
 

@@ -267,8 +267,8 @@ def test_the_export_is_priced_at_the_depth_llama_bench_decodes_from(bench, capsy
 
     from cope_tui.options import PlanChoices
     from cope_tui.service.advice import plan
-    from engine.advise import advise
-    from engine.analytic_cost import AnalyticCostModel
+    from engine.advice.advise import advise
+    from engine.cost.analytic_cost import AnalyticCostModel
 
     code, _ = bench("ok", "--candidate", "partition-last", "--json")
     assert code == EXIT_OK

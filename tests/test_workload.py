@@ -14,10 +14,10 @@ from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.options import DEFAULT_CONTEXT, WORKLOAD_PRESETS, PlanChoices
 from cope_tui.service.advice import plan
 from cope_tui.service.workload import rank, workload_of
-from engine.errors import CopeInputError
-from engine.run_advice import plan_runs
+from engine.advice.run_advice import plan_runs
+from engine.advice.workload import CONTEXT_STEP_TOKENS, Workload, request_context
+from engine.core.errors import CopeInputError
 from engine.runtimes import STOCK_NAME
-from engine.workload import CONTEXT_STEP_TOKENS, Workload, request_context
 
 FLAGS = ["--tokens", "200", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb", "--threads", "8"]
 CHOICES = PlanChoices(tokens=200, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb", threads=8)

@@ -38,7 +38,15 @@ from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
-from engine.errors import CopeInputError
+from cope_tui.service.runtimes import save_counts_pt
+from cope_tui.service.workload import rank, workload_of
+from engine.advice.run_advice import plan_runs
+from engine.advice.workload import export_with_batch
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import output_path, user_path
+from engine.hardware.platform import unknown_gpu
+from engine.runtimes import runtime_named
+from engine.runtimes.export import export_for, write_export
 
 TABS = ("hardware", "model", "trace", "probes", "results", "export")
 TAB_FKEYS = ("f2", "f3", "f4", "f5", "f6", "f7")  # F1 is help
@@ -83,7 +91,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.detected_gpu = None
         self.advice: Advice | None = None
         self.sweep_points: list[SweepPoint] = []
-        self.workload_ranking = None  # engine.workload.WorkloadRanking when a workload is chosen
+        self.workload_ranking = None  # engine.advice.workload.WorkloadRanking when a workload is chosen
         self.chart_metric = "decode"  # or "prompt" (with a workload)
         self.sweep_message = "computing the VRAM sweep..."
         self.sweep_progress = (0, 0)  # (budget, candidate) pairs priced, of all to price
@@ -101,7 +109,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.pasted_estimate = None  # its CommandEstimate, as cope estimate gives it
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.builds: dict = {}  # their builds, by runtime: what the commands are spelled for
-        self.runs = None  # engine.run_advice.RunAdvice of the advice, for these runtimes
+        self.runs = None  # engine.advice.run_advice.RunAdvice of the advice, for these runtimes
         # (tab, widget): the widget a switch to that tab focuses (else _focus_into's pick)
         self._focus_wanted: tuple[str, str] | None = None
 
@@ -132,8 +140,6 @@ class CopeApp(TraceActions, Workers, App[None]):
     def this_gpu(self):  # type: ignore[no-untyped-def]
         """This machine's GPU: detected once (NVML, no torch), or as last measured."""
         if self.detected_gpu is None:
-            from engine.platform import unknown_gpu
-
             detect = self.services.detect_gpu
             self.detected_gpu = detect() if detect is not None else unknown_gpu("GPU detection is off")
         return self.detected_gpu
@@ -165,12 +171,8 @@ class CopeApp(TraceActions, Workers, App[None]):
         estimate = self.selected_estimate()
         if estimate is None:
             return None
-        from engine.export import export_for
-
         pane = self.query_one(ExportPane)
-        model_path = pane.model_path  # else the GGUF the model was read from (engine.export), as the CLI
-        from engine.runtimes import runtime_named
-
+        model_path = pane.model_path  # else the GGUF the model was read from (engine.runtimes.export), as the CLI
         runtime = runtime_named(pane.runtime).info
         binary = pane.binary if pane.binary in runtime.binaries else None
         try:
@@ -181,8 +183,6 @@ class CopeApp(TraceActions, Workers, App[None]):
             return None
         if self.workload_ranking is None:
             return export
-        from engine.workload import export_with_batch
-
         return export_with_batch(export, self.workload_ranking)  # the -b/-ub chosen for the request, as cope export
 
     # --- messages -----------------------------------------------------------------
@@ -207,8 +207,6 @@ class CopeApp(TraceActions, Workers, App[None]):
         first = self.advice is None
         replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
         self.advice, self.choices = message.advice, message.choices
-        from cope_tui.service.workload import rank, workload_of
-
         workload = workload_of(self.choices)
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it
@@ -232,8 +230,6 @@ class CopeApp(TraceActions, Workers, App[None]):
             self.estimate(self.advice, self.pasted_command)
 
     def _plan_runs(self):  # type: ignore[no-untyped-def]
-        from engine.run_advice import plan_runs
-
         if self.advice is None:
             return None
         return plan_runs(self.advice.rec, self.installed, self.workload_ranking, self.builds)
@@ -313,7 +309,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         if r.stopped == "cancelled":
             text = f"Probes cancelled: {kept}, kept{where}; {r.left} not run. The next run resumes."
             severity = "warning"
-        elif refused:  # which figure failed its consistency check twice, and how (engine/probe_consistency.py)
+        elif refused:  # which figure failed its consistency check twice, and how (engine/profiles/probe_consistency.py)
             text = f"Probes done: {kept}" + (f", {r.left} left" if r.left else "") + f"{where}; " + "; ".join(refused) + "."
             severity = "warning"
         elif r.stopped == "failed" or o.error and o.pricing is None and r.measured == 0:
@@ -455,8 +451,6 @@ class CopeApp(TraceActions, Workers, App[None]):
         that would overwrite a file."""
         if isinstance(self.screen, ConfirmScreen):  # s again while asked: one question at a time
             return
-        from engine.user_paths import output_path, user_path
-
         pane = self.query_one(ExportPane)
         try:  # the CLI's --out check: ~nosuchuser, a NUL byte, a FIFO or a folder is one line, not an exit
             path = user_path(pane.save_path, flag="Save")
@@ -484,9 +478,6 @@ class CopeApp(TraceActions, Workers, App[None]):
                          answered)
 
     def _write_export(self, export, path: Path) -> None:  # type: ignore[no-untyped-def]
-        from cope_tui.service.runtimes import save_counts_pt
-        from engine.export import write_export
-
         try:
             written = write_export(export, path, write_tensor=save_counts_pt)
         except (OSError, CopeInputError) as exc:

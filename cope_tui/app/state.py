@@ -5,64 +5,54 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from cope_tui.service.advice import sweep_stages
+from cope_tui.service.hardware import remember_cpu_bandwidth
+from cope_tui.service.pricing import probe_then_price
+from cope_tui.service.runtimes import scan_runtimes
+from cope_tui.service.traces import record_trace
+from cope_tui.sources.hub_trace import plan_pull, pull_trace
+from engine.cost.cost_model import Fidelity
+from probes.detect import detect_platform
+from probes.gpu import UNLOADED, detect_gpu
+from probes.host import detect_cpu
 
 
 def _detect_cpu():  # type: ignore[no-untyped-def]
-    from probes.host import detect_cpu  # reads /proc only
-
     return detect_cpu()
 
 
 def _detect_gpu():  # type: ignore[no-untyped-def]
     # NVML only: cheap, and torch stays unimported until the person asks to measure.
-    from probes.gpu import UNLOADED, detect_gpu
-
     return detect_gpu(torch=UNLOADED)
 
 
 def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
-    from cope_tui.service.hardware import remember_cpu_bandwidth
-    from probes.detect import detect_platform
-
     platform = detect_platform(measure=True, expert_bytes=expert_bytes, progress=progress)
     remember_cpu_bandwidth(platform)  # planning on this machine uses it from now on
     return platform
 
 
 def _run_probes(request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]
-    from cope_tui.service.pricing import probe_then_price
-    from engine.cost_models import Fidelity
-
     return probe_then_price(request, Fidelity(fidelity), budget_s=budget_s, progress=progress, cancel=cancel)
 
 
 def _scan_runtimes():  # type: ignore[no-untyped-def]
-    from cope_tui.service.runtimes import scan_runtimes  # runs llama.cpp's --version; never imports torch
-
     return scan_runtimes()
 
 
 def _plan_pull(spec: str):  # type: ignore[no-untyped-def]
-    from cope_tui.sources.hub_trace import plan_pull
-
     return plan_pull(spec)
 
 
 def _pull(spec: str, model: str, log, progress=None, cancel=None):  # type: ignore[no-untyped-def]
-    from cope_tui.sources.hub_trace import pull_trace
-
     return str(pull_trace(spec, model=model, log=log, progress=progress, cancel=cancel).path)
 
 
 def _sweep_stages(advice, n_points, **kw):  # type: ignore[no-untyped-def]
-    from cope_tui.service.advice import sweep_stages
-
     return sweep_stages(advice, n_points, **kw)
 
 
 def _record(**kw):  # type: ignore[no-untyped-def]
-    from cope_tui.service.traces import record_trace
-
     return record_trace(**kw)
 
 

@@ -8,6 +8,7 @@ import threading
 
 from cope_tui.app.messages import PullPlanned, TraceRecorded
 from cope_tui.app.panes.trace import TracePane
+from cope_tui.sources.hub_trace import entries_for, entry_label
 
 
 class TraceActions:
@@ -38,8 +39,6 @@ class TraceActions:
         large, the second downloads it (Escape cancels mid-download)."""
         if self.advice is None:
             return
-        from cope_tui.sources.hub_trace import entries_for, entry_label
-
         model = self.advice.request.model
         matches = entries_for(model.id)
         if not matches:

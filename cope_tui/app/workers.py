@@ -1,7 +1,7 @@
 """The app's thread workers: each calls one service-layer function and posts what it gets.
 
 Cancellation is the worker's own `cancelled_event` (a threading.Event), passed down into
-the long work, which checks it at step boundaries and raises engine.progress.Cancelled;
+the long work, which checks it at step boundaries and raises engine.core.progress.Cancelled;
 progress callbacks only post messages. A failure becomes a one-line WorkFailed message,
 never a traceback.
 """
@@ -29,11 +29,12 @@ from cope_tui.app.messages import (
 )
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
+from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
 from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
-from engine.cost_models import Fidelity
-from engine.errors import CopeInputError
-from engine.llama_args import LlamaCommand
-from engine.progress import Cancelled
+from engine.core.errors import CopeInputError
+from engine.core.progress import Cancelled
+from engine.cost.cost_model import Fidelity
+from engine.llamacpp.llama_args import LlamaCommand
 
 
 def why(exc: BaseException) -> str:
@@ -86,8 +87,6 @@ class Workers:
         """The pasted command priced as `cope estimate` prices it (cope_tui/service/pasted.py),
         the app's model standing for --model; the shown ranking is reused when the command
         moves none of its settings."""
-        from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
-
         builds = dict(getattr(self, "builds", {}))  # the runtimes found here: COPE's command is spelled for them
         made_for = self.choices.with_(model=self.choices.model or advice.request.model.id)
 

@@ -6,10 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
-from engine.errors import CopeInputError
-from engine.platform import NO_GPU
+from cope_tui.options import choices_from_args
+from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
+from cope_tui.service.runtimes import run_advice, scan_runtimes
+from cope_tui.service.workload import export_with_batch, rank, workload_of
+from cope_tui.text_report import render_export, render_recommendation
+from cope_tui.workload_report import render_workload
+from engine.advice.report import recommendation_to_dict
+from engine.core.errors import CopeInputError
+from engine.hardware.platform import NO_GPU
+from engine.runtimes.export import export_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,12 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.service.runtimes import run_advice, scan_runtimes
-    from engine.export import export_for
-
-    from cope_tui.options import choices_from_args
-    from cope_tui.service.workload import export_with_batch, rank, workload_of
-
     choices = choices_from_args(args)
     if (choices.gpu or "").lower() == NO_GPU:
         return _run_cpu_only(args, choices)
@@ -48,9 +51,6 @@ def run(args: argparse.Namespace) -> int:
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
     if args.json:
-        from cope_tui.commands.output import write_json
-        from engine.report import recommendation_to_dict
-
         doc = recommendation_to_dict(recommendation, runs)
         doc["runtimes"] = scan.to_dict()
         if ranking is not None:
@@ -59,12 +59,8 @@ def run(args: argparse.Namespace) -> int:
             doc["export"] = export.to_dict()
         write_json(doc)
     else:
-        from cope_tui.text_report import render_export, render_recommendation
-
         sys.stdout.write(render_recommendation(recommendation, runs=runs, limit=None if args.all else 15))
         if ranking is not None:
-            from cope_tui.workload_report import render_workload
-
             sys.stdout.write("\n" + render_workload(ranking, recommendation, limit=None if args.all else 10))
         if export is not None:
             what = "the fastest estimate" if ranking is None else "the fastest request"
@@ -86,14 +82,10 @@ def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-untyped-def]
     """`--gpu none`: the CPU-only command and its price (cope_tui/service/cpu_only.py)."""
-    from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
-
     if choices.prompt_tokens is not None or choices.workload is not None:
         raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json(plan.to_dict())
     else:
         sys.stdout.write(render_cpu_only(plan))

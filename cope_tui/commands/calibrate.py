@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cope_tui.commands.output import write_json
 from cope_tui.exit_codes import EXIT_OK
+from cope_tui.service.calibrate import calibrate, find_llama_bench
+from engine.advice.calibration_runs import BENCH_REPETITIONS
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import input_kind, user_path
+from engine.cost.calibration import LANE_CONSTANTS, describe_constant
+from engine.cost.calibration_io import to_dict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,11 +40,6 @@ def _say(done: int, total: int, label: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.service.calibrate import calibrate, find_llama_bench
-    from engine.calibration_runs import BENCH_REPETITIONS
-    from engine.errors import CopeInputError
-    from engine.user_paths import input_kind, user_path
-
     if args.threads is not None and args.threads < 1:
         raise CopeInputError(f"--threads must be positive, got {args.threads}")
     gguf = user_path(args.gguf, flag="--gguf")
@@ -49,9 +51,6 @@ def run(args: argparse.Namespace) -> int:
     report = calibrate(str(gguf), bench=bench, threads=args.threads, run_timeout_s=args.run_timeout,
                        repetitions=args.repetitions or BENCH_REPETITIONS, progress=_say)
     if args.json:
-        from cope_tui.commands.output import write_json
-        from engine.calibration_io import to_dict
-
         write_json({**to_dict(report.calibration), "path": str(report.path), "llama_bench": bench})
     else:
         sys.stdout.write(render(report))
@@ -59,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(report) -> str:  # type: ignore[no-untyped-def]
-    from engine.calibration import LANE_CONSTANTS, describe_constant
-
     cal = report.calibration
     lines = [f"COPE calibrate: {cal.gguf_name} ({cal.model_id} {cal.quant}) on {cal.cpu_name}"
              + (f" with {cal.gpu_name}" if cal.gpu_name else ""),

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from cope_tui.commands.output import write_json
 from cope_tui.exit_codes import EXIT_OK
+from engine.hardware.cpu_presets import cpu_presets
+from engine.hardware.memory import GIB
+from engine.hardware.presets import gpu_presets
+from engine.models.catalog import catalog
+from engine.models.quant import quantizations
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def models(args: argparse.Namespace) -> int:
-    from engine.catalog import catalog
-    from engine.quant import quantizations
-
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json({
             "models": [{"id": m.id, "name": m.name, "arch": m.arch, "blocks": m.n_blocks,
                         "moe_blocks": list(m.moe_blocks), "routed_experts": m.n_routed_experts, "top_k": m.top_k,
@@ -45,12 +46,7 @@ def models(args: argparse.Namespace) -> int:
 
 
 def presets(args: argparse.Namespace) -> int:
-    from engine.memory import GIB
-    from engine.platform import cpu_presets, gpu_presets
-
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json({"gpus": {pid: gpu.to_dict() for pid, gpu in gpu_presets().items()},
                     "cpus": {pid: cpu.to_dict() for pid, cpu in cpu_presets().items()}})
         return EXIT_OK

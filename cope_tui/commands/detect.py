@@ -7,6 +7,11 @@ import sys
 
 from cope_tui.commands.detect_runtimes import add_runtime_flags, render_runtimes, scan_for
 from cope_tui.exit_codes import EXIT_OK
+from cope_tui.service.hardware import remember_cpu_bandwidth
+from probes import detect
+from dataclasses import fields
+from cope_tui.commands.output import write_json
+from engine.hardware.platform import Fact
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,14 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probes.detect import detect_platform
-
     def say(msg: str) -> None:
         print(f"cope: {msg}", file=sys.stderr, flush=True)
 
-    platform = detect_platform(measure=not args.no_measure, progress=say)
-    from cope_tui.service.hardware import remember_cpu_bandwidth
-
+    platform = detect.detect_platform(measure=not args.no_measure, progress=say)
     kept = remember_cpu_bandwidth(platform)
     if kept is not None:
         say(f"kept the measured CPU memory bandwidth for planning on this machine ({kept})")
@@ -35,8 +36,6 @@ def run(args: argparse.Namespace) -> int:
         say(f"warning: {line}")
     scan = scan_for(args)
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json({"platform": platform.to_dict(), "warnings": warnings, "runtimes": scan.to_dict()})
     else:
         sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform)
@@ -69,10 +68,6 @@ def _format_fact(name: str, value: object) -> str:
 
 
 def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
-    from dataclasses import fields
-
-    from engine.platform import Fact
-
     lines: list[str] = []
     specs = (("GPU", platform.gpu), ("CPU", platform.cpu))
     width = max(len(f.name) for _, spec in specs for f in fields(spec)  # one column for both

@@ -4,6 +4,9 @@ MoE expert-cache fork's) and SGLang with kt-kernel, as probes/runtimes.py finds 
 from __future__ import annotations
 
 import argparse
+from cope_tui.service.runtimes import scan_runtimes
+from engine.llamacpp.llamacpp_flags import spelling_summary
+from engine.runtimes import REGISTRY
 
 
 def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
@@ -12,15 +15,10 @@ def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def scan_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from cope_tui.service.runtimes import scan_runtimes
-
     return scan_runtimes(getattr(args, "llama_bin", None))
 
 
 def render_runtimes(scan) -> str:  # type: ignore[no-untyped-def]
-    from engine.runtimes import REGISTRY
-    from engine.runtimes.llamacpp_flags import spelling_summary
-
     titles = {r.info.name: r.info.title for r in REGISTRY}
     lines = ["Runtimes:"]
     for found in scan.found:

@@ -1,7 +1,7 @@
 """`cope estimate -- llama-server -m model.gguf ...`: price the command a person already runs.
 
-The llama.cpp flags that place experts are read (engine/llama_args.py) and priced beside
-COPE's best (engine/command_estimate.py) at the command's own -t and -c.
+The llama.cpp flags that place experts are read (engine/llamacpp/llama_args.py) and priced beside
+COPE's best (engine/advice/command_estimate.py) at the command's own -t and -c.
 """
 
 from __future__ import annotations
@@ -10,9 +10,16 @@ import argparse
 import os
 import sys
 
+from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_for, choices_from_args
 from cope_tui.exit_codes import EXIT_OK
-from engine.platform import NO_GPU
+from cope_tui.service.advice import parse_pasted
+from cope_tui.service.pasted import estimate_pasted, pasted_choices
+from cope_tui.service.runtimes import scan_runtimes
+from cope_tui.text_report import render_command_estimate
+from engine.hardware.platform import NO_GPU
+from engine.llamacpp.llama_args import parse_llama_command
+import shlex
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.service.pasted import estimate_pasted, pasted_choices
-    from engine.llama_args import parse_llama_command
-
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
     if len(words) == 1 and any(ch.isspace() for ch in words[0]) and not os.path.exists(words[0]):
-        from cope_tui.service.advice import parse_pasted
-
         command = parse_pasted(words[0])  # the whole command quoted as one word: split as a shell would
         words = _shell_words(words[0])
     else:
@@ -47,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"cope: {pasted.said}", file=sys.stderr)
     builds = None
     if (pasted.choices.gpu or "").lower() != NO_GPU:
-        from cope_tui.service.runtimes import scan_runtimes
-
         builds = scan_runtimes(args.llama_bin).builds
     est = estimate_pasted(command, pasted, lambda choices: advice_for(args, choices), fidelity=args.fidelity,
                           probe_budget_s=args.probe_budget_s, builds=builds)
@@ -57,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, words: list[str], command, est) -> int:  # type: ignore[no-untyped-def]
     if args.json:
-        from cope_tui.commands.output import write_json
-
         best = est.best
         write_json({
             "command": {
@@ -85,8 +83,6 @@ def _report(args: argparse.Namespace, words: list[str], command, est) -> int:  #
             "notes": list(est.notes + est.ranking_notes),
         })
         return EXIT_OK
-    from cope_tui.text_report import render_command_estimate
-
     sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
 
@@ -100,8 +96,6 @@ def _priced(e, runtime: str | None, *, speedup: float | None, versus: str | None
 
 
 def _shell_words(text: str) -> list[str]:
-    import shlex
-
     return shlex.split(text.strip().removeprefix("$ "))
 
 

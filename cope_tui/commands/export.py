@@ -1,6 +1,6 @@
 """`cope export`: the command (and artefacts) that runs one candidate on a runtime.
 
-The command is built by engine/export.py (`export_for`, through the runtime registry in
+The command is built by engine/runtimes/export.py (`export_for`, through the runtime registry in
 engine/runtimes/) and shown by cope_tui/text_report.py (`render_export`), as `cope advise
 --export` and `cope estimate` show theirs. kt-kernel's activation file is written with
 torch (cope_tui/service/runtimes.py), the only step here that imports it.
@@ -11,9 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
+from cope_tui.options import choices_from_args
+from cope_tui.service.runtimes import save_counts_pt, scan_runtimes
+from cope_tui.service.workload import export_with_batch, rank, workload_of
+from cope_tui.text_report import render_export
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import output_path
 from engine.runtimes import ALIASES, RUNTIME_NAMES
+from engine.runtimes.export import export_for, write_export
+import os
 
 RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the earlier spellings
 
@@ -36,19 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from engine.errors import CopeInputError
-    from engine.export import export_for, write_export
-
     if args.runtime == "sglang-kt" and args.binary is not None:
         raise CopeInputError("--binary names a llama.cpp program; sglang-kt runs python -m sglang.launch_server")
-    from cope_tui.options import choices_from_args
-    from cope_tui.service.workload import export_with_batch, rank, workload_of
-
     if args.out:  # the target checked before any work or any side file (a FIFO there leaves the .pt alone)
-        from engine.user_paths import output_path
-
         args.out = str(output_path(args.out, flag="--out"))
     workload = workload_of(choices_from_args(args))
     advice = advice_from_args(args)
@@ -56,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     estimate = rec.estimate_of(args.candidate)
     # The command names its artefacts by absolute path: it runs from any folder, as the app's save does.
     side_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
-    from cope_tui.service.runtimes import scan_runtimes
-
     export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
                         side_dir=side_dir, hf_model=args.hf_model, builds=scan_runtimes(args.llama_bin).builds)
     if workload is not None:  # -b/-ub only for a named workload
@@ -66,18 +63,12 @@ def run(args: argparse.Namespace) -> int:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)
     if args.out:
-        from cope_tui.service.runtimes import save_counts_pt
-
         written = write_export(export, args.out, write_tensor=save_counts_pt)
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     elif export.tensors:
         print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json(export.to_dict())
     else:
-        from cope_tui.text_report import render_export
-
         sys.stdout.write(render_export(export, side_files_written=bool(args.out)))
     return EXIT_OK

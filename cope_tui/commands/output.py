@@ -17,6 +17,9 @@ import re
 import sys
 import warnings
 from typing import Any, Iterator, TextIO
+from importlib.metadata import PackageNotFoundError, version
+
+import orjson
 
 LINE_LIMIT = 300
 LIST_KEPT = 4  # items shown of a long list
@@ -32,8 +35,6 @@ JSON_SCHEMA_VERSION = 1
 
 def cope_version() -> str:
     """The installed cope-tui distribution's version ("unknown" when run from a bare checkout)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("cope-tui")
     except PackageNotFoundError:
@@ -48,8 +49,6 @@ def versioned(doc: Any) -> Any:
 
 
 def json_text(doc: Any) -> str:
-    import orjson
-
     return orjson.dumps(versioned(doc), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
 
 

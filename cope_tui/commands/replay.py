@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags
 from cope_tui.exit_codes import EXIT_OK
-from engine.errors import CopeInputError
+from cope_tui.options import choices_from_args
+from cope_tui.service.replays import replay_report
+from engine.core.errors import CopeInputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,13 +35,8 @@ def _slots(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.options import choices_from_args
-    from cope_tui.service.replays import replay_report
-
     report = replay_report(choices_from_args(args), args.slots)
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json(report.to_dict())
         return EXIT_OK
     sys.stdout.write(render(report))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from cope_tui.commands import trace_pull, trace_push, trace_record
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 
 SUBCOMMANDS = (trace_record, trace_pull, trace_push)
 

@@ -18,8 +18,23 @@ import argparse
 import sys
 
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from engine.errors import CopeInputError
-from engine.trace_card import trace_shape
+from cope_tui.sources import hub_imatrix
+from cope_tui.sources.hub_imatrix import imatrix_entries_for
+from cope_tui.sources.hub_trace import (
+    check_revision,
+    entries_for,
+    entry_label,
+    load_index,
+    plan_pull,
+    pull_command,
+    pull_trace,
+    split_spec,
+)
+from cope_tui.sources.resolve import resolve_model
+from cope_tui.sources.trace_index_verify import verify_index
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import output_path
+from engine.traces.trace_card import trace_shape
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,9 +72,6 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args) if args.verify_index else _list(args)
     if args.spec is None:
         raise CopeInputError("`cope trace pull` needs REPO[/FILE] (or --list, or --verify-index)")
-    from cope_tui.sources.hub_trace import plan_pull, pull_trace  # noqa: PLC0415
-    from engine.user_paths import output_path  # noqa: PLC0415
-
     if args.out:
         args.out = str(output_path(args.out, flag="--out"))  # before the download, not after it
     plan = plan_pull(args.spec, repo_type=args.repo_type or "dataset", revision=args.revision)
@@ -74,11 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from cope_tui.sources.hub_trace import entries_for, entry_label, load_index  # noqa: PLC0415
-
     if args.model:
-        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
-
         model_id = resolve_model(args.model).id
         matches = entries_for(model_id)
         if not matches:
@@ -97,8 +105,6 @@ def _list(args: argparse.Namespace) -> int:
 
 def _point_at_imatrix(model_id: str) -> None:
     """Without a trace, a published imatrix is the next best routing statistic: say where."""
-    from cope_tui.sources.hub_imatrix import imatrix_entries_for  # noqa: PLC0415
-
     found = len(imatrix_entries_for(model_id))
     if found:
         _say(f"the imatrix index names {found} published imatrix file{'s' if found > 1 else ''} of {model_id} "
@@ -108,17 +114,12 @@ def _point_at_imatrix(model_id: str) -> None:
 def _imatrix(args: argparse.Namespace) -> int:
     """`--imatrix`: the index's imatrix repos of a model (--list --model), the imatrix files
     of a repo (REPO) or one downloaded and read (REPO/FILE): its local path on stdout."""
-    from cope_tui.sources import hub_imatrix  # noqa: PLC0415
-    from cope_tui.sources.hub_trace import check_revision, split_spec  # noqa: PLC0415
-
     if args.verify_index or args.out or args.sha256:
         raise CopeInputError("--imatrix takes REPO[/FILE] or --list --model ID (the Hub cache keeps the file and "
                              "checks its hash; --out, --sha256 and --verify-index are for traces)")
     if args.list:
         if args.spec is not None or not args.model:
             raise CopeInputError("--imatrix --list needs --model ID and no REPO")
-        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
-
         model_id = resolve_model(args.model).id
         entries = hub_imatrix.imatrix_entries_for(model_id)
         if not entries:
@@ -148,14 +149,10 @@ def _imatrix(args: argparse.Namespace) -> int:
 
 
 def pull_hint(entry, model_id: str) -> str:
-    from cope_tui.sources.hub_trace import pull_command  # noqa: PLC0415
-
     return pull_command(entry, model_id)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from cope_tui.sources.trace_index_verify import verify_index  # noqa: PLC0415
-
     checks = verify_index(args.index, log=_say)
     for c in checks:
         print(f"{c.repo_id}\t{c.outcome}\t{c.detail}")

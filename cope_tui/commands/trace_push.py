@@ -15,6 +15,9 @@ import argparse
 import sys
 
 from cope_tui.exit_codes import EXIT_OK
+from cope_tui.sources.hub_push import DEFAULT_LICENCE, newest_recorded_trace, push_trace
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import input_kind, user_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,10 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.sources.hub_push import DEFAULT_LICENCE, newest_recorded_trace, push_trace  # noqa: PLC0415
-    from engine.errors import CopeInputError  # noqa: PLC0415
-    from engine.user_paths import input_kind, user_path  # noqa: PLC0415
-
     if args.trace is not None:  # '' is a path too, and an empty one: refused, not mistaken for "none given"
         path = user_path(args.trace, flag="--trace")
         if input_kind(path, what="trace file", flag="--trace") != "file":

@@ -4,7 +4,7 @@
     cope trace record --gguf model.gguf      ...   (llama.cpp; pip install 'cope-tui[llamacpp]')
 
 Writes COPE's own trace format (`.cope.npz`) to --out, or by default to
-`<cache>/traces/<model>-<domain>.cope.npz` (engine/cache_dirs.py: COPE_CACHE_DIR, else
+`<cache>/traces/<model>-<domain>.cope.npz` (engine/core/cache_dirs.py: COPE_CACHE_DIR, else
 the user cache folder for "cope"); the path goes to stdout, progress to stderr.
 torch, transformers and llama-cpp-python are imported only when recording.
 """
@@ -18,11 +18,17 @@ import threading
 from pathlib import Path
 
 from cope_tui.exit_codes import EXIT_OK
-from engine.cache_dirs import default_trace_path, model_label
-from engine.errors import CopeInputError
-from engine.trace_card import trace_shape
-from engine.prompts import DOMAINS, domain_prompts, load_prompts
-from engine.user_paths import input_kind, output_path, user_path
+from engine.core.cache_dirs import default_trace_path
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import input_kind, output_path, user_path
+from engine.models.catalog import model_label
+from engine.traces import save_trace
+from engine.traces.prompts import DOMAINS, domain_prompts, load_prompts
+from engine.traces.trace_card import trace_shape
+from probes.llamacpp_glue import gpu_offload_supported, import_llama_cpp
+from probes.record_hf import record_with_transformers
+from probes.record_llamacpp import record_with_llamacpp
+import importlib
 
 # The most --tokens a prompt: a recording holds its context (prompt + tokens) in one llama.cpp
 # context or one transformers generate call, and 32,768 is already past the context most
@@ -72,9 +78,6 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], str, str]:
 
 def _record_gguf(args: argparse.Namespace, prompts: list[str], domain: str, progress, cancel):
     """(trace, model label) recorded through llama.cpp."""
-    from probes.llamacpp_glue import gpu_offload_supported, import_llama_cpp
-    from probes.record_llamacpp import record_with_llamacpp
-
     llama_cpp = import_llama_cpp()  # says how to install the extra when it is missing
     if input_kind(user_path(args.gguf, flag="--gguf"), what="GGUF file", flag="--gguf") != "file":
         raise CopeInputError("no such GGUF file", path=args.gguf)
@@ -96,8 +99,6 @@ def _record_gguf(args: argparse.Namespace, prompts: list[str], domain: str, prog
 def _record_hf(args: argparse.Namespace, prompts: list[str], domain: str, progress, cancel):
     """(trace, model label) recorded with transformers."""
     _require("transformers", "record")  # before anything else imports it: one line saying the extra
-    from probes.record_hf import record_with_transformers
-
     device = args.device
     if device == "auto":
         import torch
@@ -112,8 +113,6 @@ def _record_hf(args: argparse.Namespace, prompts: list[str], domain: str, progre
 
 def _require(package: str, extra: str) -> None:
     """CopeInputError naming the pip extra when an optional package is not installed."""
-    import importlib  # noqa: PLC0415
-
     try:
         importlib.import_module(package)
     except ImportError:
@@ -131,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     cancel = threading.Event()  # the CLI stops on Ctrl-C; the TUI sets this from its worker
     record = _record_gguf if args.gguf else _record_hf
     trace, label = record(args, prompts, domain, _stderr_progress(), cancel)
-    from engine.traces import save_trace
-
     out = out_arg or default_trace_path(label, domain_label)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cope_tui.commands.output import json_text, write_json
 from cope_tui.exit_codes import EXIT_OK
-from cope_tui.options import FIDELITIES, add_flags, choices_from_args, option_names
+from cope_tui.options import FIDELITIES, add_flags, check_choices, choices_from_args, option_names
+from cope_tui.service.ground_truth import GroundTruthSettings, run_ground_truth
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write_text
+from engine.core.user_paths import output_path
+from engine.cost.cost_model import Fidelity
 
 SHARED = ("quant", "gpu", "cpu", "trace", "tokens", "seed", "context", "probe_budget_s", "reprobe")
 DEFAULTS = {"trace": "synthetic", "tokens": 32, "context": 4096, "probe_budget_s": 30.0}
@@ -36,8 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list(text: str, cast, flag: str) -> list:  # type: ignore[no-untyped-def]
-    from engine.errors import CopeInputError
-
     try:
         values = [cast(v.strip()) for v in str(text).split(",") if v.strip()]
     except ValueError:
@@ -52,11 +56,6 @@ def _say(text: str) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from cope_tui.options import check_choices
-    from cope_tui.service.ground_truth import GroundTruthSettings
-    from engine.cost_models import Fidelity
-    from engine.errors import CopeInputError
-
     asked = [f.strip() for f in args.fidelities.split(",") if f.strip()]
     if not asked or any(f not in FIDELITIES for f in asked):
         raise CopeInputError(f"--fidelity: choose among {', '.join(FIDELITIES)}; got {args.fidelities!r}")
@@ -74,9 +73,6 @@ def settings_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def
 
 def _writer(path: str):  # type: ignore[no-untyped-def]
     """Writes the report so far to `path`, atomically, each time it is called."""
-    from cope_tui.commands.output import json_text
-    from engine.files import atomic_write_text
-
     def write(report) -> None:  # type: ignore[no-untyped-def]
         atomic_write_text(path, json_text(report.to_dict()))
 
@@ -84,10 +80,6 @@ def _writer(path: str):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from cope_tui.commands.output import write_json
-    from cope_tui.service.ground_truth import run_ground_truth
-    from engine.user_paths import output_path
-
     if args.out:
         output_path(args.out, flag="--out")  # before any work: a FIFO or a folder there is refused at once
     settings = settings_from_args(args)

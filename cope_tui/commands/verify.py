@@ -9,11 +9,14 @@ import os
 import shutil
 import sys
 
+from cope_tui.commands.output import one_line, write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 from cope_tui.options import choices_from_args
+from cope_tui.service.cpu_only import plan_cpu_only
 from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
-from engine.platform import NO_GPU
+from engine.core.errors import CopeInputError
+from engine.hardware.platform import NO_GPU
 from engine.runtimes import ALIASES, REGISTRY
 
 # The runtimes whose builds ship llama-bench, what verify runs, and their earlier spellings.
@@ -41,15 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.errors import CopeInputError
-
     if args.time_limit <= 0:
         raise CopeInputError(f"--time-limit must be positive, got {args.time_limit}")
     bench = args.llama_bench or shutil.which("llama-bench")
     if bench is None:  # nothing can be verified: an input error, said in the form asked for
         if args.json:
-            from cope_tui.commands.output import write_json
-
             write_json({"error": NO_BENCH, "how_to_get": HOW_TO_GET, "exit_code": EXIT_INPUT})
         print(f"cope: error: {NO_BENCH}; {HOW_TO_GET}", file=sys.stderr)
         return EXIT_INPUT
@@ -62,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
 
     choices = choices_from_args(args)
     if (choices.gpu or "").lower() == NO_GPU:  # nothing to split: the one CPU-only plan
-        from cope_tui.service.cpu_only import plan_cpu_only
-
         if args.candidate != CPU_ONLY:
             raise CopeInputError(f"--candidate {args.candidate}: with --gpu none the one plan is {CPU_ONLY}")
         cpu_plan = plan_cpu_only(choices)
@@ -75,8 +72,6 @@ def run(args: argparse.Namespace) -> int:
         report = verify(advice, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
                         time_limit_s=args.time_limit)
     if args.json:
-        from cope_tui.commands.output import write_json
-
         write_json({
             "candidate": args.candidate,
             "label": report.exported.label,
@@ -94,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_report(report, request))
     failed = report.failed
     if failed is not None:
-        from cope_tui.commands.output import one_line
-
         print(f"cope: error: {one_line(f'{failed.role} run: {failed.result.problem} (the binary: {bench})')}",
               file=sys.stderr)
         return EXIT_INPUT

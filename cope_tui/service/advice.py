@@ -16,14 +16,17 @@ from typing import Iterator
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
-from engine.advise import AdviseRequest, Recommendation, advise, sweep_in_stages
-from engine.command_estimate import CommandEstimate, command_settings, price_command, price_command_alone
-from engine.cost_model import CostModel
-from engine.errors import BudgetTooSmall, CopeInputError
-from engine.llama_args import LlamaCommand, parse_llama_command
-from engine.memory import GIB, SAFETY_MARGIN_FRACTION
-from engine.platform import plans_without_gpu, usable_threads
-from engine.progress import Progress
+from engine.advice.advise import Recommendation, advise, sweep_in_stages
+from engine.advice.command_estimate import CommandEstimate, command_settings, price_command, price_command_alone
+from engine.advice.workload import rank_workload
+from engine.core.errors import BudgetTooSmall, CopeInputError
+from engine.core.progress import Progress
+from engine.cost.cost_model import CostModel
+from engine.cost.request import AdviseRequest
+from engine.hardware.memory import GIB, SAFETY_MARGIN_FRACTION
+from engine.hardware.platform import plans_without_gpu, usable_threads
+from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
+import shlex
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class SweepStage:
 def sweep_stages(advice: Advice, n_points: int, *, candidate_ids=None, cancel: threading.Event | None = None,
                  workload=None) -> Iterator[SweepStage]:  # type: ignore[no-untyped-def]
     """tokens/s of every candidate at a few VRAM budgets (and, with a workload, prompt
-    tokens/s at the -ub each budget leaves room for), a stage at a time (engine.advise.sweep_in_stages): first what the one-pass
+    tokens/s at the -ub each budget leaves room for), a stage at a time (engine.advice.advise.sweep_in_stages): first what the one-pass
     curves give, then each step-wise replay as it finishes; `candidate_ids`: those only."""
     budgets = sweep_budgets_for(advice.rec, n_points)
     counted = [0, 0]
@@ -115,8 +118,6 @@ def _points(budgets, recs, workload) -> list[SweepPoint]:  # type: ignore[no-unt
     for b, r in zip(budgets, recs):
         prompt = {}
         if workload is not None:
-            from engine.workload import rank_workload
-
             prompt = {w.candidate_id: w.prefill.tokens_per_s for w in rank_workload(r, workload).estimates}
         points.append(SweepPoint(b, {e.candidate.id: e.tokens_per_s for e in r.estimates}, prompt))
     return points
@@ -126,8 +127,6 @@ def parse_pasted(text: str) -> LlamaCommand:
     """A pasted command line -> LlamaCommand; split like a shell would (shlex), never run.
 
     Raises CopeInputError with one line for anything unreadable."""
-    import shlex
-
     text = text.strip()
     if text.startswith("$ "):
         text = text[2:]  # a copied shell prompt

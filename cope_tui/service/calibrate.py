@@ -1,12 +1,12 @@
 """`cope calibrate`: a few short llama-bench runs of the user's own GGUF, this machine's lane
 constants fitted to them, kept in the cache, and found again when pricing.
 
-The runs (engine/calibration_runs.py): everything on the CPU at the planned threads first
+The runs (engine/advice/calibration_runs.py): everything on the CPU at the planned threads first
 (its JSON says whether llama-bench has a GPU backend), then, with a GPU COPE can plan for,
 every expert on the GPU, half and all of the MoE layers' experts on the CPU, then the
 CPU-only runs at fewer threads. A placement that would not fit is not run (the reason is
 kept). Each run has a time limit and stops on cancellation (Ctrl-C, or the app's worker).
-The fit: engine/calibration_fit.py; the file: engine/calibration_io.py.
+The fit: engine/advice/calibration_fit.py; the file: engine/cost/calibration_io.py.
 """
 
 from __future__ import annotations
@@ -21,13 +21,20 @@ from pathlib import Path
 from typing import Callable
 
 from cope_tui.options import PlanChoices
-from engine.calibration import Calibration, MeasuredRun
-from engine.calibration_io import Found, find_calibration, save_calibration
-from engine.calibration_runs import BENCH_REPETITIONS, CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
-from engine.errors import CopeInputError
-from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES, size_text
-from engine.llama_bench_json import BenchTest, decode_tests, parse_bench_output
-from engine.progress import Progress, check_cancel
+from cope_tui.service.request import build_request
+from cope_tui.service.runtimes import scan_runtimes
+from engine.advice import calibration_fit
+from engine.advice.calibration_runs import BENCH_REPETITIONS, CalibrationRun, SkippedRun, check_fits, cpu_runs, gpu_runs
+from engine.core.cache_dirs import machine_dir
+from engine.core.errors import CopeInputError
+from engine.core.input_limits import RUNTIME_OUTPUT_MAX_BYTES, size_text
+from engine.core.progress import Progress, check_cancel
+from engine.cost.calibration import Calibration, MeasuredRun
+from engine.cost.calibration_io import PREFIX, Found, find_calibration, save_calibration
+from engine.llamacpp.llama_bench_json import BenchTest, decode_tests, parse_bench_output
+from probes.bounded_run import run_capped
+from probes.gpu import UNLOADED, detect_gpu as detect
+from probes.host import detect_cpu, this_machine_key
 
 RUN_TIMEOUT_S = 300.0
 NO_LLAMA_BENCH = ("no llama-bench found (give it with --llama-bench PATH, or put it on PATH; build it from "
@@ -43,8 +50,6 @@ class CalibrateReport:
 
 def this_machine() -> tuple[str, str]:
     """(machine key, CPU name) of the machine COPE runs on (reads /proc and /sys)."""
-    from probes.host import detect_cpu, this_machine_key  # noqa: PLC0415 - no torch
-
     cpu = detect_cpu()
     return this_machine_key(cpu), cpu.name
 
@@ -56,8 +61,6 @@ def find_llama_bench(path: str | None) -> str:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise CopeInputError("--llama-bench: not an executable file", path=path)
         return path
-    from cope_tui.service.runtimes import scan_runtimes  # noqa: PLC0415
-
     for runtime in scan_runtimes(None).found:
         if "llama-bench" in runtime.programs:
             return os.path.join(runtime.where, "llama-bench")
@@ -68,8 +71,6 @@ def run_llama_bench(bench: str, run: CalibrationRun, *, timeout_s: float,
                     cancel: threading.Event | None = None) -> BenchTest:
     """The decode test of one run; CopeInputError (one line) when llama-bench fails or its
     output is not its JSON; TimeoutError past `timeout_s`; Cancelled on `cancel`."""
-    from probes.bounded_run import run_capped  # noqa: PLC0415
-
     argv = [bench, *run.argv[1:]]
     try:  # read within a cap, decoded with replacement: a runtime's output is untrusted
         proc = run_capped(argv, timeout_s=timeout_s, poll=lambda: check_cancel(cancel))
@@ -94,9 +95,6 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
               detect_gpu: Callable | None = None, machine: tuple[str, str] | None = None,
               now: _dt.datetime | None = None, root: str | os.PathLike | None = None) -> CalibrateReport:
     """Run, fit, store; see the module doc."""
-    from cope_tui.service.request import build_request  # noqa: PLC0415
-    from engine.calibration_fit import fit_lanes  # noqa: PLC0415
-
     if run_timeout_s <= 0:
         raise CopeInputError(f"--run-timeout must be positive, got {run_timeout_s:g}")
     if repetitions < 2:
@@ -146,7 +144,7 @@ def calibrate(gguf: str, *, bench: str, threads: int | None = None, run_timeout_
         first = next(s for s in skipped if s.reason.startswith("not used"))
         raise CopeInputError(f"no llama-bench run could be used ({first.name}: {first.reason})", path=gguf)
     has_gpu = any(run.uses_gpu for run, _ in done)
-    fit = fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
+    fit = calibration_fit.fit_lanes(request, [r for r, _ in done], [b.avg_ts for _, b in done], has_gpu=has_gpu)
     _check_residuals([r for r, _ in done], [b.avg_ts for _, b in done], fit.fitted_tokens_per_s, bench, gguf)
     key, cpu_name = machine if machine is not None else this_machine()
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc).replace(microsecond=0)
@@ -232,9 +230,6 @@ def _consistent(done: list[tuple[CalibrationRun, BenchTest]],
 def _detect_gpu(detect_gpu: Callable | None):  # type: ignore[no-untyped-def]
     if detect_gpu is not None:
         return detect_gpu()
-    from probes.gpu import UNLOADED  # noqa: PLC0415
-    from probes.gpu import detect_gpu as detect  # noqa: PLC0415
-
     return detect(torch=UNLOADED)
 
 
@@ -242,9 +237,6 @@ def calibration_for(request, root: str | os.PathLike | None = None,  # type: ign
                     machine: Callable[[], tuple[str, str]] | None = None) -> Found:
     """This machine's calibration for `request` when the request plans for this machine's
     CPU; Found(None) otherwise. Looks at this machine only when calibrations are stored."""
-    from engine.cache_dirs import machine_dir  # noqa: PLC0415
-    from engine.calibration_io import PREFIX  # noqa: PLC0415
-
     try:
         if not any(machine_dir(root).glob(f"{PREFIX}*.json")):
             return Found(None, None, "")

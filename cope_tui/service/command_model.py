@@ -1,7 +1,7 @@
 """Which model (and quantization) a pasted llama.cpp command runs, for `cope estimate`.
 
 `--model` wins; else the `-m` file when it is on this machine (the model reader knows it);
-else the catalog model and quantization its published name says (engine/model_names.py).
+else the catalog model and quantization its published name says (engine/models/model_names.py).
 What the name says about the quantization, a nearest row priced in its place or a tag
 COPE does not recognise, becomes a note of the estimate (text and JSON), not only a line
 on stderr. `-c 0` is the model's trained context in llama.cpp (n_ctx_train): `command_context`
@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine.errors import CopeInputError
-from engine.llama_args import LlamaCommand
+from cope_tui.service.request import load_model
+from engine.core.errors import CopeInputError
+from engine.llamacpp.llama_args import LlamaCommand
+from engine.models.catalog import get_model
+from engine.models.model_names import model_from_file_name, quant_from_file_name
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,6 @@ def command_model(command: LlamaCommand, model: str | None, quant: str | None) -
     if path and os.path.exists(path):
         return CommandModel(path, None)  # the model reader may know the file
     path = path or command.model_name
-    from engine.catalog import get_model
-    from engine.model_names import model_from_file_name
-
     named = model_from_file_name(path) if path else None
     if named is None:
         raise CopeInputError("--model: say which model the command runs (a catalog id, see `cope models`)")
@@ -66,8 +66,6 @@ def _named_model(command: LlamaCommand, model: str, quant: str | None) -> Comman
     path = command.model_path or command.model_name
     if quant or not path or os.path.exists(path) or model.lower().endswith(".gguf"):
         return CommandModel(model, None)
-    from engine.model_names import quant_from_file_name
-
     found, tag, notes = quant_from_file_name(path)
     if found is None:
         return CommandModel(model, None)
@@ -82,8 +80,6 @@ def command_context(command: LlamaCommand, model: str, gguf_file: str | None = N
     asks for the model's trained context."""
     if command.context != 0:
         return command.context, None
-    from cope_tui.service.request import load_model
-
     spec = load_model(model, gguf_file=gguf_file)
     if spec.context_length is None:
         return None, ("-c 0: llama.cpp uses the model's trained context (n_ctx_train), which COPE does not know for "

@@ -2,7 +2,7 @@
 
 There is nothing to split, so the Policy Matrix does not apply: the plan is the one
 command a CPU-only machine runs (`llama-server -m FILE -ngl 0 -t T -c C`), priced by the
-same placement pricing as `cope estimate` (engine/command_estimate.py) with the cost model
+same placement pricing as `cope estimate` (engine/advice/command_estimate.py) with the cost model
 the default policy chooses (this machine's calibration when `cope calibrate` ran, else
 analytic). `cope estimate --gpu none` prices the user's command the same way
 (`estimate_without_gpu`). Imports neither textual nor torch.
@@ -17,18 +17,19 @@ from dataclasses import dataclass, replace
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
-from engine.advise import AdviseRequest
-from engine.command_estimate import (
+from engine.advice.command_estimate import (
     CommandEstimate,
     CommandPrice,
     command_settings,
     price_command_alone,
     price_placement_command,
 )
-from engine.errors import CopeInputError
-from engine.llama_args import LlamaCommand, parse_llama_command
-from engine.memory import GIB
-from engine.spans import count_of
+from engine.core.errors import CopeInputError
+from engine.core.spans import count_of
+from engine.cost.request import AdviseRequest
+from engine.hardware.memory import GIB
+from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
+import shlex
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # t
                                  "pricing, no VRAM)")
     request = build_request(choices, detect_cpu=detect_cpu)
     pricing = choose_cost_model(request, fidelity=choices.fidelity)
-    model_file = request.model.gguf_path or f"{request.model.id}.gguf"  # as engine.export names it
+    model_file = request.model.gguf_path or f"{request.model.id}.gguf"  # as engine.runtimes.export names it
     argv = ("llama-server", "-m", model_file, "-ngl", "0", "-c", str(request.context_tokens),
             "-t", str(request.threads))
     price = price_placement_command(request, pricing.cost_model, parse_llama_command(argv))
@@ -100,8 +101,6 @@ def estimate_without_gpu(choices: PlanChoices, command: LlamaCommand, *, fidelit
 
 def render_cpu_only(plan: CpuOnlyPlan) -> str:
     """The text report: the command first, then what it was priced with."""
-    import shlex
-
     r, p = plan.request, plan.price
     lines = ["Run this now: CPU only with stock llama.cpp (no GPU planned: --gpu none)"]
     if p.runs:

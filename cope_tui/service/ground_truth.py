@@ -4,7 +4,7 @@ For each configuration (model, platform, CPU threads, VRAM budget): estimate eve
 candidate at each fidelity (the measured ones probe first, reusing the profile cache),
 execute every candidate for real (probes.executor) with the replay setup its estimate
 used, and compare; then, per fidelity, selection accuracy, top-3 recovery, MAPE and mean
-Spearman (engine.accuracy).
+Spearman (engine.advice.accuracy).
 
 Without CUDA only the candidates that need no GPU (all-on-CPU) execute; the others are
 reported as refused with the executor's reason. Their routed-expert work is measured for
@@ -13,7 +13,7 @@ here and is added from the GPU preset, so the "CPU target" also reports the erro
 the expert work alone.
 
 Across thread counts, every candidate executed at more than one is checked for
-scaling (engine.thread_speedup): the speed-up its execution achieved from the fewest
+scaling (engine.advice.thread_speedup): the speed-up its execution achieved from the fewest
 threads to N against the one each fidelity's estimates imply; more than 15% apart is a
 warning (the executor or the probes do not use the threads they were given).
 
@@ -31,10 +31,16 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from cope_tui.options import PlanChoices
-from engine.accuracy import config_accuracy, summarize
-from engine.cost_models import Fidelity
-from engine.memory import GIB
-from engine.progress import check_cancel
+from cope_tui.service import pricing
+from cope_tui.service.request import build_request
+from engine.advice.accuracy import config_accuracy, summarize
+from engine.advice.advise import sweep_budgets
+from engine.advice.thread_speedup import SPEEDUP_TOLERANCE, describe, speedup_checks
+from engine.core.progress import check_cancel
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_model import Fidelity
+from engine.hardware.memory import GIB, plan_memory
+from probes.executor import ExecutionRefused, Executor
 
 CPU_TARGET = 0.10
 EXECUTOR_FACTORY = None  # tests put a fake executor factory here: f(model, quant, context_tokens, mode)
@@ -108,8 +114,6 @@ def cuda_device() -> str | None:
 def _make_executor(model, quant, context_tokens: int, mode: str):  # type: ignore[no-untyped-def]
     if EXECUTOR_FACTORY is not None:
         return EXECUTOR_FACTORY(model, quant, context_tokens, mode)
-    from probes.executor import Executor
-
     return Executor(model, quant, mode=mode, context_tokens=context_tokens)
 
 
@@ -146,12 +150,6 @@ def run_ground_truth(settings: GroundTruthSettings, *, on_config: Callable[[Grou
 
 def _configurations(settings, model_id, threads, run, executors, out_of_time, cancel):  # type: ignore[no-untyped-def]
     """The configurations of one model and thread count, one budget at a time."""
-    from cope_tui.service.pricing import choose_cost_model
-    from cope_tui.service.request import build_request
-    from engine.advise import sweep_budgets
-    from engine.analytic_cost import AnalyticCostModel
-    from engine.memory import plan_memory
-
     request = build_request(settings.base.with_(model=model_id, threads=threads,
                                                 vram_budget_gib=settings.budgets_gib[0]))
     model, quant = request.model, request.quant
@@ -170,7 +168,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     for f in sorted(settings.fidelities, key=lambda x: {"combined": 0, "atomic": 1}.get(x.value, 2)):
         t0 = time.perf_counter()
         # The executor runs the probe's CPU kernel, so its estimates price that kernel too.
-        cm = choose_cost_model(request, fidelity=f.value, probe_budget_s=settings.probe_budget_s,
+        cm = pricing.choose_cost_model(request, fidelity=f.value, probe_budget_s=settings.probe_budget_s,
                                reprobe=reprobe and f.needs_profile, cancel=cancel, kernels="probe").cost_model
         if f.needs_profile:
             reprobe = False
@@ -226,8 +224,6 @@ NOT_RUN = "not run: --max-seconds reached"
 def _execute(executor, est, request, threads, analytic, out_of_time) -> dict:  # type: ignore[no-untyped-def]
     """One candidate executed with what its estimate replayed (its setup and, for a
     partition, its layers); a refusal (no GPU, over budget, out of memory) is its row."""
-    from probes.executor import ExecutionRefused
-
     c = est.candidate
     row: dict[str, Any] = {"candidate": c.id, "estimated_tpot_s": {}, "measured_tpot_s": None, "refused": None,
                            "executed": None}
@@ -311,8 +307,6 @@ def _report(settings: GroundTruthSettings, run: _Progress, device: str | None, e
 def thread_scaling(configurations: list[dict], fidelities: list[str]) -> dict[str, Any]:
     """Per (model, budget, candidate) executed at several thread counts, and fidelity:
     the speed-up executed from the fewest threads to each other against the estimates'."""
-    from engine.thread_speedup import SPEEDUP_TOLERANCE, describe, speedup_checks
-
     seen: dict[tuple, tuple[dict, dict]] = {}
     for cfg in configurations:
         for row in cfg["candidates"]:

@@ -1,7 +1,7 @@
 """The CPU side of a plan, and the memory bandwidth `cope detect` measured, kept for planning.
 
 `plan_cpu` turns --cpu, --memory, --ram-bandwidth and --threads into the CPU to plan for
-(engine.cpu_choice holds the rules); without --cpu it reads this machine (/proc and /sys,
+(engine.hardware.cpu_choice holds the rules); without --cpu it reads this machine (/proc and /sys,
 never torch) and the measurement `remember_cpu_bandwidth` stored for it. Imports neither
 textual nor torch.
 """
@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Callable
 
 from cope_tui.options import PlanChoices
-from engine.bandwidth_store import StoredBandwidth, load_measurement, save_measurement
-from engine.cpu_choice import CpuPlan, plan_cpu as _plan_cpu
-from engine.platform import CpuSpec, Platform
+from engine.hardware.bandwidth_store import StoredBandwidth, load_measurement, save_measurement
+from engine.hardware.cpu_choice import CpuPlan, plan_cpu as _plan_cpu
+from engine.hardware.platform import CpuSpec, Platform
+from probes import host
+from probes.host import this_machine_key
 
 
 def plan_cpu(args: PlanChoices, detect_cpu: Callable[[], CpuSpec] | None = None,
@@ -25,7 +27,7 @@ def plan_cpu(args: PlanChoices, detect_cpu: Callable[[], CpuSpec] | None = None,
     detected = stored = None
     if args.cpu is None:
         if detect_cpu is None:
-            from probes.host import detect_cpu  # noqa: PLC0415 - reads /proc and /sys only
+            detect_cpu = host.detect_cpu
         detected = detect_cpu()
         stored = stored_cpu_bandwidth(detected, root)
     return _plan_cpu(args.cpu, args.memory, args.ram_bandwidth_gbps, args.threads, detected, stored)
@@ -33,16 +35,12 @@ def plan_cpu(args: PlanChoices, detect_cpu: Callable[[], CpuSpec] | None = None,
 
 def stored_cpu_bandwidth(cpu: CpuSpec, root: str | os.PathLike | None = None) -> StoredBandwidth | None:
     """The measurement `cope detect` stored for this machine, or None."""
-    from probes.host import this_machine_key  # noqa: PLC0415
-
     return load_measurement(this_machine_key(cpu), root)
 
 
 def remember_cpu_bandwidth(platform: Platform, root: str | os.PathLike | None = None,
                            now: _dt.datetime | None = None) -> Path | None:
     """Store this machine's measured CPU memory bandwidth for planning; None when it was not measured."""
-    from probes.host import this_machine_key  # noqa: PLC0415
-
     cpu = platform.cpu
     bw = cpu.mem_bandwidth_bytes_per_s
     if bw.basis != "measured" or not bw.known:

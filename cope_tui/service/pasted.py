@@ -16,10 +16,11 @@ from typing import Callable
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, estimate_command, estimate_without_ranking
 from cope_tui.service.command_model import command_context, command_model
-from engine.command_estimate import CommandEstimate
-from engine.errors import BudgetTooSmall
-from engine.llama_args import LlamaCommand
-from engine.platform import NO_GPU
+from cope_tui.service.cpu_only import estimate_without_gpu
+from engine.advice.command_estimate import CommandEstimate
+from engine.core.errors import BudgetTooSmall
+from engine.hardware.platform import NO_GPU
+from engine.llamacpp.llama_args import LlamaCommand
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,6 @@ def estimate_pasted(command: LlamaCommand, pasted: PastedChoices, make_advice: C
     app passes its own advice back when `same_plan`); the notes lead with how it was read."""
     choices = pasted.choices
     if (choices.gpu or "").lower() == NO_GPU:  # the CPU alone: the command priced, nothing to rank
-        from cope_tui.service.cpu_only import estimate_without_gpu  # noqa: PLC0415 - the rarer path
-
         est = estimate_without_gpu(choices, command, fidelity=fidelity)
     else:
         try:

@@ -22,13 +22,26 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from engine.advise import AdviseRequest
-from engine.cost_model import CostModel
-from engine.cost_models import Fidelity, ProfileUse, build_cost_model
-from engine.errors import CopeInputError
-from engine.policy import Execution
-from engine.profile import Profile
-from engine.progress import Cancelled, Progress
+from cope_tui.service.calibrate import calibration_for
+from engine.advice.advise import advise
+from engine.core.errors import CopeInputError
+from engine.core.progress import Cancelled, Progress
+from engine.cost.cost_model import CostModel, Fidelity, ProfileUse
+from engine.cost.cost_models import build_cost_model
+from engine.cost.request import AdviseRequest
+from engine.profiles.profile import Profile
+from engine.profiles.profile_threads import at_threads, complete_thread_counts, nearest_thread_count
+from engine.replays.policy import Execution
+from probes.profile_cache import is_partial, profile_path
+from probes.runner import (
+    cached_profile,
+    cached_profile_complete,
+    cached_profile_doubts,
+    cached_profile_partial,
+    ensure_profile,
+    profile_key,
+    trusted_at,
+)
 
 PROBER_FACTORY = None  # tests put a fake prober factory here: () -> Prober
 
@@ -92,7 +105,7 @@ def choose_cost_model(
 ) -> Pricing:
     """The cost model for `request` by the policy above; raises CopeInputError when a
     measured fidelity cannot price (the probes did not finish the atomic operators).
-    `kernels`: whose CPU kernels a measured fidelity prices (engine.cost_models.build_cost_model)."""
+    `kernels`: whose CPU kernels a measured fidelity prices (engine.cost.cost_models.build_cost_model)."""
     if probe_budget_s <= 0:
         raise CopeInputError(f"--probe-budget must be positive, got {probe_budget_s}")
     if fidelity is None:
@@ -124,8 +137,6 @@ NO_CALIBRATION = "--fidelity calibrated: no calibration of this machine; run cop
 def calibrated_pricing(request: AdviseRequest) -> tuple[Pricing | None, tuple[str, ...]]:
     """Priced with this machine's calibration (`cope calibrate`), or None when there is
     none; and a line for each calibration file that could not be used (set aside)."""
-    from cope_tui.service.calibrate import calibration_for  # noqa: PLC0415 - reads the cache, no torch
-
     found = calibration_for(request)
     cal = found.calibration
     if cal is None:
@@ -156,8 +167,6 @@ def _required_calibration(request: AdviseRequest) -> Pricing:
 def cached_pricing(request: AdviseRequest) -> Pricing:
     """Combined from a complete cached profile, else analytic; never probes, and a
     damaged cache entry falls back to analytic with the reason."""
-    from probes.runner import cached_profile_complete  # noqa: PLC0415 - no torch
-
     try:
         found = cached_profile_complete(request)
     except (OSError, ValueError, CopeInputError) as exc:
@@ -173,8 +182,6 @@ def cached_pricing(request: AdviseRequest) -> Pricing:
 def _without_complete_profile(request: AdviseRequest) -> Pricing:
     """No complete, trusted profile at the request's threads: the nearest trusted thread
     count stands in, else analytic; the reason (and, for a refused series, the note) says why."""
-    from probes.runner import cached_profile_doubts, cached_profile_partial  # noqa: PLC0415 - no torch
-
     try:
         partial = cached_profile_partial(request)
         doubts = () if partial else cached_profile_doubts(request)
@@ -199,10 +206,6 @@ def _nearest_threads(request: AdviseRequest) -> Pricing | None:
     """Combined from the cached profile at the nearest thread count it has complete and
     trusted (the threads changed: never probe unasked), or None. A count an interrupted
     run left partial, or whose series fail their check, never stands in."""
-    from engine.profile_threads import at_threads, complete_thread_counts, nearest_thread_count
-    from probes.runner import cached_profile, profile_key, trusted_at  # noqa: PLC0415 - reads the cache, no torch
-    from probes.profile_cache import is_partial, profile_path  # noqa: PLC0415
-
     try:
         profile = cached_profile(request)
         if profile is None:
@@ -233,11 +236,7 @@ def probe_then_price(
 ) -> ProbeOutcome:
     """Probe what `fidelity` needs (resuming the cache), then price with it; never raises
     for an incomplete profile (the outcome says why it has no pricing)."""
-    from probes.runner import ensure_profile  # noqa: PLC0415 - loads torch only to measure
-
     def candidates():  # the states worth probing: those the analytic ranking reaches
-        from engine.advise import advise
-
         rec = advise(request, analytic(request).cost_model)
         return [(e.candidate.execution, e.stats) for e in rec.estimates]
 

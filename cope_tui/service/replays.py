@@ -9,9 +9,9 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.advice import plan
 from cope_tui.service.pricing import choose_cost_model
 from cope_tui.service.request import build_request
-from engine.hit_rates import CandidateHits, hit_rates_at_slots, hit_rates_of_estimates
-from engine.memory import GIB
-from engine.policy import Execution
+from engine.hardware.memory import GIB
+from engine.replays.hit_rates import CandidateHits, hit_rates_at_slots, hit_rates_of_estimates
+from engine.replays.policy import Execution
 
 
 @dataclass(frozen=True)

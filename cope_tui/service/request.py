@@ -8,19 +8,30 @@ the app; imports neither textual nor torch.
 from __future__ import annotations
 
 from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanChoices, check_choices
-from engine.advise import AdviseRequest
-from engine.cpu_compute import core_compute
-from engine.errors import CopeInputError
-from engine.memory import GIB
-from engine.platform import NO_GPU, CpuSpec, GpuSpec, Platform, get_gpu_preset, no_gpu, plans_without_gpu, usable_threads
-from engine.policy import Eviction
-from engine.quant import get_quantization
-from engine.synthetic import SyntheticSettings, synthetic_trace
-from engine.popularity import PopularityProfile, Profile
-from engine.trace import RoutingTrace
-from engine.workload import CONTEXT_STEP_TOKENS, request_context
-from engine.traces import load_any_trace
-from engine.user_paths import user_path
+from cope_tui.service.hardware import plan_cpu
+from cope_tui.service.workload import workload_of
+from cope_tui.sources.resolve import resolve_model
+from engine.advice.workload import CONTEXT_STEP_TOKENS, request_context
+from engine.core.errors import CopeInputError
+from engine.core.user_paths import user_path
+from engine.cost.request import AdviseRequest
+from engine.hardware.cpu_compute import core_compute
+from engine.hardware.memory import GIB
+from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
+from engine.hardware.presets import get_gpu_preset
+from engine.models.quant import get_quantization
+from engine.replays.policy import Eviction
+from engine.traces import check_trace_fits_model, load_any_trace, load_trace
+from engine.traces.popularity import PopularityProfile, Profile
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
+from engine.traces.trace import RoutingTrace
+from dataclasses import replace
+from cope_tui.sources.gguf_model import file_quantization
+from cope_tui.sources.hub_trace import entries_for, pull_command, same_shape_words
+from cope_tui.sources.imatrix import looks_like_imatrix, read_imatrix
+from engine.core.cache_dirs import cached_traces
+from engine.traces.imatrix import check_imatrix_fits_model, imatrix_profile
+from probes.gpu import UNLOADED, detect_gpu as detect
 
 # Zipf 0.7 gives the top 16 of 128 experts ~43% of a layer's routing, as a
 # published Qwen3-30B-A3B decode profile shows in its middle layers.
@@ -40,8 +51,6 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
 
     model_notes: tuple[str, ...] = tuple(f"model shape ({model.name}): {c}" for c in model.caveats)
     if model.exact_bytes is not None:
-        from cope_tui.sources.gguf_model import file_quantization  # noqa: PLC0415
-
         exact = model.exact_bytes
         if args.quant is not None:
             raise CopeInputError(
@@ -100,9 +109,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
 
 def _context(args: PlanChoices, assumed: list[str]) -> tuple[int, int | None]:
     """The context (KV cache reserved) and the tokens a decode step attends to (None: half
-    the context); with a workload, both follow the request (engine.workload.request_context)."""
-    from cope_tui.service.workload import workload_of  # noqa: PLC0415
-
+    the context); with a workload, both follow the request (engine.advice.workload.request_context)."""
     workload = workload_of(args)
     if workload is None:
         if args.context is None:
@@ -122,14 +129,10 @@ def _context(args: PlanChoices, assumed: list[str]) -> tuple[int, int | None]:
 def load_model(arg: str, *, gguf_file: str | None = None):
     """`--model`: a catalog id, a config.json path, a .gguf path or a Hub repo id (see
     cope_tui.sources.resolve); the GGUF and Hub readers load only when needed."""
-    from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
-
     return resolve_model(arg, gguf_file=gguf_file)
 
 
 def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cpu, detect_gpu) -> Platform:
-    from cope_tui.service.hardware import plan_cpu  # noqa: PLC0415
-
     if args.gpu is not None and args.gpu.lower() == NO_GPU:
         gpu = no_gpu()
     else:
@@ -145,7 +148,7 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
 
 def core_assumption(cpu: CpuSpec) -> str | None:
     """What was assumed of the CPU's cores (no preset, no recorded base clock) where a CPU
-    thread's decode rate rests on it (engine.analytic_cost.thread_bytes_per_s): no
+    thread's decode rate rests on it (engine.cost.analytic_cost.thread_bytes_per_s): no
     one-thread read measured by `cope detect`."""
     one = cpu.thread_bandwidth_bytes_per_s
     if one.known and one.basis == "measured":
@@ -159,9 +162,6 @@ def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-unt
     bandwidth measured or from the preset of the same card), else the default preset;
     the assumption says which, and why."""
     if detect_gpu is None:
-        from probes.gpu import UNLOADED  # noqa: PLC0415
-        from probes.gpu import detect_gpu as detect
-
         def detect_gpu():  # type: ignore[no-untyped-def]
             return detect(torch=UNLOADED)  # NVML alone: the headless path never loads torch to plan
     gpu = detect_gpu()
@@ -186,10 +186,6 @@ def _this_gpu(detect_gpu, assumed: list[str]) -> GpuSpec:  # type: ignore[no-unt
 def with_ram(platform: Platform, ram_gib: float | None, assumed: list[str]) -> Platform:
     """The platform with `--ram-gib` as its RAM; without it, a preset's typical RAM is
     recorded as an assumption (the host-memory check uses it)."""
-    from dataclasses import replace
-
-    from engine.platform import Fact
-
     cpu = platform.cpu
     if ram_gib is not None:
         ram = Fact.assumed(int(ram_gib * GIB), f"given with --ram-gib {ram_gib:g}")
@@ -218,8 +214,6 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
     if args.profile_trace:
         given = load_profile(user_path(args.profile_trace, flag="--profile-trace"), model)
     if args.trace not in (None, "synthetic"):
-        from cope_tui.sources.imatrix import looks_like_imatrix  # noqa: PLC0415
-
         if looks_like_imatrix(user_path(args.trace, flag="--trace")):
             raise CopeInputError("an imatrix holds routing counts, not a routing order to replay: give it with "
                                  "--profile-trace (the replayed routing is then synthetic, drawn from its counts)",
@@ -227,10 +221,6 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
     if args.trace is None:
         # No --trace: the newest cached trace of this model (recorded or pulled), else synthetic,
         # pointing at a published one when the trace index knows one.
-        from cope_tui.sources.hub_trace import entries_for, pull_command, same_shape_words  # noqa: PLC0415
-        from engine.cache_dirs import cached_traces  # noqa: PLC0415
-        from engine.traces import check_trace_fits_model, load_trace  # noqa: PLC0415
-
         skipped: list[str] = []
         candidates = cached_traces(model.id)
         for path in candidates:
@@ -287,9 +277,6 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
 def load_profile(path: str, model) -> Profile:  # type: ignore[no-untyped-def]
     """`--profile-trace`: a routing trace in any format, or a llama.cpp imatrix (its
     per-expert counts: popularity without order), checked against the model."""
-    from cope_tui.sources.imatrix import looks_like_imatrix, read_imatrix  # noqa: PLC0415
-    from engine.imatrix import check_imatrix_fits_model, imatrix_profile  # noqa: PLC0415
-
     if not looks_like_imatrix(path):
         return load_any_trace(path, model=model)
     counts = read_imatrix(path)

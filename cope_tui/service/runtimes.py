@@ -1,5 +1,5 @@
 """What to run, for every front end: the runtimes this machine has, the ranking seen
-through them (engine/run_advice.py), and the artefacts an export writes.
+through them (engine/advice/run_advice.py), and the artefacts an export writes.
 
 Detection runs programs and looks up Python packages (probes/runtimes.py), never
 imports torch or SGLang; only writing a kt-kernel activation file imports torch.
@@ -11,22 +11,21 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.advise import Recommendation
-from engine.files import atomic_write
-from engine.run_advice import RunAdvice, plan_runs
+from engine.advice.advise import Recommendation
+from engine.advice.run_advice import RunAdvice, plan_runs
+from engine.core.files import atomic_write
+from probes.runtimes import detect_runtimes
 
 
 def scan_runtimes(llama_bin: str | None = None):  # type: ignore[no-untyped-def]
     """The runtimes found on this machine (probes.runtimes.RuntimeScan)."""
-    from probes.runtimes import detect_runtimes
-
     return detect_runtimes(llama_bin)
 
 
 def run_advice(rec: Recommendation, scan, ranking=None) -> RunAdvice:  # type: ignore[no-untyped-def]
     """The ranking seen through the runtimes of `scan` (probes.runtimes.RuntimeScan), each
     command spelled for the build found; `ranking`: a workload's
-    (engine.workload.WorkloadRanking), the picks then follow request time."""
+    (engine.advice.workload.WorkloadRanking), the picks then follow request time."""
     return plan_runs(rec, scan.names, ranking, scan.builds)
 
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import threading
 
-from engine.progress import Progress
+from engine.core.cache_dirs import default_trace_path
+from engine.core.progress import Progress
+from engine.models.catalog import model_label
+from engine.traces import save_trace
+from engine.traces.prompts import domain_prompts
+from probes.record_hf import record_with_transformers
 
 
 def record_trace(*, model: str, domain: str, tokens: int, progress: Progress, cancel: threading.Event) -> str:
     """Record a trace with transformers into the trace cache `cope trace record` uses;
     returns its path. A cancelled recording keeps the tokens recorded so far."""
     import torch
-
-    from engine.cache_dirs import default_trace_path, model_label
-    from engine.prompts import domain_prompts
-    from engine.traces import save_trace
-    from probes.record_hf import record_with_transformers
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     label = model_label(model)

@@ -15,12 +15,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.advise import Recommendation
-from engine.errors import CopeInputError, shown
-from engine.input_limits import RUNTIME_OUTPUT_MAX_BYTES, size_text
-from engine.export import Export, export_for, flag_args
+from cope_tui.service.pricing import choose_cost_model
+from engine.advice.advise import Recommendation, advise
+from engine.advice.command_estimate import command_settings, price_placement_command
+from engine.core.errors import CopeInputError, shown
+from engine.core.input_limits import RUNTIME_OUTPUT_MAX_BYTES, parse_json, size_text
+from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.llama_args import parse_llama_command
 from engine.runtimes import runtime_named
-from engine.runtimes.builds import LlamaBuild
+from engine.runtimes.export import Export, export_for, flag_args
+from probes.bounded_run import run_capped
+from probes.runtimes import bench_build
 
 if TYPE_CHECKING:
     from cope_tui.service.advice import Advice
@@ -54,10 +59,8 @@ class VerifyRow:
 
 def parse_bench_json(stdout: str, bench: str = "llama-bench") -> BenchResult:
     """The decode test of llama-bench -o json output: parsed with the limits of any
-    untrusted JSON (engine/input_limits.py), its avg_ts a finite positive number; a
+    untrusted JSON (engine/core/input_limits.py), its avg_ts a finite positive number; a
     problem naming `bench` otherwise."""
-    from engine.input_limits import parse_json  # noqa: PLC0415
-
     if not stdout.strip():
         return BenchResult(None, None, "malformed llama-bench output (not JSON: no output)")
     try:
@@ -83,8 +86,6 @@ def _finite(value: object) -> bool:
 def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float) -> BenchResult:
     if timeout_s <= 0:
         return BenchResult(None, None, "not run: the time limit was used up")
-    from probes.bounded_run import run_capped  # noqa: PLC0415
-
     try:
         # a runtime's output is untrusted: read within a cap, bytes that are not UTF-8 become U+FFFD
         done = run_capped([bench, *argv[1:]], timeout_s=timeout_s, env={**os.environ, **env})
@@ -105,8 +106,6 @@ def run_bench(bench: str, argv: list[str], env: dict[str, str], timeout_s: float
 def bench_builds(bench: str, runtime: str) -> dict[str, LlamaBuild]:
     """The flags of the llama-bench that will run, for `runtime`'s commands (what
     export_for spells for); empty when its --help cannot be read."""
-    from probes.runtimes import bench_build  # noqa: PLC0415
-
     build = bench_build(bench)
     return {} if build is None else {runtime_named(runtime).info.name: build}
 
@@ -132,9 +131,6 @@ def at_bench_depth(advice: "Advice") -> Recommendation:
     cache reserved for the planned context, so the same placements) with each decode step
     attending to what llama-bench's decode test attends to from an empty context, at the
     fidelity the advice was priced with."""
-    from cope_tui.service.pricing import choose_cost_model  # noqa: PLC0415
-    from engine.advise import advise  # noqa: PLC0415
-
     request = advice.rec.request
     attended = BENCH_GEN_TOKENS // 2
     if request.attention_tokens == attended:
@@ -177,10 +173,6 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
     """Run the CPU-only plan (`--gpu none`: every weight on the CPU, `-ngl 0` at the plan's
     threads) on llama-bench, priced as that llama-bench command runs: `cope estimate`'s
     pricing of it, decoding from an empty context, with the cost model the plan chose."""
-    from cope_tui.service.pricing import choose_cost_model  # noqa: PLC0415
-    from engine.command_estimate import command_settings, price_placement_command  # noqa: PLC0415
-    from engine.llama_args import parse_llama_command  # noqa: PLC0415
-
     r = plan.request
     argv = ["llama-bench", *flag_args("llama-bench", "model", model_path), *flag_args("llama-bench", "gpu_layers", 0),
             *flag_args("llama-bench", "threads", r.threads), *flag_args("llama-bench", "n_prompt", 0),
@@ -193,8 +185,6 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
     export = Export(CPU_ONLY, CPU_ONLY, "runs-on-stock", "every weight on the CPU (--gpu none)", tuple(argv),
                     binary="llama-bench")
     if not price.runs:  # COPE says it would not run: nothing to measure
-        from engine.errors import CopeInputError  # noqa: PLC0415
-
         raise CopeInputError(f"the CPU-only plan {price.refusal}")
     result = run_bench(bench, argv, {}, time_limit_s)
     predicted = price.tokens_per_s

@@ -2,8 +2,8 @@
 
 `workload_of(choices)` reads --workload / --prompt-tokens / --output-tokens (None: decode
 only, the default); the request is planned at a context that holds it
-(cope_tui/service/request.py, engine.workload.request_context); `rank(advice, workload)`
-prices every candidate's prefill and ranks by TTFT + N x TPOT (engine/workload.py);
+(cope_tui/service/request.py, engine.advice.workload.request_context); `rank(advice, workload)`
+prices every candidate's prefill and ranks by TTFT + N x TPOT (engine/advice/workload.py);
 `export_with_batch` adds the chosen -b/-ub to a llama.cpp command, only when a workload
 was named.
 """
@@ -11,8 +11,8 @@ was named.
 from __future__ import annotations
 
 from cope_tui.options import WORKLOAD_PRESETS, PlanChoices
-from engine.errors import CopeInputError
-from engine.workload import Workload, WorkloadRanking, export_with_batch, rank_workload
+from engine.advice.workload import Workload, WorkloadRanking, export_with_batch, rank_workload
+from engine.core.errors import CopeInputError
 
 __all__ = ["export_with_batch", "rank", "workload_of"]
 

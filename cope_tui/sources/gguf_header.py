@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.errors import CopeInputError, shown
-from engine.files import open_regular
-from engine.input_limits import check_model_shape
+from engine.core.errors import CopeInputError, shown
+from engine.core.files import open_regular
+from engine.core.input_limits import check_model_shape
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -182,7 +182,7 @@ def _check_declared(n_tensors: int, n_kv: int, where: str) -> None:
 
 def _check_declared_shape(fields: Mapping[str, Any], where: str) -> None:
     """The blocks and experts the metadata declares, against what any real model has,
-    before the model is built from them (engine/input_limits.py states the caps)."""
+    before the model is built from them (engine/core/input_limits.py states the caps)."""
     arch = fields.get("general.architecture")
     if not isinstance(arch, str):
         return

@@ -32,9 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from engine.errors import CopeInputError, shown
-from engine.model import AttentionShape, ExactBytes, LinearAttentionShape, ModelSpec
-from engine.quant import Quantization
+from engine.core.errors import CopeInputError, shown
+from engine.models.exact_bytes import ExactBytes
+from engine.models.model import AttentionShape, LinearAttentionShape, ModelSpec
+from engine.models.quant import Quantization
 
 from cope_tui.sources.gguf_header import ArrayLength, GGUFHeader, TensorInfo, read_local_header
 

@@ -2,7 +2,7 @@
 
 huggingface_hub does the transfer (its cache, offline mode, token, resume); COPE passes
 it a progress-bar class whose `update` reports bytes and checks the cancel event, so a
-pull stops mid-download by raising `engine.progress.Cancelled`. A failed, refused or
+pull stops mid-download by raising `engine.core.progress.Cancelled`. A failed, refused or
 cancelled download leaves no partial file in the Hub cache.
 """
 
@@ -14,42 +14,35 @@ import re
 import threading
 from pathlib import Path
 
-from engine.errors import CopeInputError
-from engine.progress import Cancelled, Progress
+from cope_tui.sources.hub_model import hub_endpoint, hub_error, hub_offline, not_reached, short_error
+from cope_tui.sources.hub_net import unreachable
+from engine.core.errors import CopeInputError
+from engine.core.progress import Cancelled, Progress
 
 
 def endpoint() -> str:
-    from cope_tui.sources.hub_model import _endpoint  # noqa: PLC0415
-
-    return _endpoint()
+    return hub_endpoint()
 
 
 def _unreachable(where: str) -> str | None:
     """Why the Hub at `where` cannot be reached (None: it answers, or HF_HUB_OFFLINE asks for the cache only)."""
-    from cope_tui.sources.hub_model import _offline  # noqa: PLC0415
-    from cope_tui.sources.hub_net import unreachable  # noqa: PLC0415
-
-    return None if _offline() else unreachable(where)
+    return None if hub_offline() else unreachable(where)
 
 
 def list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]:
     from huggingface_hub import HfApi  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
-    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
-
     where = endpoint()
     away = _unreachable(where)
     if away is not None:
-        from cope_tui.sources.hub_model import not_reached  # noqa: PLC0415
-
         raise not_reached(where, away, "its file list cannot be read (name a file: REPO/FILE)", repo_id)
     try:
         return list(HfApi(endpoint=where).list_repo_files(repo_id, repo_type=repo_type, revision=revision))
     except hf.HFValidationError as exc:
-        raise CopeInputError(f"not a valid Hugging Face repo id: {_short(exc)}", path=repo_id) from None
+        raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
     except Exception as exc:  # noqa: BLE001 - any client or network failure: one line
-        error = _hub_error(exc, repo_id, "(file list)", where)
+        error = hub_error(exc, repo_id, "(file list)", where)
         raise CopeInputError(_strip_where(error, f"{repo_id}/(file list)") +
                              " (cannot list the repo's files; name one: REPO/FILE)", path=repo_id) from None
 
@@ -64,8 +57,6 @@ def file_size(repo_id: str, filename: str, repo_type: str, revision: str | None)
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
-    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
-
     where = endpoint()
     away = _unreachable(where)
     if away is not None:
@@ -73,10 +64,10 @@ def file_size(repo_id: str, filename: str, repo_type: str, revision: str | None)
     try:
         info = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where, dry_run=True)
     except hf.HFValidationError as exc:
-        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {_short(exc)}",
+        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {short_error(exc)}",
                              path=f"{repo_id}/{filename}") from None
     except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as exc:
-        raise _hub_error(exc, repo_id, filename, where) from None
+        raise hub_error(exc, repo_id, filename, where) from None
     return getattr(info, "file_size", None)
 
 
@@ -108,8 +99,6 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
-    from cope_tui.sources.hub_model import _hub_error, _short  # noqa: PLC0415
-
     where_hub = endpoint()
     where = f"{repo_id}/{filename}"
     if cancel is not None and cancel.is_set():
@@ -120,21 +109,19 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
                                 tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"),
                                 local_files_only=away is not None)
     except hf.LocalEntryNotFoundError if away is not None else () as exc:  # type: ignore[misc]
-        from cope_tui.sources.hub_model import not_reached  # noqa: PLC0415
-
         raise not_reached(where_hub, away, f"{filename} is not in the Hub cache", where) from None
     except Cancelled:
         remove_incomplete(repo_id, repo_type)
         raise
     except hf.HFValidationError as exc:
         remove_incomplete(repo_id, repo_type)
-        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {_short(exc)}", path=where) from None
+        raise CopeInputError(f"not a valid Hugging Face repo id or file name: {short_error(exc)}", path=where) from None
     except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as exc:
         remove_incomplete(repo_id, repo_type)
-        raise _hub_error(exc, repo_id, filename, where_hub) from None
+        raise hub_error(exc, repo_id, filename, where_hub) from None
     except Exception as exc:  # noqa: BLE001 - a dropped connection, a short body, a disk error: one line
         remove_incomplete(repo_id, repo_type)
-        raise CopeInputError(f"download from the Hub at {where_hub} failed: {_short(exc)}; nothing was kept, "
+        raise CopeInputError(f"download from the Hub at {where_hub} failed: {short_error(exc)}; nothing was kept, "
                              "try again", path=where) from None
     snapshot = Path(local)
     for _ in Path(filename).parts:

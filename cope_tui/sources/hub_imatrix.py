@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from engine.assets_io import load_asset_json
-from engine.errors import CopeInputError
-from engine.imatrix import ImatrixCounts
+from cope_tui.sources import hub_download
+from cope_tui.sources.hub_download import list_files
+from cope_tui.sources.imatrix import read_imatrix
+from engine.core.assets_io import load_asset_json
+from engine.core.errors import CopeInputError
+from engine.traces.imatrix import ImatrixCounts
 
 INDEX_FILE = "imatrix_index.json"
 SUFFIXES = (".gguf", ".dat", ".imatrix")
@@ -54,8 +57,6 @@ def is_imatrix_name(filename: str) -> bool:
 def list_imatrix_files(repo_id: str, *, repo_type: str = "model", revision: str | None = None) -> list[str]:
     """The imatrix files of a Hub repo, from its file listing; CopeInputError when the repo
     cannot be listed (offline: one line saying so) or holds none."""
-    from cope_tui.sources.hub_download import list_files  # noqa: PLC0415
-
     names = [n for n in list_files(repo_id, repo_type, revision) if is_imatrix_name(n)]
     if not names:
         raise CopeInputError("no imatrix file in the repo (no name with 'imatrix' ending in .gguf, .dat or .imatrix)",
@@ -66,9 +67,6 @@ def list_imatrix_files(repo_id: str, *, repo_type: str = "model", revision: str 
 def pull_imatrix(repo_id: str, filename: str, *, repo_type: str = "model",
                  revision: str | None = None, log=None) -> tuple[str, ImatrixCounts]:  # type: ignore[no-untyped-def]
     """(local path, counts) of REPO/FILE, downloaded through the Hub cache and read."""
-    from cope_tui.sources import hub_download  # noqa: PLC0415
-    from cope_tui.sources.imatrix import read_imatrix  # noqa: PLC0415
-
     where = f"{repo_id}/{filename}"
     size = hub_download.file_size(repo_id, filename, repo_type, revision)
     if log is not None:

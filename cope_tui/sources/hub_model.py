@@ -19,25 +19,26 @@ import dataclasses
 import os
 import re
 
-from engine.errors import CopeInputError
-from engine.hf_config import model_from_hf_config
-from engine.model import ModelSpec
+from engine.core.errors import CopeInputError
+from engine.models.hf_config import model_from_hf_config
+from engine.models.model import ModelSpec
 
-from cope_tui.sources.hub_net import unreachable
 from cope_tui.sources.gguf_header import GGUFHeader, NeedMoreBytes, parse_header_prefix
+from cope_tui.sources.gguf_model import model_from_gguf, model_from_gguf_headers, split_names
+from cope_tui.sources.hub_net import unreachable
 
 FIRST_READ_BYTES = 2 * 2**20  # most headers fit; tokenizer-heavy ones take a second read
 MAX_HEADER_BYTES = 512 * 2**20
 TIMEOUT_S = 30.0
 
 
-def _endpoint() -> str:
+def hub_endpoint() -> str:
     from huggingface_hub import constants  # noqa: PLC0415
 
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     from huggingface_hub import constants  # noqa: PLC0415
 
     return bool(constants.is_offline_mode())
@@ -47,7 +48,7 @@ def _where(repo_id: str, filename: str) -> str:
     return f"{repo_id}/{filename}"
 
 
-def _hub_error(exc: Exception, repo_id: str, filename: str, endpoint: str) -> CopeInputError:
+def hub_error(exc: Exception, repo_id: str, filename: str, endpoint: str) -> CopeInputError:
     """One line for whatever huggingface_hub or the HTTP client raised."""
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
@@ -63,13 +64,13 @@ def _hub_error(exc: Exception, repo_id: str, filename: str, endpoint: str) -> Co
     if isinstance(exc, getattr(hf, "RemoteEntryNotFoundError", hf.EntryNotFoundError)):
         hint = " (a GGUF-only repo? add --gguf-file NAME.gguf)" if filename == "config.json" else ""
         return CopeInputError(f"repository {repo_id} has no file {filename}{hint}", path=where)
-    if isinstance(exc, (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError)) and _offline():
+    if isinstance(exc, (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError)) and hub_offline():
         return CopeInputError(f"offline mode (HF_HUB_OFFLINE) and {filename} of {repo_id} is not in the Hub cache",
                               path=where)
     if isinstance(exc, hf.LocalEntryNotFoundError):
         cause = exc.__cause__
         if cause is not None and not isinstance(cause, hf.HfHubHTTPError):
-            return CopeInputError(f"cannot reach the Hugging Face Hub at {endpoint} ({_short(cause)}) and "
+            return CopeInputError(f"cannot reach the Hugging Face Hub at {endpoint} ({short_error(cause)}) and "
                                   f"{filename} is not in the Hub cache", path=where)
         if isinstance(cause, hf.HfHubHTTPError):
             exc = cause
@@ -81,7 +82,7 @@ def _hub_error(exc: Exception, repo_id: str, filename: str, endpoint: str) -> Co
         if status in (401, 403):
             return CopeInputError(f"the Hub refused access to {repo_id} (HTTP {status}); {login}", path=where)
         return CopeInputError(f"the Hub at {endpoint} answered HTTP {status} for {filename}", path=where)
-    return CopeInputError(f"cannot fetch {filename} from the Hub at {endpoint}: {_short(exc)}", path=where)
+    return CopeInputError(f"cannot fetch {filename} from the Hub at {endpoint}: {short_error(exc)}", path=where)
 
 
 def not_reached(endpoint: str, why: str, then: str, where: str) -> CopeInputError:
@@ -89,7 +90,7 @@ def not_reached(endpoint: str, why: str, then: str, where: str) -> CopeInputErro
                           "or set HF_HUB_OFFLINE=1 to use only the Hub cache", path=where)
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
 
@@ -101,18 +102,18 @@ def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> Model
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
-    endpoint = _endpoint()
-    away = None if _offline() else unreachable(endpoint)  # no Hub: the cache, without retries
+    endpoint = hub_endpoint()
+    away = None if hub_offline() else unreachable(endpoint)  # no Hub: the cache, without retries
     try:
         local = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint,
                                 local_files_only=away is not None)
     except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.HFValidationError,
             OSError, ValueError) as exc:
         if isinstance(exc, hf.HFValidationError):
-            raise CopeInputError(f"not a valid Hugging Face repo id: {_short(exc)}", path=repo_id) from None
+            raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
         if away is not None:
             raise not_reached(endpoint, away, "config.json is not in the Hub cache", _where(repo_id, "config.json"))
-        raise _hub_error(exc, repo_id, "config.json", endpoint) from None
+        raise hub_error(exc, repo_id, "config.json", endpoint) from None
     where = _where(repo_id, "config.json")
     try:
         model = model_from_hf_config(local)
@@ -126,8 +127,6 @@ def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> Model
 
 
 def model_from_hub_gguf(repo_id: str, filename: str, *, revision: str | None = None) -> ModelSpec:
-    from cope_tui.sources.gguf_model import model_from_gguf, model_from_gguf_headers, split_names  # noqa: PLC0415
-
     if not filename.lower().endswith(".gguf"):
         raise CopeInputError("--gguf-file must name a .gguf file in the repo", path=_where(repo_id, filename))
     cached = _cached(repo_id, filename, revision)
@@ -148,8 +147,6 @@ def model_from_hub_gguf(repo_id: str, filename: str, *, revision: str | None = N
 def _cached(repo_id: str, filename: str, revision: str | None) -> str | None:
     """The whole file's path when the Hub cache holds it (with all split siblings)."""
     from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
-
-    from cope_tui.sources.gguf_model import split_names  # noqa: PLC0415
 
     base = filename.rsplit("/", 1)
     names = split_names(base[-1]) or [base[-1]]
@@ -173,11 +170,11 @@ def read_remote_header(repo_id: str, filename: str, *, revision: str | None = No
     from huggingface_hub import hf_hub_url  # noqa: PLC0415
     from huggingface_hub.utils import build_hf_headers, get_session  # noqa: PLC0415
 
-    endpoint = _endpoint()
+    endpoint = hub_endpoint()
     where = _where(repo_id, filename)
     download = (f"download it (`hf download {repo_id} {filename} --local-dir .`) and pass its path "
                 "to --model")
-    if _offline():
+    if hub_offline():
         raise CopeInputError(f"offline mode (HF_HUB_OFFLINE) and {filename} is not in the Hub cache; "
                              f"{download}", path=where)
     away = unreachable(endpoint)
@@ -197,10 +194,10 @@ def read_remote_header(repo_id: str, filename: str, *, revision: str | None = No
             if len(buf) == before:  # nothing more came: the file ends here
                 total = len(buf)
         except httpx2.HTTPError as exc:
-            raise CopeInputError(f"cannot reach the Hugging Face Hub at {endpoint} ({_short(exc)}); {download}",
+            raise CopeInputError(f"cannot reach the Hugging Face Hub at {endpoint} ({short_error(exc)}); {download}",
                                  path=where) from None
         except _HTTPStatus as status:
-            raise _hub_error(status.error, repo_id, filename, endpoint) from None
+            raise hub_error(status.error, repo_id, filename, endpoint) from None
         try:
             return dataclasses.replace(parse_header_prefix(bytes(buf), where), source=where)
         except NeedMoreBytes as need:

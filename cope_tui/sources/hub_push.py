@@ -2,7 +2,7 @@
 
 The dataset holds `trace.cope.npz` (COPE's own format, what `cope trace pull REPO_ID`
 reads back), `routing.csv` (the llama-moe-trace CSV of the same routing) and `README.md`
-(a dataset card from the trace's metadata: engine/trace_card.py). Uploaded with
+(a dataset card from the trace's metadata: engine/traces/trace_card.py). Uploaded with
 huggingface_hub's `HfApi.create_repo` (exist_ok) and `upload_folder` (one commit) under
 the user's token (HF_TOKEN or `hf auth login`; never a command-line flag). Every failure
 is one CopeInputError naming the repo.
@@ -16,10 +16,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace
-from engine.trace_card import CSV_FILE, TRACE_FILE, CardFacts, dataset_card
+from cope_tui.sources.hub_download import endpoint
+from cope_tui.sources.hub_model import short_error
+from cope_tui.sources.hub_trace import split_spec
+from engine.core.cache_dirs import cached_traces
+from engine.core.errors import CopeInputError
+from engine.models.catalog import model_label
 from engine.traces import load_trace, write_llama_moe_trace_csv
+from engine.traces.trace import RoutingTrace
+from engine.traces.trace_card import CSV_FILE, TRACE_FILE, CardFacts, dataset_card
 
 DEFAULT_LICENCE = "cc-by-4.0"
 
@@ -35,8 +40,6 @@ class PushResult:
 
 def newest_recorded_trace(model: str) -> Path:
     """The newest trace `cope trace record` cached for `model` (recorded ones only: never re-publish a pull)."""
-    from engine.cache_dirs import cached_traces, model_label  # noqa: PLC0415
-
     for path in cached_traces(model_label(model)):
         try:
             if load_trace(path).meta.origin == "recorded":
@@ -68,8 +71,6 @@ def push_trace(repo_id: str, trace_path: str | Path, *, private: bool = False, l
                quantization: str | None = None, runtime: str | None = None, log=None) -> PushResult:
     """Publish the trace at `trace_path` to the dataset `repo_id` (created when missing)."""
     say = log or (lambda message: None)
-    from cope_tui.sources.hub_trace import split_spec  # noqa: PLC0415
-
     repo, extra = split_spec(repo_id)
     if extra is not None:
         raise CopeInputError("expected a dataset repo id org/name (no file part)", path=repo_id)
@@ -83,9 +84,6 @@ def push_trace(repo_id: str, trace_path: str | Path, *, private: bool = False, l
 
     from huggingface_hub import HfApi  # noqa: PLC0415
 
-    from cope_tui.sources.hub_download import endpoint  # noqa: PLC0415
-    from cope_tui.sources.hub_model import _short  # noqa: PLC0415
-
     where = endpoint()
     api = HfApi(endpoint=where, token=token)
     with tempfile.TemporaryDirectory(prefix="cope-push-") as tmp:
@@ -97,6 +95,6 @@ def push_trace(repo_id: str, trace_path: str | Path, *, private: bool = False, l
             info = api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=tmp,
                                      commit_message=f"COPE routing trace of {trace.meta.model or 'a model'}")
         except Exception as exc:  # noqa: BLE001 - any client or network failure: one line naming the repo
-            raise CopeInputError(f"publishing to the Hub at {where} failed: {_short(exc)}", path=repo) from None
+            raise CopeInputError(f"publishing to the Hub at {where} failed: {short_error(exc)}", path=repo) from None
     return PushResult(repo_id=repo, url=str(info.repo_url) if getattr(info, "repo_url", None) else str(info),
                       commit=str(getattr(info, "oid", "")), files=files, private=private)

@@ -14,7 +14,7 @@
   Hub's own LFS checksum, the ETag, when it is one), refuses a mismatch and deletes the
   download, converts it with `load_any_trace` (any format engine/traces reads) and
   writes COPE's format atomically to `pulled_trace_path(...)` in the trace cache
-  (engine/cache_dirs.py), where `cope advise` finds it.
+  (engine/core/cache_dirs.py), where `cope advise` finds it.
 
 A failed, refused or cancelled download leaves no file in COPE's cache and none in the
 Hub's cache that a later call would trust. Every failure is one CopeInputError naming
@@ -31,13 +31,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.assets_io import load_asset_json
-from engine.cache_dirs import pulled_trace_path, safe_name
-from engine.errors import CopeInputError
-from engine.progress import Progress
-from engine.trace import RoutingTrace
-from engine.traces.registry import FORMATS, format_for_suffix
 from cope_tui.sources import hub_download
+from cope_tui.sources.resolve import resolve_model
+from engine.core.assets_io import load_asset_json
+from engine.core.cache_dirs import pulled_trace_path, safe_name
+from engine.core.errors import CopeInputError
+from engine.core.progress import Progress
+from engine.traces.cope_npz import save_trace
+from engine.traces.registry import FORMATS, format_for_suffix, load_any_trace
+from engine.traces.trace import RoutingTrace
 
 INDEX_ASSET = "trace_index.json"
 CONVERTIBLE = tuple(f.name for f in FORMATS)
@@ -307,8 +309,6 @@ def pull_trace(spec: str, *, model: str | None = None, sha256: str | None = None
     )
     trace = dataclasses.replace(trace, meta=meta)
 
-    from engine.traces.cope_npz import save_trace  # noqa: PLC0415
-
     target = Path(out) if out is not None else pulled_trace_path(meta.model or safe_name(repo_id), repo_id, filename)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -322,8 +322,6 @@ def pull_trace(spec: str, *, model: str | None = None, sha256: str | None = None
 def _model_for(model: str | None, entry: IndexEntry | None, fmt: str | None, where: str):
     model_id = model or (entry.model if entry is not None else None)
     if model_id is not None:
-        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
-
         return resolve_model(model_id)
     if fmt == "cope-npz":
         return None  # COPE's own format names its model
@@ -359,8 +357,6 @@ def _choose_file(repo_id: str, entry: IndexEntry | None, repo_type: str, revisio
 
 def _convert(local: str, where: str, model) -> RoutingTrace:
     """COPE's trace from the downloaded file; errors name repo/file (and the line)."""
-    from engine.traces.registry import load_any_trace  # noqa: PLC0415
-
     try:
         # Without a model only a .npz gets here (pull_trace refuses the rest): read as COPE's own.
         return load_any_trace(local, model=model, format=None if model is not None else "cope-npz")

@@ -1,13 +1,13 @@
 """Reading llama.cpp imatrix files: the GGUF format's per-expert counts, and the legacy
 `.dat` format refused with the reason (it keeps none). What the fields mean, and the
-llama.cpp source they follow (tools/imatrix/imatrix.cpp at 0c1e570), is engine/imatrix.py.
+llama.cpp source they follow (tools/imatrix/imatrix.cpp at 0c1e570), is engine/traces/imatrix.py.
 
 Only the header and the `<tensor>.counts` tensors are read (a few KB): the `in_sum2`
 sums, which are most of the file (about 120 MB for Qwen3-30B-A3B, over 1 GB for
 DeepSeek-V3), are never touched. The header goes through the hardened GGUF header reader
 (cope_tui/sources/gguf_header.py: every count and length checked before use, at most
 512 MiB of header); each counts tensor must be F32 with at most MAX_MODEL_EXPERTS values
-(engine/input_limits.py), checked before its bytes are read.
+(engine/core/input_limits.py), checked before its bytes are read.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError, shown
-from engine.files import open_regular
-from engine.imatrix import COUNTS_SUFFIX, EXPS_NAME, ImatrixCounts, counts_from_tensors
-from engine.input_limits import MAX_MODEL_BLOCKS, MAX_MODEL_EXPERTS
+from cope_tui.sources.gguf_header import read_local_header
+from engine.core.errors import CopeInputError, shown
+from engine.core.files import open_regular
+from engine.core.input_limits import MAX_MODEL_BLOCKS, MAX_MODEL_EXPERTS
+from engine.traces.imatrix import COUNTS_SUFFIX, EXPS_NAME, ImatrixCounts, counts_from_tensors
 
 GGML_TYPE_F32 = 0
 LEGACY_SUFFIXES = (".dat", ".imatrix")
@@ -53,8 +54,6 @@ def read_imatrix(path: str | os.PathLike) -> ImatrixCounts:
         raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
     if head[:4] != b"GGUF":
         raise CopeInputError(_legacy_problem(where), path=where)
-    from cope_tui.sources.gguf_header import read_local_header  # noqa: PLC0415 - loads the gguf package
-
     header = read_local_header(path)
     wanted = [t for t in header.tensors if t.name.endswith(COUNTS_SUFFIX)
               and EXPS_NAME.fullmatch(t.name[: -len(COUNTS_SUFFIX)])]

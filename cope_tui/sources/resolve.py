@@ -13,14 +13,16 @@ import os
 import re
 from pathlib import Path
 
-from engine.catalog import catalog, get_model
-from engine.errors import CopeInputError
-from engine.files import open_regular
-from engine.preset_names import did_you_mean
-from engine.hf_config import model_from_hf_config
-from engine.input_limits import check_model_shape
-from engine.model import ModelSpec
-from engine.user_paths import NAME_MAX, input_kind, user_path
+from cope_tui.sources.gguf_model import SPLIT_RE, model_from_gguf
+from cope_tui.sources.hub_model import model_from_hub_config, model_from_hub_gguf
+from engine.core.errors import CopeInputError
+from engine.core.files import open_regular
+from engine.core.input_limits import check_model_shape
+from engine.core.names import did_you_mean
+from engine.core.user_paths import NAME_MAX, input_kind, user_path
+from engine.models.catalog import catalog, get_model
+from engine.models.hf_config import model_from_hf_config
+from engine.models.model import ModelSpec
 
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -42,8 +44,6 @@ def _resolve(arg: str, gguf_file: str | None) -> ModelSpec:
         if not looks_like_repo_id(text):
             raise CopeInputError(f"--gguf-file {gguf_file} needs --model to be a Hugging Face repo id "
                                  f"(org/name), got {arg!r}; for a local file give its path to --model")
-        from cope_tui.sources.hub_model import model_from_hub_gguf  # noqa: PLC0415
-
         return model_from_hub_gguf(text, gguf_file)
 
     try:
@@ -74,8 +74,6 @@ def _resolve(arg: str, gguf_file: str | None) -> ModelSpec:
         raise CopeInputError("file not found", path=arg)
 
     if looks_like_repo_id(text):
-        from cope_tui.sources.hub_model import model_from_hub_config  # noqa: PLC0415
-
         return model_from_hub_config(text)
     raise CopeInputError(
         f"unknown model {arg!r}{did_you_mean(arg, catalog())}: not a catalog model (`cope models` lists them), "
@@ -102,8 +100,6 @@ def _is_gguf(path: Path) -> bool:
 
 
 def _from_gguf(path: Path) -> ModelSpec:
-    from cope_tui.sources.gguf_model import SPLIT_RE, model_from_gguf  # noqa: PLC0415
-
     split = SPLIT_RE.match(path.name)
     if split and not 1 <= int(split["index"]) <= int(split["count"]):
         raise CopeInputError(f"a split GGUF is named NAME-0000i-of-0000n.gguf with 1 <= i <= n; this name says "
@@ -113,8 +109,6 @@ def _from_gguf(path: Path) -> ModelSpec:
 
 def _gguf_models_in(folder: Path) -> list[Path]:
     """One path per GGUF model in a folder (a split set counts once, by its first shard)."""
-    from cope_tui.sources.gguf_model import SPLIT_RE  # noqa: PLC0415
-
     models = []
     for p in sorted(folder.glob("*.gguf")):
         m = SPLIT_RE.match(p.name)

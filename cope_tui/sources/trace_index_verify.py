@@ -20,10 +20,11 @@ from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write_text, read_text
-from engine.traces.registry import FORMATS, detect_format, load_any_trace
 from cope_tui.sources import hub_download
+from cope_tui.sources.resolve import resolve_model
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write_text, read_text
+from engine.traces.registry import FORMATS, detect_format, load_any_trace
 
 UNVERIFIED_NOTE = "Format and checksum unverified until the first real download."
 
@@ -63,8 +64,6 @@ def _stand_in(entry: dict):
 
 def _parse(local: str, entry: dict):
     if entry.get("model"):
-        from cope_tui.sources.resolve import resolve_model  # noqa: PLC0415
-
         return load_any_trace(local, model=resolve_model(entry["model"]))
     return detect_format(local, format=entry["format"]).read(local, model=_stand_in(entry))
 

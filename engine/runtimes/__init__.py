@@ -4,13 +4,19 @@ Each runtime (engine/runtimes/llamacpp.py: stock llama.cpp, ik_llama.cpp, the Mo
 expert-cache fork; engine/runtimes/sglang_kt.py: SGLang with kt-kernel) declares
 - which candidates it runs exactly, which approximately and why (`support`),
 - how its CPU experts run beside the GPU's, for the cost model (`info.cpu_experts`),
-- what it keeps in host memory (`host_use`, checked against RAM by engine/host_memory.py),
+- what it keeps in host memory (`host_use`, checked against RAM by engine/hardware/host_memory.py),
 - how to launch it: an argument list, the environment and the artefacts (`launch`).
+
+Also here: the command that runs a candidate on a runtime (`export`) and the fork's side
+file (`fork_profile`).
+
+May import: every engine package below it (core, models, hardware, traces, replays,
+profiles, cost, llamacpp); engine.advice builds on it.
 """
 
 from __future__ import annotations
 
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 from engine.runtimes.base import (
     APPROXIMATE,
     EXACT,

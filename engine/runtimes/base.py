@@ -9,10 +9,10 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.memory import MemoryPlan
-from engine.model import ModelSpec
-from engine.policy import Candidate, Execution
-from engine.runtimes.builds import LlamaBuild
+from engine.hardware.memory import MemoryPlan
+from engine.llamacpp.builds import LlamaBuild
+from engine.models.model import ModelSpec
+from engine.replays.policy import Candidate, Execution
 from engine.runtimes.sglang_memory import Checkpoint
 
 EXACT = "exact"
@@ -110,7 +110,7 @@ class Launch:
     side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
-    spelled_for: str = ""  # the build whose flags argv uses (engine/runtimes/builds.py LlamaBuild.origin)
+    spelled_for: str = ""  # the build whose flags argv uses (engine/llamacpp/builds.py LlamaBuild.origin)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.host_memory import RamFit, ram_fit
-from engine.model import ModelSpec
-from engine.policy import Candidate
+from engine.hardware.host_memory import RamFit, ram_fit
+from engine.models.model import ModelSpec
+from engine.replays.policy import Candidate
 from engine.runtimes.base import ExportPlan, RuntimeImpl
 from engine.runtimes.placement import Placement
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.model import ModelSpec
+from engine.models.model import ModelSpec
 from engine.runtimes.sglang_memory import FP8, Checkpoint
 
 QK_K = 256

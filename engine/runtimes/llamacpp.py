@@ -26,10 +26,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.fork_profile import fork_profile_csv, profile_file_name
-from engine.model import ModelSpec
-from engine.policy import Allocation, Candidate, Execution, Kind, Residency
+from engine.core.errors import CopeInputError
+from engine.llamacpp.builds import LlamaBuild, shipped_build
+from engine.llamacpp.llamacpp_flags import (
+    BINARIES,
+    MIN_GPU_LAYERS_FLAG,
+    OFFLOAD_ENV,
+    SERVER_LIKE,
+    flag_args,
+    has_setting,
+    layer_set_regex,
+    older_spellings,
+)
+from engine.models.model import ModelSpec
+from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
 from engine.runtimes.base import (
     APPROXIMATE,
     EXACT,
@@ -41,17 +51,7 @@ from engine.runtimes.base import (
     Runtime,
     Support,
 )
-from engine.runtimes.llamacpp_flags import (
-    BINARIES,
-    MIN_GPU_LAYERS_FLAG,
-    OFFLOAD_ENV,
-    SERVER_LIKE,
-    flag_args,
-    has_setting,
-    layer_set_regex,
-    older_spellings,
-)
-from engine.runtimes.builds import LlamaBuild, shipped_build
+from engine.runtimes.fork_profile import fork_profile_csv, profile_file_name
 from engine.runtimes.placement import Layout, Placement
 
 FORK_ARCHS = frozenset({"deepseek2", "qwen35moe", "laguna"})

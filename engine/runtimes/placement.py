@@ -7,7 +7,7 @@ Three layouts cover what runtimes can express:
 - STAGED: every expert on the CPU, each routed one copied to the GPU at every step (a
   matrix candidate with no slots under stage execution);
 - EXPERTS: per-expert residency, `slots_per_layer` of each layer's most popular experts
-  (COPE's allocation: engine/residency.py allocate_slots).
+  (COPE's allocation: engine/replays/residency.py allocate_slots).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from enum import Enum
 
 import numpy as np
 
-from engine.memory import MemoryPlan
-from engine.model import ModelSpec
-from engine.policy import Allocation, Candidate, Execution, Kind
+from engine.hardware.memory import MemoryPlan
+from engine.models.model import ModelSpec
+from engine.replays.policy import Allocation, Candidate, Execution, Kind
+from engine.replays.residency import allocate_slots, partition_layers
 
 
 class Layout(str, Enum):
@@ -47,16 +48,13 @@ class Placement:
 
 def slots_used(candidate: Candidate, memory: MemoryPlan, n_layers: int) -> int:
     """Expert slots a matrix candidate fills: every slot the budget leaves (uniform spends
-    the remainder too, engine/residency.py allocate_slots), at most every expert."""
+    the remainder too, engine/replays/residency.py allocate_slots), at most every expert."""
     total = memory.slots(staging=candidate.copies_misses)
     return min(total, n_layers * memory.n_routed_experts_per_layer)
 
 
 def placement_of(candidate: Candidate, model: ModelSpec, memory: MemoryPlan,
                  popularity: np.ndarray | None = None) -> Placement:
-    from engine.advise import partition_layers
-    from engine.residency import allocate_slots
-
     n_layers = model.n_moe_layers
     if candidate.kind is not Kind.MATRIX:
         cpu, detail = partition_layers(candidate.kind, n_layers, memory.gpu_layers(), model.moe_blocks)

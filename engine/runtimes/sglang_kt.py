@@ -62,9 +62,10 @@ import re
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.model import ModelSpec
-from engine.policy import Allocation, Candidate, Execution, Kind, Residency
+from engine.core.errors import CopeInputError
+from engine.models.model import ModelSpec
+from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
+from engine.replays.residency import allocate_slots
 from engine.runtimes.base import (
     APPROXIMATE,
     EXACT,
@@ -87,7 +88,7 @@ SPLIT_GGUF = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 
 def cope_rank(popularity: np.ndarray) -> np.ndarray:
     """int64 [L, E]: each expert's place in COPE's fill order of a fixed nonuniform
-    residency (engine/residency.py allocate_slots on the popularity curves: the global top
+    residency (engine/replays/residency.py allocate_slots on the popularity curves: the global top
     of the counts, ties to the lower layer, then the lower id), 0 the first filled."""
     pop = np.asarray(popularity, dtype=np.int64)
     order = np.argsort(-pop.ravel(), kind="stable")
@@ -175,8 +176,6 @@ def kt_placement(candidate: Candidate, placement: Placement, model: ModelSpec, p
     n_layers = model.n_moe_layers
     if total == 0:
         return Placement(Layout.LAYERS, "no GPU expert fits SGLang's static pool", np.ones(n_layers, dtype=bool)), 0
-    from engine.residency import allocate_slots  # noqa: PLC0415  (imports the replay machinery)
-
     if candidate.allocation is Allocation.UNIFORM and total % n_layers == 0:
         per_layer = np.full(n_layers, total // n_layers, dtype=np.int64)
     elif plan.popularity is not None:

@@ -49,8 +49,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from engine.errors import CopeInputError
-from engine.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
+from engine.core.errors import CopeInputError
+from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 
 MIB = 2**20
 GIB = 2**30

@@ -1,4 +1,9 @@
-"""Reading and writing routing traces (DESIGN.md section 8).
+"""Routing traces: `RoutingTrace` (`trace`), reading and writing them (DESIGN.md section 8),
+synthetic traces (`synthetic`), the dataset card `cope trace push` publishes (`trace_card`)
+and the prompt sets they are recorded from (`prompts`).
+
+May import: engine.core, engine.models (pyarrow and safetensors only inside the readers
+of the published formats that need them).
 
 One module per format, each with a `FORMAT` entry that `registry.FORMATS` lists:
 

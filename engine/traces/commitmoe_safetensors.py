@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError
 from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, check_file_size, missing_reader
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import assemble, build_trace, check_cells
 
 REQUIRED = ("top_indices", "prompt_idx", "tok", "layer")

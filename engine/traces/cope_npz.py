@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError, shown
-from engine.files import atomic_write, check_regular
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError, shown
+from engine.core.files import atomic_write, check_regular
 from engine.traces.format import TraceFormat, json_problem
 from engine.traces.limits import check_entries
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import build_trace
 
 TRACE_FORMAT = "cope-trace"

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError
 from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, check_file_size, missing_reader
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import build_trace
 
 PARQUET_MAGIC = b"PAR1"

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import CopeInputError
-from engine.files import file_kind
-from engine.trace import RoutingTrace
+from engine.core.errors import CopeInputError
+from engine.core.files import file_kind
+from engine.traces.trace import RoutingTrace
 
 HEAD_BYTES = 4096  # what sniffers see of a file
 

@@ -15,11 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError, shown
-from engine.files import atomic_write
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError, shown
+from engine.core.files import atomic_write
 from engine.traces.format import TraceFormat, json_problem, model_shape, text_head
 from engine.traces.limits import read_text_bounded
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import assemble, build_trace, check_cells
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from engine.errors import CopeInputError
-from engine.files import open_regular
+from engine.core.errors import CopeInputError
+from engine.core.files import open_regular
 
 MAX_ENTRIES_ENV = "COPE_MAX_TRACE_ENTRIES"
 DEFAULT_MAX_ENTRIES = 2**28

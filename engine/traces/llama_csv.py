@@ -16,11 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.files import atomic_write
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError
+from engine.core.files import atomic_write
 from engine.traces.format import TraceFormat, model_shape, text_head
 from engine.traces.limits import read_text_bounded
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import LineOf, assemble, build_trace, check_cells
 
 _INT_LIMIT = 2**62

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import CopeInputError, shown
-from engine.trace import RoutingTrace, TraceMeta
+from engine.core.errors import CopeInputError, shown
 from engine.traces.format import TraceFormat, text_head
 from engine.traces.limits import check_entries, read_text_bounded
+from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import LineOf, build_trace, check_cells, first_bad_row, warn_dropped
 
 MOE_BEYOND_MODEL = "deepseek-v2-lite-chat"

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.errors import CopeInputError
-from engine.files import open_regular
-from engine.trace import RoutingTrace
-from engine.user_paths import input_kind
+from engine.core.errors import CopeInputError
+from engine.core.files import open_regular
+from engine.core.user_paths import input_kind
 from engine.traces import commitmoe_safetensors, cope_npz, flame_parquet, jsonl, llama_csv, moe_beyond
 from engine.traces.format import HEAD_BYTES, TraceFormat
+from engine.traces.trace import RoutingTrace
 from engine.traces.validate import check_trace_fits_model
 
 FORMATS: tuple[TraceFormat, ...] = (

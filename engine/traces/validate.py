@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.errors import CopeInputError
-from engine.spans import block_span
-from engine.trace import RoutingTrace
+from engine.core.errors import CopeInputError
+from engine.core.spans import block_span
+from engine.traces.trace import RoutingTrace
 
 LineOf = Callable[[int], int]  # data-row index -> 1-based line number in the file
 

@@ -9,8 +9,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from cope_tui.app.panes.results import RUNS_STYLE
-from engine.memory import GIB
-from engine.spans import count_of
+from cope_tui.text_report import runnable_label, runtime_line
+from engine.core.spans import count_of
+from engine.hardware.memory import GIB
+from engine.runtimes import STOCK_NAME, runtime_named
+from engine.runtimes.llamacpp import label_text
 
 PASTE_HINT = "llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8"
 
@@ -40,8 +43,6 @@ class CommandInput(Input):
 def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
     """What runs first (COPE's best that the command's runtime runs), then the paper optimum
     where it is another candidate: the CLI's order (cope_tui/text_report.py)."""
-    from cope_tui.text_report import runnable_label
-
     run, best = result.runnable, result.best
     text.append(f"{runnable_label(result)}: ", style="bold")
     text.append(f"{run.candidate.id}: {run.detail}\n")
@@ -151,8 +152,6 @@ class ExportPane(VerticalScroll):
         llama.cpp, with its nearest candidate, when none does); it keeps the runtime in
         use when the new row offers it, else picks the run-now one, an installed one, an
         exact one, in that order."""
-        from engine.runtimes import STOCK_NAME, runtime_named
-
         estimate = app.selected_estimate()
         if estimate is None or app.runs is None:
             return
@@ -190,9 +189,6 @@ class ExportPane(VerticalScroll):
         export = app.current_export()
         if export is None:
             return
-        from cope_tui.text_report import runtime_line
-        from engine.runtimes.llamacpp import label_text
-
         head = Text()
         head.append(f"{export.candidate_id}  ", style="bold")
         head.append(f" {label_text(export.label)} ", style=f"reverse {RUNS_STYLE.get(export.label, '')}")

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Static
 
-from cope_tui.app.widgets.facts import CPU_FIELDS, GPU_FIELDS, basis_text, fact_rows
+from cope_tui.app.widgets.facts import CPU_FIELDS, GPU_FIELDS, basis_text, fact_rows, fmt_value
 from cope_tui.app.widgets.options_row import OptionsRow
 
 
@@ -39,8 +39,6 @@ class HardwarePane(VerticalScroll):
         detected = app.detected_gpu
         if detected is not None:
             vram = detected.vram_bytes
-            from cope_tui.app.widgets.facts import fmt_value
-
             text = Text(f"this machine: {detected.name}")
             if vram.known:
                 text.append(f", {fmt_value('vram_bytes', vram.value)} ({vram.basis})")

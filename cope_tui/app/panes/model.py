@@ -11,21 +11,19 @@ from textual.widgets.option_list import Option
 
 from cope_tui.app.panes import Apply
 from cope_tui.app.widgets.options_row import OptionsRow
-from engine.errors import CopeInputError
-from engine.spans import count_of
+from engine.core.errors import CopeInputError
+from engine.core.names import squash
+from engine.core.spans import count_of
+from engine.models.catalog import catalog
+import difflib
 
 
 def closest_models(query: str) -> list[str]:
     """The catalog ids (at most 3, closest first) for a search that matched none. Compared
-    as `cope advise --model` compares (engine.preset_names: case, spaces and dashes do not
+    as `cope advise --model` compares (engine.hardware.preset_names: case, spaces and dashes do not
     count, 0.75 similarity), against each id, name and alias, and against their start as
     long as what was typed: a search is typed from the start of a name, so 'deepsek' is
     close to 'deepseek-v3' though far from the whole of it."""
-    import difflib
-
-    from engine.catalog import catalog
-    from engine.preset_names import squash
-
     key = squash(query)
     if not key:
         return []
@@ -78,8 +76,6 @@ class ModelPane(VerticalScroll):
         self._fill("")
 
     def _fill(self, query: str) -> None:
-        from engine.catalog import catalog
-
         q = query.strip().lower()
         models = [m for m in catalog().values()
                   if all(word in f"{m.id} {m.name} {' '.join(m.aliases)} {m.arch} {m.hf_repo or ''}".lower()

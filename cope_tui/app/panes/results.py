@@ -9,8 +9,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from cope_tui.app.widgets.chart import ThroughputChart, charted, swept_title
-from engine.memory import GIB
-from engine.spans import count_of
+from cope_tui.text_report import nothing_fits, runs_on_text
+from engine.core.spans import count_of
+from engine.hardware.memory import GIB
 
 COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs on")
 WIDE_AT = 110  # narrower terminals get the compact table
@@ -115,8 +116,6 @@ class ResultsPane(Vertical):
         advice = app.advice
         if advice is None:
             return
-        from cope_tui.text_report import nothing_fits, runs_on_text
-
         rec = advice.rec
         runs = app.runs
         req = rec.request
@@ -174,8 +173,6 @@ class ResultsPane(Vertical):
         e = app.selected_estimate()
         if e is None:
             return
-        from cope_tui.text_report import runs_on_text
-
         label = f"runs on: {runs_on_text(app.runs.row(e.candidate.id))}" if app.runs is not None else ""
         text = breakdown_text(e, app.advice.rec.baseline(), label)
         ranking = getattr(app, "workload_ranking", None)

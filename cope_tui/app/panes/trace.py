@@ -8,8 +8,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 
 from cope_tui.app.panes import Apply
-from engine.popularity import profile_words
-from engine.spans import count_of
+from cope_tui.sources import hub_trace
+from engine.core.spans import count_of
+from engine.traces.popularity import profile_words
 
 DOMAINS = ("chat", "code", "math")
 
@@ -78,9 +79,7 @@ class TracePane(VerticalScroll):
 
     def _offer_pull(self, model_id: str) -> None:
         """Pull only when the trace index has a trace of this model (or one of its shape)."""
-        from cope_tui.sources.hub_trace import entries_for_model
-
-        exact, shaped = entries_for_model(model_id)
+        exact, shaped = hub_trace.entries_for_model(model_id)
         pull = self.query_one("#pull", Button)
         pull.disabled = not (exact or shaped)
         pull.tooltip = (f"the trace index has no published trace of {model_id} (or of its shape): record one "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from engine.memory import GIB
+from engine.hardware.memory import GIB
 
 BASIS_STYLE = {
     "measured": "bold green",

@@ -15,7 +15,7 @@ from textual.widgets import Input, Label, Select
 
 from cope_tui.app.panes import Apply
 from cope_tui.options import AppOption, PlanChoices, app_options
-from engine.errors import CopeInputError
+from engine.core.errors import CopeInputError
 
 
 class OptionsRow(Vertical):

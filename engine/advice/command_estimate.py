@@ -1,0 +1,281 @@
+"""A llama.cpp command a person already runs, priced beside COPE's ranking.
+
+The command's placement (engine/llamacpp/llama_placement.py: `-ngl`, `-ot`, `--n-cpu-moe`,
+`--cpu-moe`, GGML_OP_OFFLOAD_MIN_BATCH, CPU only) is priced per decode token with the
+same cost model as the ranking, at the command's own settings (`command_settings`:
+threads, context, and for llama-bench the depth it decodes from), and checked against the
+GPU's VRAM and the machine's RAM: a command that would not fit is reported as such, with
+the arithmetic, never with a speed. More than one GPU is not modelled: refused.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from engine.advice.advise import Recommendation
+from engine.advice.command_flags import carry_over
+from engine.advice.command_prefill import bench_prompt_tokens, price_prefill
+from engine.advice.run_advice import who_runs
+from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_model import CostModel
+from engine.cost.estimate import Estimate, compare, faster
+from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
+from engine.cost.request import AdviseRequest
+from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.llama_args import LlamaCommand, buffer_problem, command_notes
+from engine.llamacpp.llama_fit import FitOutcome, fit_outcome
+from engine.llamacpp.llama_placement import (
+    LlamaPlacement,
+    PlacementCost,
+    PlacementMemory,
+    layer_set_kind,
+    placement_cost,
+    placement_memory,
+    placement_of,
+)
+from engine.models.model import ModelSpec
+from engine.models.model_names import model_from_file_name
+from engine.runtimes.export import Export, export_for
+
+LLAMA_BENCH_N_GEN = 128  # tools/llama-bench/llama-bench.cpp: the default -n
+
+
+def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str, Any]:
+    """The request fields the command sets, where they differ from `request`'s: -t, the
+    KV cache type, and the context; llama-bench decodes -n tokens from depth -d, so it
+    attends to d + n/2 tokens on average and reserves d + n."""
+    want: dict[str, Any] = {"threads": command.threads or request.threads,
+                            "kv_bytes_per_element": command.kv_bytes_per_element}
+    if command.tool == "llama-bench":
+        n_gen = command.n_gen or LLAMA_BENCH_N_GEN
+        want["context_tokens"] = command.n_depth + n_gen
+        want["attention_tokens"] = command.n_depth + n_gen // 2
+    elif command.context:
+        want["context_tokens"] = command.context
+    buffer = _extra_buffer_bytes(request.model, command)
+    if buffer > 0:  # the command's -ub compute buffer: VRAM COPE's candidates cannot use
+        want["vram_budget_bytes"] = int(request.vram_budget_bytes - buffer)
+    return {k: v for k, v in want.items() if getattr(request, k) != v}
+
+
+def _extra_buffer_bytes(model: ModelSpec, command: LlamaCommand) -> float:
+    """VRAM the command's -ub/-b compute buffer takes beyond the reserve (0 at -ub 512 and below)."""
+    ubatch = min(command.ubatch or DEFAULT_UBATCH, command.batch or DEFAULT_BATCH)
+    return extra_vram_bytes(model, ubatch) if ubatch > DEFAULT_UBATCH else 0.0
+
+
+@dataclass(frozen=True)
+class CommandPrice:
+    """Your command: what it costs per token, where its weights go, whether it runs."""
+
+    detail: str  # where the placement puts the weights
+    cost: PlacementCost | None  # None: not priced (it would not run, or is not modelled)
+    memory: PlacementMemory | None
+    fidelity: str
+    refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
+    prefill: "PrefillCost | None" = None  # llama-bench's pp test (engine/advice/command_prefill.py); None: none
+    fit: FitOutcome | None = None  # what llama.cpp's --fit made of a command without -ngl (None: it does not apply)
+
+    @property
+    def runs(self) -> bool:
+        """Priced: it fits, and COPE has its figure (`verdict` says why not)."""
+        return self.refusal is None
+
+    @property
+    def verdict(self) -> str:
+        """"priced"; "would_not_run" (it does not fit: the arithmetic is in `refusal`); or
+        "not_priced" (it may run, but COPE does not model what it does: more than one GPU,
+        or a placement llama.cpp's --fit picks that COPE cannot follow)."""
+        if self.refusal is None:
+            return "priced"
+        return "would_not_run" if self.refusal.startswith("would not run") else "not_priced"
+
+    @property
+    def tpot_s(self) -> float:
+        return self.cost.tpot_s if self.cost is not None else float("inf")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1.0 / self.tpot_s if self.cost is not None else 0.0
+
+    @property
+    def vram_used_bytes(self) -> int:
+        return self.memory.vram_bytes if self.memory is not None else 0
+
+
+@dataclass(frozen=True)
+class CommandEstimate:
+    """A command priced beside COPE's best (what `cope estimate` shows)."""
+
+    command: LlamaCommand
+    request: AdviseRequest  # what it was priced with (the command's settings)
+    maps_to: str  # the candidate kind the placement is (partition-first, ..., "layer set", "cpu only")
+    yours: CommandPrice
+    best: Estimate | None  # COPE's best at the same settings (None: no ranking, `no_ranking` says why)
+    rank: int | None  # where the command would rank among the candidates, 1 = fastest (None: not priced)
+    of: int  # candidates ranked
+    export: Export | None  # the command of COPE's best, with the command's binary and model file
+    nearest_runnable: Estimate | None  # when the best cannot run on stock llama.cpp: the nearest that can
+    notes: tuple[str, ...]  # about the command and how it was priced
+    ranking_notes: tuple[str, ...]  # every assumption and caveat of the ranking it was priced beside
+    cpu_moe_blocks: tuple[int, ...]  # the blocks whose experts the command keeps (all) on the CPU
+    no_ranking: str | None = None  # why there is no ranking at the command's settings
+    tied_with: tuple[str, ...] = ()  # the candidates exactly as fast as the command (same rank)
+    paper_runs_on: str = ""  # which runtime `best` (rank 1 on paper) needs, in words
+
+    @property
+    def runnable(self) -> Estimate | None:
+        """COPE's best that the export's runtime runs: `best` itself, or the nearest that runs."""
+        return self.nearest_runnable if self.nearest_runnable is not None else self.best
+
+    @property
+    def runnable_is(self) -> str | None:
+        """`runnable` against the command, as `best_is`."""
+        return self.nearest_is if self.nearest_runnable is not None else self.best_is
+
+    @property
+    def runnable_speedup(self) -> float | None:
+        """How many times faster `runnable` is than the command (None: either unpriced)."""
+        if self.runnable is None or not self.yours.runs:
+            return None
+        return self.yours.tpot_s / self.runnable.tpot_s
+
+    @property
+    def stages(self) -> bool:
+        """The command copies its CPU experts to the GPU every step (GGML_OP_OFFLOAD_MIN_BATCH)."""
+        return self.maps_to.endswith("(stage)")
+
+    @property
+    def speedup(self) -> float | None:
+        """How many times faster COPE's best is than the command (None: either is unpriced)."""
+        if self.best is None or not self.yours.runs:
+            return None
+        return self.yours.tpot_s / self.best.tpot_s
+
+    @property
+    def best_is(self) -> str | None:
+        """COPE's best against the command: "faster", "as_fast", "slower" (None: either unpriced)."""
+        if self.best is None or not self.yours.runs:
+            return None
+        return compare(self.best.tpot_s, self.yours.tpot_s)
+
+    @property
+    def nearest_is(self) -> str | None:
+        """The nearest candidate llama.cpp runs against the command, as `best_is`."""
+        if self.nearest_runnable is None or not self.yours.runs:
+            return None
+        return compare(self.nearest_runnable.tpot_s, self.yours.tpot_s)
+
+
+def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaCommand,
+                  builds: Mapping[str, LlamaBuild] | None = None) -> CommandEstimate:
+    """Price `command`'s placement with `rec`'s request (already at the command's
+    settings) and `cost_model`; COPE's command is spelled for `builds` (found here)."""
+    request = rec.request
+    yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
+    # COPE's best at the command's settings: its command keeps the command's other flags.
+    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool, builds=builds),
+                        command)
+    nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
+    # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
+    rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
+    tied = tuple(e.candidate.id for e in rec.estimates if yours.runs and compare(e.tpot_s, yours.tpot_s) == "as_fast")
+    return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
+                           export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied,
+                           paper_runs_on=who_runs(rec, rec.best))
+
+
+def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,
+                        no_ranking: str) -> CommandEstimate:
+    """`command` priced with no ranking beside it (`no_ranking`: why there is none, e.g. a
+    budget that cannot hold the context's KV cache): usually "would not run", with its
+    arithmetic."""
+    yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
+    return CommandEstimate(command, request, _maps_to(placement, stage), yours, None, None, 0, None, None, notes, (),
+                           blocks, no_ranking)
+
+
+def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand):  # type: ignore[no-untyped-def]
+    """(the command's price, its placement, whether it stages CPU experts, notes, the
+    blocks whose experts it keeps on the CPU)."""
+    model = request.model
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    placement = placement_of(command, model, has_gpu=has_gpu)
+    notes = list(command_notes(command, model)) + list(placement.notes)
+    fit = fit_outcome(request, command, placement) if has_gpu and not command.multi_gpu else None
+    if fit is not None:  # no -ngl: llama.cpp's --fit decides (engine/llamacpp/llama_fit.py)
+        placement = fit.placement
+        notes.append(fit.note)
+    if command.model_path and not _is_model_file(command.model_path, model):
+        notes.append(f"-m {command.model_path}: priced as {model.name} {request.quant.name}, the model in use "
+                     "(give that file as the model to price it instead)")
+    stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
+    yours = _price(request, cost_model, placement, command, stage, fit)
+    blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
+    return yours, placement, stage, tuple(notes), blocks
+
+
+def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand) -> CommandPrice:
+    """`command`'s own price, without the ranking beside it (the request already at the
+    command's settings): what bench/published.py compares with published runs."""
+    return _yours(request, cost_model, command)[0]
+
+
+def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
+           stage: bool, fit: FitOutcome | None = None) -> CommandPrice:
+    model = request.model
+    detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
+    if fit is not None and fit.moved:
+        detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
+    if command.multi_gpu:
+        return CommandPrice(detail, None, None, cost_model.fidelity,
+                            f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
+    memory = with_compute_buffer(placement_memory(request, placement, mapped=not command.no_mmap,
+                                                  kv_offload=not command.no_kv_offload), model, command)
+    refused = buffer_problem(command)
+    if refused is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
+    if fit is not None and fit.unpriced is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
+    problem = memory.problem()
+    if problem is not None:
+        return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
+    analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
+        model, request.quant, request.platform, context_tokens=request.context_tokens,
+        attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
+    cost = placement_cost(request, cost_model, placement, analytic, stage=stage, kv_offload=not command.no_kv_offload)
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
+
+
+def with_compute_buffer(memory: PlacementMemory, model: ModelSpec, command: LlamaCommand) -> PlacementMemory:
+    """`memory` with the command's -ub/-b compute buffer in VRAM beyond the reserve (which
+    holds llama.cpp's at its default -ub 512): llama.cpp allocates it when it creates the
+    context, for decode too, so a -ub whose buffer does not fit stops the whole command."""
+    buffer = _extra_buffer_bytes(model, command)
+    if memory.vram_bytes == 0 or buffer == 0:
+        return memory
+    return replace(memory, vram_bytes=int(memory.vram_bytes + buffer))
+
+
+def _maps_to(placement: LlamaPlacement, stage: bool) -> str:
+    if placement.cpu_only:
+        return "cpu only"
+    layer_set = placement.whole_layer_set
+    kind = layer_set_kind(layer_set) if layer_set is not None else "layer set"
+    return kind + (" (stage)" if stage else "")
+
+
+def _is_model_file(path: str, model) -> bool:  # type: ignore[no-untyped-def]
+    """Whether `path` is the model being priced: its file, or a file named after it."""
+    exact = model.exact_bytes
+    if exact is None:
+        named = model_from_file_name(path)
+        return named is not None and named.model_id == model.id
+    try:
+        return os.path.samefile(path, exact.source)
+    except OSError:
+        return os.path.abspath(path) == os.path.abspath(exact.source)

@@ -1,0 +1,331 @@
+"""The analytic (roofline) cost model: llama.cpp's batch-1 decode from the Platform alone.
+
+Decode at batch 1 is memory-bound: every weight a token touches is read once, so a
+piece of work costs its bytes over the bandwidth its device reaches for quantized
+mat-vecs, plus fixed latencies (kernel launches, a CPU thread pool's wake-up, the
+hand-over of the hidden state between the devices). The pieces:
+
+- a block's shared work (attention with its KV cache at the depth decoded, norms, the
+  router, shared experts or a dense FFN) on the GPU or, when the block is not offloaded
+  (`-ngl` below the block count, or CPU only), on the CPU;
+- a MoE layer's k routed experts on the GPU, on the CPU, or split between them;
+- the output head and sampling once per token;
+- a hand-over each time the token's work changes device (`sync_s`: half each way).
+
+The CPU streams weights at `cores x` what one thread's mat-vec streams, at most
+`cpu_bandwidth_efficiency x` the memory's theoretical peak: decode stops gaining from
+threads once DRAM is saturated, and a second thread on a core adds nothing (the two share
+its vector units). Below saturation a thread is bound by its core's arithmetic (unpacking
+the quants, the int8 dot products): it streams `cpu_thread_bytes_per_mac` bytes a second
+for each int8 multiply-accumulate a second of its core's peak (`engine.hardware.cpu_compute`:
+the microarchitecture's MACs a cycle at the vendor's base clock), so a 2 GHz Skylake-SP
+core streams less than a 4.5 GHz Zen 4 one, and a many-core server can be bound by its
+cores before its twelve channels. Where `cope detect` measured this machine (a read stream
+by one thread, and by every core), both come from the measurements instead
+(`machine_assumptions`): one thread of llama.cpp's quantized mat-vec streams
+`measured_thread_share` of the one-thread read (it is partly compute-bound there), and the
+lane saturates at `measured_read_share` of the all-core read. A measured figure is already
+a sustained one, so the efficiency against a theoretical peak is not applied to it again. Every constant below is either physical (from the
+Platform: spec-sheet or measured bandwidths) or fitted once, globally, on the published
+llama.cpp runs in ../shared/calibration (bench/fit_published.py; the fit and its data are
+in docs/accuracy.md); none is tuned per model, per row or per source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from engine.core.errors import CopeInputError
+from engine.cost.cost_model import CostModelDescription, Lanes, StateCosts, compose_state_costs, compose_step
+from engine.hardware.cpu_compute import core_compute, cores_used
+from engine.hardware.platform import CpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
+from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
+from engine.models.quant import Quantization
+from engine.replays.policy import Execution
+
+# llama.cpp's KV cache types (-ctk/-ctv): bytes per element (ggml block sizes).
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+
+
+# bench/fit_local.py (docs/accuracy.md, "measured against llama.cpp on this machine")
+MEASURED_THREAD_SHARE = 0.626
+MEASURED_READ_SHARE = 0.773
+
+
+# Whether a runtime replays a decode step's GPU kernels as CUDA graphs (one launch for many
+# kernels). Stock llama.cpp does at decode's batch of 1 with quantized experts
+# (ggml-cuda.cu ggml_cuda_graph_check_compability: only a mul_mat_id on the synchronising
+# fallback path disables them, and mmvq does not take it; graphs are kept per split, so a
+# partial offload has one a device run). ik_llama.cpp (ggml/src/ggml-cuda.cu), by build:
+# - before 633e0617b (PR 689, 2025-08-15) never for a MoE model: any GGML_OP_MUL_MAT_ID or
+#   GGML_OP_MOE_FUSED_UP_GATE node disabled them, and its one graph a context was updated at
+#   every split, which disables it after four consecutive updates;
+# - from then on (and at 8337e4c, check_node_graph_compatibility_and_refresh_copy_ops) a
+#   graph a split, disabled by a mul_mat_id with more than one expert a token, but not by the
+#   fused up/gate op of `-fmoe` on quantized weights at batch 1 (nor the down mul_mat_id right
+#   after it); a split without GPU experts (experts on the CPU) keeps its graph;
+# - `-fmoe` is on by default from 41d6c42b9 (PR 863, 2025-10-25).
+IK_GRAPHS_FROM = "2025-08-15"
+IK_FMOE_DEFAULT_FROM = "2025-10-25"
+
+
+def uses_cuda_graphs(runtime: str, *, build_date: str | None = None, fused_moe: bool | None = None,
+                     gpu_experts: bool = True) -> bool:
+    """Whether `runtime` replays the decode step's GPU work as CUDA graphs. `build_date`
+    (ISO, a prefix such as "2025-11" is enough; None: a current build), `fused_moe` (ik's
+    `-fmoe` as given; None: the build's default), `gpu_experts`: whether routed experts run
+    on the GPU."""
+    if runtime != "ik_llama.cpp":
+        return True
+    if build_date is not None and build_date[:10] < IK_GRAPHS_FROM:
+        return False
+    if fused_moe is None:
+        fused_moe = build_date is None or build_date[:10] >= IK_FMOE_DEFAULT_FROM
+    return fused_moe or not gpu_experts
+
+
+# The GPU kernels a decode step launches in one block, from the architecture (the ggml graph
+# llama.cpp builds for it, counted by op: a fused pair counts once): attention with its norm
+# (GQA: norm, Q/K/V mat-vecs, two ropes, two cache writes, flash attention, output
+# projection, residual add: 11; MLA as DeepSeek-V2 builds it: norm, the query's mat-vec (three
+# with a low-rank query: down, norm, up), the compressed KV's mat-vec and norm, two ropes,
+# the absorbed key projection, a concat, a cache write, flash attention, the value
+# projection, output projection, residual add: 13 or 15); a MoE FFN (norm, router, gating,
+# top-k selection and its weights, gate and up, activation, down, the weighting, one add per
+# expert beyond the first, residual add: 11 + k - 1), with shared experts (gate, up,
+# activation, down, add: 5 more); a dense FFN (norm, gate, up, activation, down, residual add: 6).
+REFERENCE_BLOCK_KERNELS = 29  # a GQA block with top-8 routed experts and no shared expert (Qwen3-30B-A3B)
+
+
+def block_kernels(model: ModelSpec, block: int) -> int:
+    """The GPU kernels one decode step launches in `block` (see above): what a block's fixed
+    GPU cost scales with."""
+    att = model.attention
+    if att.kind == "mla":
+        attention = 13 + (2 if att.q_lora_rank else 0)
+    else:
+        attention = 11
+    if block in model.moe_blocks:
+        ffn = 11 + model.top_k - 1 + (5 if model.n_shared_experts else 0)
+    else:
+        ffn = 6
+    return attention + ffn
+
+
+@dataclass(frozen=True)
+class AnalyticAssumptions:
+    """The constants of the roofline model. "fitted": by bench/fit_published.py, once, on
+    the published runs with their hardware stated (docs/accuracy.md has the fit, its data
+    and its residuals); "assumed": small latencies the published runs cannot separate."""
+
+    gpu_bandwidth_efficiency: float = 0.900  # fitted, held to 0.6-0.9 (docs/accuracy.md: why): at its bound
+    cpu_bandwidth_efficiency: float = 0.649  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.0390  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    # What one thread streams below saturation, on this machine, where `cope detect` measured
+    # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
+    cpu_thread_bytes_per_s: float | None = None
+    gpu_expert_launch_s: float = 15e-6  # assumed: a layer's mul_mat_id kernels (gate, up, down, activation)
+    # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
+    # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
+    # another architecture pays it in proportion to its kernels (block_kernels)
+    gpu_block_overhead_s: float = 76.4e-6
+    # fitted: what such a block costs more when the runtime launches its kernels one by one,
+    # without a CUDA graph (uses_cuda_graphs), scaled the same way
+    gpu_block_no_graph_s: float = 53.9e-6
+    # fitted: the KV cache's bytes a decode step's attention reads count this many times a
+    # weight's bytes on each device (flash attention's f16 dot products and softmax over the
+    # cache do more work a byte than a quantized mat-vec)
+    gpu_kv_read_factor: float = 2.34
+    cpu_kv_read_factor: float = 2.16
+    cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
+    cpu_block_overhead_s: float = 61.8e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    # fitted, at its lower bound (held to 5 us-0.5 ms): a hand-over, the hidden state to the CPU and back
+    # (two PCIe transfers, a stream sync); the rows do not see it above the bound
+    sync_s: float = 5.0e-6
+    copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
+    token_fixed_s: float = 10.0e-6  # fitted, at its lower bound (held to 10 us-0.5 ms): sampling, embedding, graph launch
+    # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
+    # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
+    # saturated (every core).
+    measured_thread_share: float = MEASURED_THREAD_SHARE
+    measured_read_share: float = MEASURED_READ_SHARE
+
+
+class AnalyticCostModel:
+    """Roofline costs from the Platform's figures alone.
+
+    `context_tokens`: the KV cache reserved; `attention_tokens`: the tokens a decode step
+    attends to (default half the context: the mean over a conversation that fills it;
+    `llama-bench -d D -n N` decodes from D to D + N); `kv_bytes_per_element`: the cache
+    type's (`-ctk`/`-ctv`; f16 by default)."""
+
+    fidelity = "analytic"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        quant: Quantization,
+        platform: Platform,
+        *,
+        context_tokens: int,
+        attention_tokens: int | None = None,
+        kv_bytes_per_element: float = KV_CACHE_BYTES_PER_ELEMENT,
+        assumptions: AnalyticAssumptions | None = None,
+        cuda_graphs: bool = True,
+    ):
+        """`assumptions`: the constants to price with (default: the global fit, with this
+        machine's measured read figures where the Platform has them); `cuda_graphs`: whether
+        the runtime replays a decode step's GPU kernels as CUDA graphs (uses_cuda_graphs: a
+        current build of every runtime does, ik_llama.cpp unless `-fmoe` is turned off)."""
+        self.model = model
+        self.quant = quant
+        self.platform = platform
+        self.context_tokens = context_tokens
+        self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
+        self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
+        self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
+        self.cuda_graphs = cuda_graphs
+        reference_block_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
+        self._gpu_block_fixed_s = tuple(reference_block_s * block_kernels(model, b) / REFERENCE_BLOCK_KERNELS
+                                        for b in range(model.n_blocks))
+        self.expert_bytes = model.expert_bytes(quant)
+        if plans_without_gpu(platform.gpu):  # --gpu none: no GPU term may be used (NaN shows if one were)
+            self.gpu_bytes_per_s = self.h2d_bytes_per_s = float("nan")
+        else:
+            self.gpu_bytes_per_s = float(_known(platform.gpu.mem_bandwidth_bytes_per_s, "GPU memory bandwidth"))
+            self.h2d_bytes_per_s = float(_known(platform.gpu.h2d_bytes_per_s, "host-to-device bandwidth"))
+        cpu_bw = platform.cpu.mem_bandwidth_bytes_per_s
+        if not cpu_bw.known:
+            cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
+        self.cpu_bytes_per_s = float(cpu_bw.value)
+        self.cpu_thread_bytes_per_s = thread_bytes_per_s(self.a, platform.cpu)
+
+    def gpu_block_fixed_s(self, block: int) -> float:
+        """`block`'s fixed GPU cost: its kernels' launches and small ops besides its bytes."""
+        return self._gpu_block_fixed_s[block]
+
+    # --- bandwidths -------------------------------------------------------------
+    @property
+    def gpu_stream_bytes_per_s(self) -> float:
+        return self.gpu_bytes_per_s * self.a.gpu_bandwidth_efficiency
+
+    def cpu_stream_bytes_per_s(self, threads: int) -> float:
+        """What `threads` threads stream for quantized mat-vecs: linear in the cores they
+        run on until the memory saturates (more threads never slower)."""
+        return min(cores_used(self.platform.cpu, threads) * self.cpu_thread_bytes_per_s,
+                   self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency)
+
+    # --- single lanes ---------------------------------------------------------
+    def gpu_experts_s(self, n: int) -> float:
+        if n == 0:
+            return 0.0
+        return self.a.gpu_expert_launch_s + n * self.expert_bytes / self.gpu_stream_bytes_per_s
+
+    def cpu_expert_s(self, threads: int) -> float:
+        return self.expert_bytes / self.cpu_stream_bytes_per_s(threads)
+
+    def cpu_experts_s(self, n: int, threads: int) -> float:
+        return 0.0 if n == 0 else self.a.cpu_dispatch_s + n * self.cpu_expert_s(threads)
+
+    def copy_experts_s(self, n: int) -> float:
+        return 0.0 if n == 0 else self.a.copy_latency_s + n * self.expert_bytes / self.h2d_bytes_per_s
+
+    # --- one layer step -------------------------------------------------------
+    def lanes(self, threads: int) -> Lanes:
+        """The single-operator costs at `threads`, for the shared composition rules."""
+        return Lanes(
+            gpu_experts_s=self.gpu_experts_s,
+            cpu_experts_s=lambda n: self.cpu_experts_s(n, threads),
+            copy_experts_s=self.copy_experts_s,
+            sync_s=self.a.sync_s,
+            gpu_launch_s=self.a.gpu_expert_launch_s,
+            gpu_per_expert_s=self.gpu_experts_s(2) - self.gpu_experts_s(1),
+            cpu_dispatch_s=self.a.cpu_dispatch_s,
+            cpu_per_expert_s=self.cpu_expert_s(threads),
+            copy_latency_s=self.a.copy_latency_s,
+            copy_per_expert_s=self.copy_experts_s(2) - self.copy_experts_s(1),
+        )
+
+    def state_costs(self, execution: Execution, threads: int, top_k: int, prefetch_budget: int) -> StateCosts:
+        return compose_state_costs(execution, top_k, prefetch_budget, self.lanes(threads))
+
+    def _step(self, execution: Execution, h: int, m: int, threads: int) -> tuple:
+        """(total, gpu, cpu, copy, sync, copied) of one layer step."""
+        return compose_step(execution, h, m, self.lanes(threads))
+
+    # --- a block's shared work, on either device --------------------------------
+    def block_bytes(self, block: int) -> float:
+        """Bytes a decode step reads in `block` besides its routed experts: its weights and
+        its KV cache at the attended depth."""
+        return self.model.shared_layer_bytes(self.quant, block) + self.kv_bytes(block)
+
+    def kv_bytes(self, block: int) -> float:
+        """The KV cache's bytes a decode step reads in `block` at the attended depth."""
+        return self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
+
+    def gpu_block_s(self, block: int) -> float:
+        work = self.model.shared_layer_bytes(self.quant, block) + self.a.gpu_kv_read_factor * self.kv_bytes(block)
+        return self.gpu_block_fixed_s(block) + work / self.gpu_stream_bytes_per_s
+
+    def cpu_block_s(self, block: int, threads: int) -> float:
+        work = self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
+        return self.a.cpu_block_overhead_s + work / self.cpu_stream_bytes_per_s(threads)
+
+    def head_s(self, *, on_cpu: bool = False, threads: int = 1) -> float:
+        """The output head's mat-vec (sampling and the rest are in `token_overhead_s`)."""
+        head = self.model.head_bytes(self.quant)
+        return head / (self.cpu_stream_bytes_per_s(threads) if on_cpu else self.gpu_stream_bytes_per_s)
+
+    # --- what every candidate pays -------------------------------------------
+    def shared_per_token_s(self) -> float:
+        """Every block's shared work on the GPU (the candidates all offload every block)."""
+        return sum(self.gpu_block_s(block) for block in range(self.model.n_blocks))
+
+    def token_overhead_s(self) -> float:
+        return self.a.token_fixed_s + self.head_s()
+
+    def describe(self) -> CostModelDescription:
+        return CostModelDescription(
+            self.fidelity,
+            "roofline: bytes over bandwidth plus fixed latencies; constants fitted on published llama.cpp runs "
+            "(docs/accuracy.md)",
+            {
+                "gpu_bytes_per_s": self.gpu_bytes_per_s,
+                "cpu_bytes_per_s": self.cpu_bytes_per_s,
+                "h2d_bytes_per_s": self.h2d_bytes_per_s,
+                "expert_bytes": self.expert_bytes,
+                "cpu_thread_bytes_per_s": self.cpu_thread_bytes_per_s,
+                "attention_tokens": self.attention_tokens,
+                "assumptions": asdict(self.a),
+            },
+        )
+
+
+def thread_bytes_per_s(a: AnalyticAssumptions, cpu: CpuSpec) -> float:
+    """What one thread of llama.cpp's quantized mat-vec streams on `cpu` below saturation:
+    the machine's measured or calibrated figure, else the global fit's share of its core's
+    int8 peak."""
+    if a.cpu_thread_bytes_per_s is not None:
+        return a.cpu_thread_bytes_per_s
+    return a.cpu_thread_bytes_per_mac * core_compute(cpu).macs_per_s
+
+
+def machine_assumptions(cpu: "CpuSpec", base: AnalyticAssumptions = AnalyticAssumptions()) -> AnalyticAssumptions:
+    """`base` with the CPU lane taken from `cope detect`'s measurements where there are
+    any: one thread streams `measured_thread_share` of the measured one-thread read, and the
+    lane saturates at `measured_read_share` of the measured all-core read (in place of the
+    fitted efficiency against the theoretical peak, which a sustained figure is already below)."""
+    changes: dict[str, float] = {}
+    one, every = cpu.thread_bandwidth_bytes_per_s, cpu.mem_bandwidth_bytes_per_s
+    if one.known and one.basis == "measured":
+        changes["cpu_thread_bytes_per_s"] = base.measured_thread_share * float(one.value)  # type: ignore[arg-type]
+    if every.known and every.basis == "measured":
+        changes["cpu_bandwidth_efficiency"] = base.measured_read_share
+    return replace(base, **changes) if changes else base
+
+
+def _known(fact, what: str):  # type: ignore[no-untyped-def]
+    if not fact.known:
+        raise CopeInputError(f"{what} is unknown ({fact.note}); name a GPU preset with --gpu")
+    return fact.value

@@ -1,0 +1,476 @@
+"""Read a llama.cpp command line (llama-server, llama-cli, llama-bench) into what COPE prices.
+
+Only the flags that decide where experts live and how decode runs are understood; every
+other flag is listed back, never silently dropped. Both `--flag value` and
+`--flag=value` are accepted, and long flags with '_' for '-' (llama.cpp folds them too).
+Flag spellings: common/arg.cpp and tools/llama-bench/llama-bench.cpp (see engine/runtimes/export.py).
+
+The expert placement follows llama.cpp: `-ot`, `--cpu-moe` and `--n-cpu-moe` append
+tensor-buffer overrides in the order given, the first pattern that matches a tensor name
+anywhere (std::regex_search) decides its buffer. The patterns are matched by
+engine/llamacpp/ecma_regex.py (the ECMAScript subset, in linear time: a pattern such as `(.+)+X`
+cannot hang COPE), and every number is read as llama.cpp reads it: a 32-bit int.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from engine.core.errors import CopeInputError
+from engine.cost.analytic_cost import KV_TYPE_BYTES
+from engine.llamacpp.ecma_regex import RegexError, compile_pattern
+from engine.llamacpp.llama_repeats import resolve_values
+from engine.llamacpp.llamacpp_flags import EXPS_REGEX_TAIL, OFFLOAD_ENV
+from engine.models.model import ModelSpec
+
+WHERE = "the llama.cpp command"
+LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h: no model has more blocks, so --n-cpu-moe N > 512 is 512
+INT_MAX = 2**31 - 1  # llama.cpp reads numbers with std::stoi: a 32-bit int
+MAX_OVERRIDE_STATES = 8_000  # every -ot pattern's matcher together (engine/llamacpp/ecma_regex.py)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    setting: str
+    names: tuple[str, ...]
+    takes_value: bool
+
+
+# Declarative: what we understand. Value-less switches have takes_value False.
+ARG_TABLE: tuple[ArgSpec, ...] = (
+    ArgSpec("model", ("-m", "--model"), True),
+    # The model from the Hub or a URL instead of a file (common/arg.cpp: -hf <user>/<model>[:quant],
+    # the quant tag Q4_K_M when left out; -hff a file of that repo; -mu a URL).
+    ArgSpec("hf_repo", ("-hf", "-hfr", "--hf-repo"), True),
+    ArgSpec("hf_file", ("-hff", "--hf-file"), True),
+    ArgSpec("model_url", ("-mu", "--model-url"), True),
+    ArgSpec("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), True),
+    ArgSpec("override_tensor", ("-ot", "--override-tensor"), True),
+    ArgSpec("cpu_moe", ("-cmoe", "--cpu-moe"), False),
+    ArgSpec("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), True),
+    ArgSpec("threads", ("-t", "--threads"), True),
+    ArgSpec("context", ("-c", "--ctx-size"), True),
+    ArgSpec("flash_attn", ("-fa", "--flash-attn"), True),  # older builds: a switch (handled below)
+    ArgSpec("no_op_offload", ("--no-op-offload",), False),
+    ArgSpec("op_offload", ("--op-offload",), False),
+    ArgSpec("bench_no_op_offload", ("-nopo",), True),  # llama-bench: -nopo <0|1>
+    ArgSpec("fit", ("-fit", "--fit"), True),
+    ArgSpec("no_mmap", ("--no-mmap",), False),
+    ArgSpec("bench_mmap", ("-mmp",), True),  # llama-bench: -mmp <0|1>
+    # Builds since 2026-07-23 (#20834): -lm/--load-mode auto|none|mmap|mlock|mmap+mlock|dio
+    # (common/arg.cpp, llama-bench.cpp); none and dio read the weights into memory, the rest map them.
+    ArgSpec("load_mode", ("-lm", "--load-mode"), True),
+    # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
+    ArgSpec("n_depth", ("-d", "--n-depth"), True),
+    ArgSpec("n_gen", ("-n", "--n-gen", "--n-predict"), True),
+    # Prompt processing: llama-bench's -p (prompt tokens of its pp test; llama-cli's -p is the
+    # prompt text, not read), the micro-batch and the logical batch (common/arg.cpp
+    # --ubatch-size/--batch-size), the batch threads, and ik_llama.cpp's run-time repack.
+    ArgSpec("n_prompt", ("-p", "--n-prompt"), True),
+    ArgSpec("ubatch", ("-ub", "--ubatch-size"), True),
+    ArgSpec("batch", ("-b", "--batch-size"), True),
+    ArgSpec("threads_batch", ("-tb", "--threads-batch"), True),
+    ArgSpec("repack", ("-rtr", "--run-time-repack"), True),  # a switch in the server, -rtr <0|1> in llama-bench
+    # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
+    ArgSpec("no_kv_offload", ("-nkvo", "--no-kv-offload"), True),  # a switch in the server, <0|1> in llama-bench
+    ArgSpec("kv_offload", ("-kvo", "--kv-offload"), False),
+    ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
+    ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
+    # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
+    ArgSpec("split_mode", ("-sm", "--split-mode"), True),
+    ArgSpec("tensor_split", ("-ts", "--tensor-split"), True),
+    ArgSpec("device", ("-dev", "--device"), True),
+)
+# Programs of llama.cpp and its forks that take these flags -> the one whose flags they share
+# (tools/; ik_llama.cpp adds llama-sweep-bench; `main` and `server` are the names before 2024).
+LLAMA_PROGRAMS = {
+    "llama-server": "llama-server", "llama-cli": "llama-cli", "llama-bench": "llama-bench",
+    "llama-mtmd-cli": "llama-cli", "llama-run": "llama-cli", "llama-completion": "llama-cli",
+    "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
+}
+_BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
+COPYING_LOAD_MODES = ("none", "dio")  # -lm values that do not map the file
+_OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
+_FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
+# Words after a switch that read as its value (`--cpu-moe 0`): llama.cpp refuses them.
+_SWITCH_LOOKALIKES = frozenset({"0", "1", "on", "off", "true", "false", "yes", "no", "enabled", "disabled"})
+
+
+@dataclass(frozen=True)
+class LlamaCommand:
+    binary: str  # as typed
+    tool: str  # llama-server | llama-cli | llama-bench (LLAMA_PROGRAMS: whose flags it takes)
+    model_path: str | None  # -m
+    gpu_layers: str | None
+    threads: int | None
+    context: int | None
+    flash_attn: str | None
+    overrides: tuple[tuple[str, str, str], ...]  # (pattern, buffer, the flag it came from), in order
+    op_offload_min_batch: int | None  # from GGML_OP_OFFLOAD_MIN_BATCH
+    no_op_offload: bool
+    no_mmap: bool
+    fit: str | None
+    n_depth: int  # llama-bench -d: the KV depth its decode test starts from (0 elsewhere)
+    n_gen: int | None  # llama-bench -n (the decode test's tokens); llama-cli -n
+    n_cpu_moe: int | None  # --n-cpu-moe as given (its overrides stop at LLAMA_MAX_LAYERS)
+    kv_bytes_per_element: float  # the KV cache's, from -ctk/-ctv (their mean when they differ)
+    multi_gpu: str | None  # why the command uses more than one GPU (None: one at most)
+    unknown: tuple[str, ...]  # flags (with their value, if any) we do not model
+    notes: tuple[str, ...]
+    n_prompt: int | None = None  # llama-bench -p: its prompt-processing test's tokens (0: none)
+    ubatch: int | None = None  # -ub
+    batch: int | None = None  # -b
+    threads_batch: int | None = None  # -tb
+    repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
+    no_kv_offload: bool = False  # -nkvo: the KV cache in host memory (attention on the CPU)
+    # Every argument as typed, grouped by flag in order: (key, words), the key the setting
+    # (ARG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
+    # VAR=value words before the program. What a command of COPE's keeps of the user's
+    # (engine/advice/command_flags.py: carry_over).
+    args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    env_words: tuple[tuple[str, str], ...] = ()
+    # Without -m: the model's name as -hf/-hff/-mu give it (a path-like name whose parts
+    # say the model and quantization, engine/models/model_names.py), and those flags as typed.
+    model_name: str | None = None
+    model_source: str = ""
+
+    @property
+    def stages_cpu_experts(self) -> bool:
+        """GGML_OP_OFFLOAD_MIN_BATCH=1 copies routed CPU experts to the GPU at decode."""
+        return self.op_offload_min_batch is not None and self.op_offload_min_batch <= 1 and not self.no_op_offload
+
+
+def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaCommand:
+    """Parse a command as a list of words (what shlex.split gives)."""
+    words = list(tokens)
+    environ = dict(env or {})
+    if words and os.path.basename(words[0]) == "env":
+        words = words[1:]
+    env_words: list[tuple[str, str]] = []
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        environ[key] = value
+        env_words.append((key, value))
+    if not words:
+        raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
+    binary = words.pop(0)
+    tool = llama_tool(binary)
+    notes: list[str] = []
+
+    seen: dict[str, list[tuple[str, str]]] = {}  # each setting's (flag as typed, value), in order
+    overrides: list[tuple[str, str, str]] = []
+    unknown: list[str] = []
+    switches: set[str] = set()
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        start = i - 1
+        if not _FLAG_SHAPE.match(word):
+            unknown.append(word)
+            groups.append(("", (word,)))
+            continue
+        name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        if name.startswith("--"):
+            name = name.replace("_", "-")
+        spec = _BY_NAME.get(name)
+        if spec is None:
+            # Unknown: keep its value with it when the next word cannot be a flag.
+            if inline is None and i < len(words) and not _FLAG_SHAPE.match(words[i]):
+                unknown.append(f"{word} {words[i]}")
+                i += 1
+            else:
+                unknown.append(word)
+            groups.append((name, tuple(words[start:i])))
+            continue
+        if not spec.takes_value:
+            if inline is not None:
+                raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
+            if spec.setting == "cpu_moe" and tool == "llama-bench":
+                raise CopeInputError(f"{WHERE}: llama-bench has no {name} (tools/llama-bench/llama-bench.cpp): give "
+                                     "-ncmoe N, N the model's blocks, to keep every expert on the CPU")
+            if i < len(words) and words[i].strip().lower() in _SWITCH_LOOKALIKES:
+                raise CopeInputError(f"{WHERE}: {name} takes no value (it is a switch), got {name} {words[i]}")
+            groups.append((spec.setting, (word,)))
+            switches.add(spec.setting)
+            if spec.setting == "cpu_moe":
+                overrides.append((EXPS_REGEX_TAIL, "CPU", name))
+            continue
+        if inline is not None:
+            value = inline
+        elif i < len(words) and (spec.setting not in _OPTIONAL_VALUE or not _FLAG_SHAPE.match(words[i])):
+            value = words[i]
+            i += 1
+        elif spec.setting in _OPTIONAL_VALUE:
+            value = "on"  # older builds: -fa was a switch; -rtr is one in llama-server
+        else:
+            raise CopeInputError(f"{WHERE}: {name} needs a value")
+        groups.append((spec.setting, tuple(words[start:i])))
+        if spec.setting == "override_tensor":
+            overrides.extend(_parse_overrides(value, name, tool, notes))
+        elif spec.setting == "n_cpu_moe" and tool != "llama-bench":
+            # arg.cpp: one override per block i < N, appended in order (none past the last block).
+            overrides.extend(_n_cpu_moe_overrides(stoi(value, name), name))
+            seen.setdefault(spec.setting, []).append((name, value))
+        else:
+            seen.setdefault(spec.setting, []).append((name, value))
+
+    values = resolve_values(seen, tool, notes)  # repeated flags, llama-bench's lists and ranges
+    if tool == "llama-bench" and "n_cpu_moe" in values:
+        # llama-bench.cpp to_llama_mparams: the -ncmoe overrides come after the test's -ot ones.
+        overrides.extend(_n_cpu_moe_overrides(stoi(values["n_cpu_moe"], "-ncmoe"), "-ncmoe"))
+    if "n_cpu_moe" in values and tool != "llama-bench":
+        values["n_cpu_moe"] = str(max(stoi(v, f) for f, v in seen["n_cpu_moe"]))
+    if values.get("gpu_layers", "all").strip().lower() not in ("all", "auto", "max"):
+        stoi(values["gpu_layers"], "-ngl")  # one number (llama-server: or all/auto)
+    check_patterns([o for o in overrides if o[2] in ("-ot", "--override-tensor")])
+    threads = stoi(values["threads"], "-t") if "threads" in values else None
+    context = stoi(values["context"], "-c") if "context" in values else None
+    if threads is not None and threads <= 0:
+        raise CopeInputError(f"{WHERE}: -t must be positive, got {threads}")
+    if context is not None and context < 0:
+        raise CopeInputError(f"{WHERE}: -c must be >= 0, got {context}")
+    min_batch = None
+    if OFFLOAD_ENV in environ:
+        min_batch = stoi(environ[OFFLOAD_ENV], OFFLOAD_ENV)
+    no_op_offload = "no_op_offload" in switches or values.get("bench_no_op_offload", "0") not in ("0", "false", "off")
+    no_mmap = ("no_mmap" in switches or values.get("bench_mmap", "1") in ("0", "false", "off")
+               or values.get("load_mode", "auto").split(",")[0] in COPYING_LOAD_MODES)
+    n_depth = _first_int(values.get("n_depth"), "-d", tool, notes) or 0
+    n_gen = _first_int(values.get("n_gen"), "-n", tool, notes)
+    prompt = _prompt_settings(values, tool, notes)
+    model_name, model_source = _model_name(values, notes)
+    return LlamaCommand(
+        binary=binary, tool=tool, model_path=values.get("model"), model_name=model_name, model_source=model_source,
+        gpu_layers=values.get("gpu_layers"),
+        threads=threads, context=context, flash_attn=values.get("flash_attn"), overrides=tuple(overrides),
+        op_offload_min_batch=min_batch, no_op_offload=no_op_offload, no_mmap=no_mmap, fit=values.get("fit"),
+        n_depth=n_depth, n_gen=n_gen, n_cpu_moe=stoi(values["n_cpu_moe"], "--n-cpu-moe") if "n_cpu_moe" in values
+        else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides, environ),
+        unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
+        no_kv_offload=_no_kv_offload(values, groups),
+    )
+
+
+def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:
+    if n < 0:
+        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
+    return [(rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", flag) for b in range(min(n, LLAMA_MAX_LAYERS))]
+
+
+def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> dict:
+    """-p (llama-bench only), -ub, -b, -tb and -rtr as LlamaCommand fields."""
+    out: dict = {}
+    if "n_prompt" in values and tool == "llama-bench":
+        out["n_prompt"] = _first_int(values["n_prompt"], "-p", tool, notes)
+    for setting, flag in (("ubatch", "-ub"), ("batch", "-b"), ("threads_batch", "-tb")):
+        if setting in values:
+            n = _first_int(values[setting], flag, tool, notes)
+            if not n:
+                raise CopeInputError(f"{WHERE}: {flag} must be positive, got {values[setting]!r}")
+            out[setting] = n
+    if "repack" in values:
+        out["repack"] = values["repack"].split(",")[0].lower() not in ("0", "false", "off")
+    return out
+
+
+def _no_kv_offload(values: Mapping[str, str], groups: Sequence[tuple[str, tuple[str, ...]]]) -> bool:
+    """-nkvo (llama-bench: -nkvo 1; its first value) unless a later -kvo turns it back on."""
+    last = next((key for key, _ in reversed(groups) if key in ("no_kv_offload", "kv_offload")), None)
+    if last != "no_kv_offload":
+        return False
+    return values["no_kv_offload"].split(",")[0].strip().lower() not in ("0", "false", "off")
+
+
+def llama_tool(binary: str) -> str:
+    """The llama.cpp program `binary` is, as the flags it takes: llama-server, llama-cli or
+    llama-bench; anything else is refused (its flags would be guessed)."""
+    base = os.path.basename(binary.replace("\\", "/")).lower().removesuffix(".exe")
+    tool = LLAMA_PROGRAMS.get(base)
+    if tool is None:
+        shown = binary if len(binary) <= 60 else binary[:57] + "..."
+        raise CopeInputError(f"{WHERE}: {shown!r} is not a llama.cpp program (one of "
+                             f"{', '.join(LLAMA_PROGRAMS)}); give the command after --, starting with the program")
+    return tool
+
+
+def _first_int(text: str | None, flag: str, tool: str, notes: list[str]) -> int | None:
+    """A whole number; llama-bench takes comma-separated lists (one test each): the first."""
+    if text is None:
+        return None
+    values = text.split(",")
+    if len(values) > 1:
+        notes.append(f"{flag} {text}: llama-bench runs one test each; the first ({values[0]}) is estimated")
+    n = stoi(values[0], flag)
+    if n < 0:
+        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
+    return n
+
+
+def _kv_bytes(values: Mapping[str, str]) -> float:
+    """Bytes per cached element: K and V are as large as each other, so their types' mean."""
+    kinds = [values.get(k, "f16").split(",")[0].lower() for k in ("cache_type_k", "cache_type_v")]
+    for kind in kinds:
+        if kind not in KV_TYPE_BYTES:
+            raise CopeInputError(f"{WHERE}: KV cache type {kind!r} is not one of {', '.join(KV_TYPE_BYTES)}")
+    return sum(KV_TYPE_BYTES[kind] for kind in kinds) / 2
+
+
+# llama.cpp's buffer-type names (ggml_backend_buft_name), which -ot looks up exactly, case
+# included (common/arg.cpp, parse_tensor_buffer_overrides): the CPU's ("CPU", and its
+# extra types, "CPU_REPACK", ...), each GPU device's (the backend's name and the device's
+# index: CUDA0, ROCm0, Vulkan0, ...) and a GPU backend's pinned host memory (CUDA_Host).
+GPU_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)(\d+)|Metal")
+HOST_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN)_Host")
+# The environment variables that choose which GPUs a backend sees.
+VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
+
+
+def is_gpu_buffer(buffer: str) -> bool:
+    """Whether an -ot buffer name is a GPU's memory (else the host's)."""
+    return GPU_BUFFER.fullmatch(buffer) is not None
+
+
+def buffer_problem(command: LlamaCommand) -> str | None:
+    """Why llama.cpp would refuse the command's -ot buffers at start-up (None: it takes them)."""
+    for pattern, buffer, flag in command.overrides:
+        if buffer.startswith("CPU") or is_gpu_buffer(buffer) or HOST_BUFFER.fullmatch(buffer):
+            continue
+        return (f"would not run: llama.cpp stops at start-up with 'unknown buffer type' for {flag} "
+                f"{pattern}={buffer}: buffer names are exact, case included (CPU, CUDA0, ...)")
+    return None
+
+
+HF_DEFAULT_TAG = "Q4_K_M"  # common/arg.cpp -hf: "quant is optional, case-insensitive, default to Q4_K_M"
+
+
+def _model_name(values: Mapping[str, str], notes: list[str]) -> tuple[str | None, str]:
+    """(the model's name, the flags that gave it) where the command names no -m file but
+    a Hub repo (-hf, with a file -hff) or a URL (-mu)."""
+    if values.get("model"):
+        return None, ""
+    repo = values.get("hf_repo", "").split(",")[0]
+    name, _, tag = repo.partition(":")
+    if values.get("hf_file"):
+        source = (f"-hf {repo} " if repo else "") + f"-hff {values['hf_file']}"
+        return (f"{name}/{values['hf_file']}" if name else values["hf_file"]), source
+    if repo:
+        if not tag:
+            tag = HF_DEFAULT_TAG
+            notes.append(f"-hf {repo} gives no quantization: llama.cpp takes {HF_DEFAULT_TAG} (or the repo's first "
+                         "file when it has none)")
+        return f"{name}/{name.rsplit('/', 1)[-1]}-{tag}.gguf", f"-hf {repo}"
+    if values.get("model_url"):
+        return values["model_url"].split("?")[0].rstrip("/").rsplit("/", 1)[-1], f"-mu {values['model_url']}"
+    return None, ""
+
+
+def _multi_gpu(values: Mapping[str, str], overrides: Sequence[tuple[str, str, str]],
+               environ: Mapping[str, str]) -> str | None:
+    devices = sorted({buf for _, buf, _ in overrides if is_gpu_buffer(buf)})
+    if len(devices) > 1:
+        return f"tensors placed on {len(devices)} GPUs ({', '.join(devices)})"
+    second = [d for d in devices if (m := GPU_BUFFER.fullmatch(d)) and m.group(2) and int(m.group(2)) > 0]
+    if second:
+        return f"tensors placed on {second[0]}, a second GPU; llama.cpp then splits the layers over every GPU"
+    for key in VISIBLE_DEVICES:
+        if len([x for x in environ.get(key, "").split(",") if x.strip()]) > 1:
+            return f"{key}={environ[key]}"
+    if values.get("tensor_split") and len([x for x in re.split(r"[,/]", values["tensor_split"]) if x.strip()]) > 1:
+        return f"--tensor-split {values['tensor_split']}"
+    if values.get("split_mode", "").lower() == "row":
+        return "--split-mode row"
+    if values.get("device") and "," in values["device"]:
+        return f"--device {values['device']}"
+    return None
+
+
+def stoi(text: str, flag: str) -> int:
+    """A number as llama.cpp's std::stoi takes it: ASCII digits with a sign, in a 32-bit int."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if not re.fullmatch(r"\s*[+-]?[0-9]+", text):
+        raise CopeInputError(f"{WHERE}: {flag} needs a whole number, got {shown!r}")
+    digits = text.strip().lstrip("+-").lstrip("0")
+    if len(digits) > 10 or int(text) > INT_MAX or int(text) < -INT_MAX - 1:
+        raise CopeInputError(f"{WHERE}: {flag} {shown} is out of range (llama.cpp reads a 32-bit int, at most "
+                             f"{INT_MAX})")
+    return int(text)
+
+
+def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list[tuple[str, str, str]]:
+    if tool == "llama-bench":
+        # llama-bench.cpp: ',' separates test configurations, ';' the overrides of one.
+        groups = value.split(",")
+        if len(groups) > 1:
+            notes.append(f"{flag} gives {len(groups)} llama-bench configurations: the first is estimated")
+        items = [x for x in groups[0].split(";") if x]
+    else:
+        items = [x for x in value.split(",") if x]  # arg.cpp parse_tensor_buffer_overrides
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise CopeInputError(f"{WHERE}: {flag} {item!r} is not <pattern>=<buffer>")
+        pattern, buffer = item.split("=", 1)  # llama.cpp: override.find('='), the first one
+        out.append((pattern, buffer, flag))
+    return out
+
+
+def check_patterns(overrides: Sequence[tuple[str, str, str]]) -> None:
+    """Every -ot pattern compiles in engine/llamacpp/ecma_regex.py, and together they stay small
+    enough to match in bounded time."""
+    states = 0
+    for pattern, _, flag in overrides:
+        shown = pattern if len(pattern) <= 60 else pattern[:57] + "..."
+        try:
+            states += compile_pattern(pattern).size
+        except RegexError as exc:
+            raise CopeInputError(f"{WHERE}: {flag} pattern {shown!r} is not a regular expression COPE can match: {exc}") from None
+        if states > MAX_OVERRIDE_STATES:
+            raise CopeInputError(f"{WHERE}: the -ot patterns are too complex together (over {MAX_OVERRIDE_STATES} "
+                                 "matcher states); simplify them")
+
+
+def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
+    kinds = ("gate", "up", "down") if model.gated_experts else ("up", "down")
+    return [f"blk.{block}.ffn_{kind}_exps.weight" for kind in kinds]
+
+
+def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:
+    """What the estimate assumes about the command's other settings."""
+    notes = list(command.notes)
+    if command.n_cpu_moe is not None and command.n_cpu_moe > model.n_blocks:
+        notes.append(f"--n-cpu-moe {command.n_cpu_moe} is more than the model's {model.n_blocks} blocks: every "
+                     "block's experts on the CPU, as llama.cpp does")
+    if command.gpu_layers is None:
+        notes.extend(_no_ngl_note(command))
+    if command.op_offload_min_batch is not None:
+        if command.stages_cpu_experts:
+            notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch}: routed CPU experts are copied to the GPU "
+                         "each decode step (priced as staging)")
+        elif command.no_op_offload:
+            notes.append(f"{OFFLOAD_ENV} has no effect with --no-op-offload")
+        else:
+            notes.append(f"{OFFLOAD_ENV}={command.op_offload_min_batch} is above the decode batch of 1: no effect")
+    if command.no_kv_offload:
+        notes.append("-nkvo: the KV cache is in host memory, not VRAM, and llama.cpp runs attention there: its KV "
+                     "reads are priced on the CPU with two hand-overs a block (attention's arithmetic is not)")
+    if command.flash_attn is not None and command.flash_attn not in ("on", "1", "true", "enabled"):
+        notes.append(f"-fa {command.flash_attn}: the estimate does not model flash attention")
+    return tuple(notes)
+
+
+def _no_ngl_note(command: LlamaCommand) -> list[str]:
+    """What a command without -ngl offloads, where engine/llamacpp/llama_fit.py does not say it."""
+    if command.tool == "llama-bench":
+        return ["no -ngl: llama-bench offloads every layer by default (tools/llama-bench/llama-bench.cpp: -ngl 99, "
+                "-1 in newer builds) and has no --fit"]
+    if command.fit is not None and command.fit.strip().lower() in ("off", "0", "false", "disabled"):
+        return ["no -ngl with --fit off: every block offloaded (llama.cpp's default)"]
+    if command.overrides:
+        return ["no -ngl: llama.cpp's --fit leaves a command with tensor overrides as given (common/fit.cpp: "
+                "\"tensor_buft_overrides already set by user\"): every block offloaded"]
+    return []  # --fit decides: engine/llamacpp/llama_fit.py says what it does

@@ -1,0 +1,198 @@
+"""llama.cpp's flags, one declarative table: each setting and how each binary spells it.
+
+Where each flag comes from (ggml-org/llama.cpp):
+- common/arg.cpp (llama-server, llama-cli): `-m/--model`, `-ngl/--gpu-layers/
+  --n-gpu-layers`, `-c/--ctx-size`, `-t/--threads`, `-fa/--flash-attn [on|off|auto]`,
+  `-fit/--fit [on|off]` (default on), `-lm/--load-mode`, `-ot/--override-tensor
+  <pattern>=<buffer>,...` (split on ',' by parse_tensor_buffer_overrides),
+  `-cmoe/--cpu-moe`, `-ncmoe/--n-cpu-moe N` (one override per block i < N).
+- common/common.h: the expert-tensor regex LLM_FFN_EXPS_REGEX =
+  `\\.ffn_(up|down|gate|gate_up)_(ch|)exps`, per block `blk\\.%d` + that regex.
+- tools/llama-bench/llama-bench.cpp (its own parser): `-m`, `-ngl`, `-t`,
+  `-fa <on|off|auto>` via is_truthy (which also takes "1", as older builds needed),
+  `-ncmoe/--n-cpu-moe`, `-ot` (',' separates test configurations, ';' overrides),
+  `-lm/--load-mode`, `-p`, `-n`, `-r`, `-o json`. It has no `-c`, no `--fit` (it fits
+  only with `-fitt`) and no `--cpu-moe`, and splits `-m` on ','.
+- Spellings change: `-lm/--load-mode <auto|none|mmap|mlock|mmap+mlock|dio>` came on
+  2026-07-23 (#20834) and `--mmap/--no-mmap` and llama-bench's `-mmp` went on 2026-09-09
+  (#28334); `--fit` came on 2025-12-15 (#16653). Each setting lists its spellings newest
+  first and a build takes the first it lists (`spelling_for`, engine/llamacpp/builds.py):
+  a command is spelled for the build found on this machine, or for the shipped manifest's.
+- ggml/src/ggml-cuda/ggml-cuda.cu: getenv("GGML_OP_OFFLOAD_MIN_BATCH"), default 32.
+- The MoE expert-cache fork's `--moe-cache-profile FILE.csv --moe-cache-slots S` with
+  `-ngl 99 -ncmoe 99`: thecodacus/llama.cpp README.md ("MoE expert cache").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from engine.llamacpp.builds import LlamaBuild
+
+BINARIES = ("llama-server", "llama-cli", "llama-bench")
+SERVER_LIKE = ("llama-server", "llama-cli")
+
+# common/common.h LLM_FFN_EXPS_REGEX: every expert tensor of a block, merged gate_up too.
+EXPS_REGEX_TAIL = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+MIN_GPU_LAYERS_FLAG = 99
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One way a binary spells a setting: the option and, when the setting's value is
+    fixed, that value (flash attention on is "on" for llama-server, "1" for llama-bench);
+    `switch`: the option takes no value."""
+
+    option: str
+    value: str | None = None
+    switch: bool = False
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One setting and how each binary spells it, newest spelling first; a build
+    (engine/llamacpp/builds.py) takes the first spelling it lists. A binary without the
+    setting has no entry. `optional`: left out for a build that lists none of the
+    spellings (an old build without --fit does not fit on its own); otherwise the first
+    spelling is used and the command says the build does not list it."""
+
+    setting: str
+    spelling: Mapping[str, tuple[Spelling, ...]]
+    source: str
+    optional: bool = False
+    # What builds before the first spelling took, for the command's comment; {new} and
+    # {old} stand for the first and the last spelling.
+    older: str = ""
+
+
+def _all(option: str) -> dict[str, tuple[Spelling, ...]]:
+    return {b: (Spelling(option),) for b in BINARIES}
+
+
+def _server(*spellings: Spelling) -> dict[str, tuple[Spelling, ...]]:
+    return {b: spellings for b in SERVER_LIKE}
+
+
+FLAG_TABLE: tuple[Flag, ...] = (
+    Flag("model", _all("-m"), "arg.cpp {-m,--model}; llama-bench.cpp -m"),
+    Flag("gpu_layers", _all("-ngl"), "arg.cpp {-ngl,--gpu-layers,--n-gpu-layers}; llama-bench.cpp -ngl"),
+    Flag("flash_attn", {**_server(Spelling("-fa", "on"), Spelling("-fa", switch=True)),
+                        "llama-bench": (Spelling("-fa", "1"),)},
+         "arg.cpp {-fa,--flash-attn} [on|off|auto] (a switch in older builds); llama-bench.cpp -fa via "
+         "is_truthy"),
+    Flag("context", _server(Spelling("-c")), "arg.cpp {-c,--ctx-size}; llama-bench has none (its context is -p + -n + -d)"),
+    Flag("threads", _all("-t"), "arg.cpp {-t,--threads}; llama-bench.cpp -t"),
+    Flag("fit", _server(Spelling("--fit", "off")), "arg.cpp {-fit,--fit} [on|off], default on since 2025-12-15 "
+         "(#16653); llama-bench fits only with -fitt", optional=True,
+         older="builds before 2025-12-15 have no --fit (leave out {new})"),
+    Flag("n_cpu_moe", {**_server(Spelling("--n-cpu-moe")), "llama-bench": (Spelling("-ncmoe"),)},
+         "arg.cpp {-ncmoe,--n-cpu-moe} N; llama-bench.cpp -ncmoe"),
+    Flag("fork_n_cpu_moe", {**_server(Spelling("-ncmoe")), "llama-bench": (Spelling("-ncmoe"),)},
+         "thecodacus/llama.cpp README.md: the fork runs with -ncmoe 99"),
+    Flag("cpu_moe", _server(Spelling("--cpu-moe", switch=True)),
+         "arg.cpp {-cmoe,--cpu-moe}; llama-bench has none: -ncmoe <blocks> instead"),
+    Flag("override_tensor", _all("-ot"), "arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot"),
+    # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
+    # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334).
+    Flag("no_mmap", {**_server(Spelling("-lm", "none"), Spelling("--no-mmap", switch=True)),
+                     "llama-bench": (Spelling("-lm", "none"), Spelling("-mmp", "0"))},
+         "arg.cpp {-lm,--load-mode} (was {--mmap,--no-mmap}); llama-bench.cpp {-lm,--load-mode} (was {-mmp,--mmap} <0|1>)",
+         optional=True, older="builds before 2026-07-23 take {old} in place of {new}"),
+    # ik_llama.cpp's CUDA parameters (common/common.cpp {-cuda,--cuda-params}, parsed by
+    # ggml/src/ggml-cuda.cu ggml_cuda_parse_params): offload every MoE matmul, whatever the batch.
+    Flag("cuda_offload_batch", _server(Spelling("-cuda", "offload-batch-size=0")),
+         "ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
+    Flag("moe_cache_profile", _server(Spelling("--moe-cache-profile")), "thecodacus/llama.cpp README.md"),
+    Flag("moe_cache_slots", _server(Spelling("--moe-cache-slots")), "thecodacus/llama.cpp README.md"),
+    Flag("n_prompt", {"llama-bench": (Spelling("-p"),)}, "llama-bench.cpp -p"),
+    Flag("n_gen", {"llama-bench": (Spelling("-n"),)}, "llama-bench.cpp -n"),
+    Flag("repetitions", {"llama-bench": (Spelling("-r"),)}, "llama-bench.cpp -r"),
+    Flag("output", {"llama-bench": (Spelling("-o"),)}, "llama-bench.cpp -o json"),
+)
+_FLAGS = {f.setting: f for f in FLAG_TABLE}
+
+
+def _accepts(build: "LlamaBuild", binary: str, spelling: Spelling) -> bool:
+    program = build.program(binary)
+    if program is None or not program.takes(spelling.option):
+        return False
+    valued = program.takes_value(spelling.option)
+    return valued is None or valued != spelling.switch
+
+
+def spelling_for(binary: str, setting: str, build: "LlamaBuild | None" = None) -> Spelling | None:
+    """How `build` spells `setting` for `binary` (None: the newest spelling); None when
+    the binary has no such setting, or the build lists none of an optional flag's."""
+    flag = _FLAGS[setting]
+    spellings = flag.spelling.get(binary, ())
+    if not spellings:
+        return None
+    if build is None or build.program(binary) is None:
+        return spellings[0]
+    for spelling in spellings:
+        if _accepts(build, binary, spelling):
+            return spelling
+    return None if flag.optional else spellings[0]
+
+
+def _words(spelling: Spelling, value: object | None = None) -> list[str]:
+    if spelling.switch:
+        return [spelling.option]
+    if spelling.value is not None:
+        value = spelling.value
+    return [spelling.option] if value is None else [spelling.option, str(value)]
+
+
+def flag_args(binary: str, setting: str, value: object | None = None,
+              build: "LlamaBuild | None" = None) -> list[str]:
+    """The argument(s) that set `setting` for `binary` as `build` takes them; [] when
+    the binary (or, for an optional flag, the build) lacks it."""
+    spelling = spelling_for(binary, setting, build)
+    return [] if spelling is None else _words(spelling, value)
+
+
+def has_setting(binary: str, setting: str, build: "LlamaBuild | None" = None) -> bool:
+    """Whether `build` lists a spelling of `setting` for `binary` (True when it does not
+    say: the newest spelling is then assumed)."""
+    spellings = _FLAGS[setting].spelling.get(binary, ())
+    if not spellings:
+        return False
+    if build is None or build.program(binary) is None:
+        return True
+    return any(_accepts(build, binary, s) for s in spellings)
+
+
+def older_spellings(binary: str, settings: Sequence[str], build: "LlamaBuild | None" = None) -> list[str]:
+    """What builds older than the newest spelling take, for the settings of a command
+    spelled the newest way."""
+    out = []
+    for setting in settings:
+        flag = _FLAGS[setting]
+        spellings = flag.spelling.get(binary, ())
+        if flag.older and spellings and spelling_for(binary, setting, build) == spellings[0]:
+            words = {k: " ".join(_words(sp)) for k, sp in (("new", spellings[0]), ("old", spellings[-1]))}
+            out.append(flag.older.format(**words))
+    return out
+
+
+def layer_set_regex(blocks: Sequence[int]) -> str:
+    """One -ot pattern for the expert tensors of `blocks`: no comma, dot after the number."""
+    if not blocks:
+        raise ValueError("an empty layer set has no override")
+    alternation = "|".join(str(b) for b in sorted(set(int(b) for b in blocks)))
+    return rf"blk\.({alternation}){EXPS_REGEX_TAIL}"
+
+
+def spelling_summary(build: "LlamaBuild") -> str:
+    """One line: how `build` takes the flags whose spelling changes between builds."""
+    binary = "llama-server" if build.program("llama-server") is not None else "llama-bench"
+    copy = " ".join(flag_args(binary, "no_mmap", None, build)) or "no way to ask for a copy"
+    parts = [f"copies weights with {copy}"]
+    if binary != "llama-bench":
+        parts.append("takes --fit off" if flag_args(binary, "fit", None, build) else "no --fit")
+    cache = all(build.takes(binary, f) for f in ("--moe-cache-profile", "--moe-cache-slots"))
+    parts.append("has the fork's --moe-cache-profile/--moe-cache-slots" if cache else "no MoE cache flags")
+    return f"{binary}: " + ", ".join(parts)

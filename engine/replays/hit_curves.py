@@ -1,0 +1,243 @@
+"""Hit curves: a layer's hits at every capacity 0..E at once, from one pass over a trace.
+
+A replay answers "how many hits with C slots" for one C; a curve answers it for every C
+(Mattson et al., 1970: for a cache with the inclusion property, the contents at C slots
+are always among the contents at C + 1, so one pass that gives each access the smallest
+capacity at which it hits gives every capacity at once). Two uses:
+
+- exact state counts for caches that never change (fixed residency, and mutable ones
+  that nothing changes): an expert is resident at C slots exactly when its popularity
+  rank is below C, so the capacity at which an access hits is its rank + 1, and a step
+  with sorted depths d_1 <= ... <= d_k has h hits for every C in [d_h, d_{h+1}).
+  `static_step_counts` gives every layer's state counts at every capacity; a budget
+  sweep indexes it instead of replaying (`engine.replays.replay`);
+- the per-layer curves that nonuniform allocation follows (`allocate_by_curves`):
+  slots go where one more saves the most misses on the profile trace.
+
+Where the inclusion property holds, and where it does not (COPE's step convention,
+DESIGN.md §4, engine/replays/residency.py; docs/architecture.md "Hit curves"):
+
+- fixed residency, and any cache that never changes: yes, exactly (above);
+- per-layer LRU that admits every miss (stage, C >= k), no prefetch: the k lookups of a
+  step happen before its admissions, so a step is a batch, and every routed expert ends
+  the step above every expert it did not route. An expert's depth at its next use is
+  then D + 1 + r, D the distinct experts routed in the steps between, r the experts of
+  its own last step ordered after it and not routed since. D is the same at every
+  capacity; r is not: a step orders its hits before its misses, and which experts hit
+  depends on the capacity. Routed [a, e, b] with b a hit at C and C+1, a a miss at both,
+  e a miss at C and a hit at C+1 leaves e most recent at C and least recent at C+1; after
+  C - 1 other experts e is still resident at C and evicted at C+1. So the property fails
+  for k >= 3 (tests/test_hit_curves.py replays that case; on real DeepSeek routing a step
+  hits more with C slots than with C + 1 in 0.03-0.06% of (step, capacity) pairs). With one order for every capacity (routing
+  order, hit or not) the cache would be the top C of one recency stack and the curve
+  exact for C >= k; COPE's convention is kept, so these caches are replayed;
+- C < k under stage: a step keeps its hits and its first C - h misses: every resident
+  is from the last step; not a stack of recency either;
+- admission caps (ready-first admits split[h] misses, h depending on C), prefetch (kept
+  predictions before copied ones, copies capped by C - kept), pools (one capacity for
+  every layer, an initial fill that depends on the allocation) and score eviction (a
+  step protects its routed experts; ties by key): the contents at C are not always
+  among those at C + 1; replayed step by step.
+
+Both one-pass computations run in compiled loops (numba, `engine.replays.replay_kernels`) when
+`engine.replays.compiled.available()`, else in numpy; they give the same arrays
+(tests/test_replay_compiled.py).
+
+`lru_hit_curves` is the batch stack-distance curve (routing order inside a step) of a
+per-layer LRU that admits every miss: exact for that convention, close to COPE's, and
+used only to decide allocations (the candidate is then replayed exactly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.replays import compiled
+
+_STAMP_ROOM = 16_000  # experts + 2k the compiled curve's int16 stamps leave room for
+
+
+def popularity_order(popularity: np.ndarray) -> np.ndarray:
+    """[L, E] expert ids per layer, most popular first (ties: lower id first)."""
+    return np.argsort(-popularity, axis=1, kind="stable")
+
+
+def popularity_ranks(popularity: np.ndarray) -> np.ndarray:
+    """[L, E] each expert's place in its layer's popularity order (0: the most popular)."""
+    order = popularity_order(popularity)
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
+    return ranks
+
+
+def static_step_counts(ids: np.ndarray, popularity: np.ndarray) -> np.ndarray:
+    """int64 [L, E+1, k+1]: steps of each layer with h hits when the layer holds its C
+    most popular experts, for every C in 0..E. Exact (a lookup in a set that never
+    changes); out[l, C] is what a replay of a fixed residency with C slots in layer l
+    counts."""
+    n_tokens, n_layers, k = ids.shape
+    n_experts = popularity.shape[1]
+    ranks = popularity_ranks(popularity).astype(np.int32)
+    # starts[l, C, h]: steps whose h-th smallest depth (rank + 1) is C (h = 1..k); h = 0
+    # starts at 0 for every step. A step has h hits for C in [d_h, d_{h+1}): it leaves
+    # h where it enters h + 1.
+    if compiled.available() and _valid_ids(ids, n_experts):
+        starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
+        routed = np.ascontiguousarray(ids, dtype=np.int32)
+        count = compiled.kernels().static_starts
+        compiled.in_parallel(lambda layers: count(layers, routed, ranks, starts), np.arange(n_layers))
+    else:
+        depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids] + 1, axis=2)  # [T, L, k]
+        cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
+                + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
+        size = n_layers * (n_experts + 1) * (k + 2)
+        starts = np.bincount((cell + depth * (k + 2)).ravel(), minlength=size).reshape(n_layers, n_experts + 1,
+                                                                                        k + 2)
+    starts[:, 0, 0] = n_tokens
+    counts = np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
+    return counts.astype(np.int64)
+
+
+def _valid_ids(ids: np.ndarray, n_experts: int) -> bool:
+    """Expert ids within the layer (a RoutingTrace's always are): what the compiled
+    loops index by; the numpy code takes whatever numpy's indexing takes."""
+    return not ids.size or bool(ids.min() >= 0 and ids.max() < n_experts)
+
+
+def hits_of(step_counts: np.ndarray) -> np.ndarray:
+    """[..., E+1] hits at each capacity from state counts [..., E+1, k+1]."""
+    return step_counts @ np.arange(step_counts.shape[-1])
+
+
+def popularity_curves(popularity: np.ndarray) -> np.ndarray:
+    """[L, E+1]: a fixed residency's hits at every capacity on the profile itself:
+    the running sum of the layer's routing counts, most popular first (concave)."""
+    ranked = -np.sort(-np.asarray(popularity), axis=1)
+    return np.concatenate([np.zeros((ranked.shape[0], 1), dtype=ranked.dtype), np.cumsum(ranked, axis=1)], axis=1)
+
+
+def lru_hit_curves(ids: np.ndarray, popularity: np.ndarray, *, tokens: int | None = None) -> np.ndarray:
+    """int64 [L, E+1]: hits at every capacity of a per-layer LRU that admits every miss,
+    started from the popularity order, on `ids` [T, L, k] (the whole profile; its last
+    `tokens` tokens when given).
+
+    One pass of batch stack distances: an access hits at C slots when fewer than C
+    experts are more recent than its expert (its depth <= C), depths measured before
+    the step's own updates, the step's experts then most recent in routing order. For
+    allocation only (see the module's note on exactness). On the whole profile rather
+    than its last thousand tokens: on DeepSeek-V2-Lite routing the shorter curves made
+    the nonuniform cache hit less than the uniform one at some totals."""
+    ids = np.asarray(ids)
+    if tokens is not None:
+        ids = ids[len(ids) - min(max(int(tokens), 0), len(ids)):]
+    n_tokens, n_layers, k = ids.shape
+    n_experts = popularity.shape[1]
+    if compiled.available() and _valid_ids(ids, n_experts) and n_experts + 2 * k < _STAMP_ROOM:
+        depth_counts = np.zeros((n_layers, n_experts + 1), dtype=np.int64)
+        initial_order = np.ascontiguousarray(popularity_order(popularity), dtype=np.int32)
+        routed = np.ascontiguousarray(ids, dtype=np.int32)
+        count = compiled.kernels().lru_depths
+        compiled.in_parallel(lambda layers: count(layers, routed, initial_order, depth_counts), np.arange(n_layers))
+        return np.cumsum(depth_counts, axis=1)
+    # Last-use stamps before each step, a chunk of tokens at a time (memory
+    # [chunk, L, E]): at a chunk's start each layer's experts are numbered 0..E-1 by
+    # recency (the popularity order at first, most popular newest), then E + t * k + j
+    # for the j-th expert the chunk's t-th step routed: small enough for int16, whose
+    # compares take a quarter of int64's time.
+    ids = ids.astype(np.intp)
+    chunk = 128
+    dtype = np.int16 if n_experts + chunk * k < 2**15 else np.int32
+    last = (n_experts - 1 - popularity_ranks(popularity)).astype(dtype)  # [L, E]
+    depth_counts = np.zeros(n_layers * (n_experts + 1), dtype=np.int64)
+    cell = (np.arange(n_layers) * (n_experts + 1))[None, :, None]
+    layer_index = np.arange(n_layers)[None, :, None]
+    for start in range(0, n_tokens, chunk):  # [chunk, L, k, E] comparisons
+        part = ids[start:start + chunk]
+        t_index = np.arange(len(part))[:, None, None]
+        stamps = np.full((len(part), n_layers, n_experts), -1, dtype=dtype)
+        stamps[t_index, layer_index, part] = n_experts + t_index * k + np.arange(k)[None, None, :]
+        np.maximum.accumulate(stamps, axis=0, out=stamps)
+        np.maximum(stamps, last[None], out=stamps)
+        before = np.concatenate([last[None], stamps[:-1]])
+        last = np.argsort(np.argsort(stamps[-1], axis=1), axis=1).astype(dtype)
+        mine = np.take_along_axis(before, part, axis=2)  # [chunk, L, k]
+        depth = np.count_nonzero(before[:, :, None, :] > mine[:, :, :, None], axis=3) + 1
+        depth_counts += np.bincount((cell + depth).ravel(), minlength=depth_counts.size)
+    return np.cumsum(depth_counts.reshape(n_layers, n_experts + 1), axis=1)
+
+
+# --- allocation by marginal gain ------------------------------------------------------
+
+
+def hull_gains(curve: np.ndarray, start: int) -> np.ndarray:
+    """float [E - start]: the gain of each slot past `start` along the upper concave hull
+    of curve[start:] (each slot of a hull segment gains the segment's slope): the
+    greedy's view of a curve that is not concave (a cache with fewer slots than k
+    experts routed per step hits little, then gains fast)."""
+    points = np.arange(start, curve.size)
+    values = curve[start:].astype(np.float64)
+    steps = np.diff(values)
+    if np.all(np.diff(steps) <= 0):  # concave already: each slot gains its own step
+        return steps
+    hull = [0]
+    for i in range(1, len(points)):
+        # Drop the last hull point while it lies on or below the chord to point i.
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (values[b] - values[a]) * (i - a) <= (values[i] - values[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    gains = np.empty(len(points) - 1)
+    for a, b in zip(hull[:-1], hull[1:]):
+        gains[a:b] = (values[b] - values[a]) / (b - a)
+    return gains
+
+
+def allocate_by_curves(curves: np.ndarray, total_slots: int, *, floor: int = 0) -> np.ndarray:
+    """int64 [L]: `total_slots` (at most L * E) given slot by slot to the layer whose
+    next slot gains the most hits on `curves` [L, E+1], along each curve's upper concave
+    hull (optimal for concave curves, which the greedy then follows exactly; a cut
+    inside a hull segment of a curve that is not concave may land below the hull).
+    Every layer first gets `floor` slots when the total allows it for all layers. Ties
+    go to the lower layer. Every slot is spent."""
+    n_layers, n_experts = curves.shape[0], curves.shape[1] - 1
+    total = min(max(int(total_slots), 0), n_layers * n_experts)
+    start = min(int(floor), n_experts)
+    if start * n_layers > total:
+        start = 0
+    gains = _layer_gains(curves, start)
+    picked = np.argsort(-gains.ravel(), kind="stable")[: total - start * n_layers]
+    width = max(n_experts - start, 1)
+    return start + np.bincount(picked // width, minlength=n_layers).astype(np.int64)
+
+
+_GAINS: dict[tuple, np.ndarray] = {}  # the last few curves' hull gains: every candidate of a sweep asks
+
+
+def _layer_gains(curves: np.ndarray, start: int) -> np.ndarray:
+    """[L, E - start] hull gains of every layer, remembered for the same curves."""
+    key = (curves.shape, str(curves.dtype), start, curves.tobytes())
+    if key not in _GAINS:
+        if len(_GAINS) >= 8:
+            _GAINS.pop(next(iter(_GAINS)))
+        n_layers, width = curves.shape[0], curves.shape[1] - 1 - start
+        _GAINS[key] = np.stack([hull_gains(curves[layer], start) for layer in range(n_layers)]) if width > 0 \
+            else np.zeros((n_layers, 0))
+    return _GAINS[key]
+
+
+def uniform_with_remainder(curves: np.ndarray, total_slots: int) -> np.ndarray:
+    """int64 [L]: the same slots in every layer, and the remainder one slot each to the
+    layers whose next slot gains the most on `curves` (ties: the lower layer), so that
+    uniform spends as many slots as nonuniform."""
+    n_layers, n_experts = curves.shape[0], curves.shape[1] - 1
+    total = min(max(int(total_slots), 0), n_layers * n_experts)
+    base = min(total // n_layers, n_experts)
+    slots = np.full(n_layers, base, dtype=np.int64)
+    extra = total - base * n_layers
+    if extra:
+        gain = curves[:, base + 1] - curves[:, base]
+        slots[np.argsort(-gain, kind="stable")[:extra]] += 1
+    return slots
