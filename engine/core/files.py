@@ -30,25 +30,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.IOBase], None], *,
 
     Returns the file written: `path`, or the file a symbolic link at `path` points to."""
     target = writable_target(path)
-    folder = target.parent if str(target.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+        tmp = _written_temp(target, write, binary)
     except OSError as exc:
         raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
     try:
-        handle = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        with handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _new_file_mode(target))
         os.replace(tmp, target)
     except OSError as exc:
         _remove_quietly(tmp)
         raise CopeInputError(f"cannot write: {exc.strerror or exc}", path=str(path)) from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
     return target
 
 
