@@ -157,14 +157,14 @@ class Tmux:
     def send_hex(self, sequence: str) -> None:
         self.run("send-keys", "-t", "cope", "-H", *(f"{b:02x}" for b in sequence.encode()))
 
-    def wait_for(self, text: str, seconds: float = 90.0) -> str:
+    def wait_for(self, text: str, seconds: float = 90.0, step: str = "") -> str:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             screen = self.screen()
             if text in screen:
                 return screen
             time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+        raise AssertionError(f"{text!r} never appeared{' ' + step if step else ''}; the screen:\n{self.screen()}")
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -177,12 +177,11 @@ def test_in_tmux_the_raw_keys_switch_tabs_from_the_paste_field(tmp_path):
     try:
         tmux.wait_for("vs base")  # the first ranking is shown
         tmux.wait_for(SHOWN["results"])
-        for sequence, tab in ((F_KEYS["f2"], "hardware"), (CTRL_PAGE["ctrl+pagedown"], "hardware"),
-                              (CTRL_PAGE["ctrl+pageup"], "results")):
+        for key, tab in (("f2", "hardware"), ("ctrl+pagedown", "hardware"), ("ctrl+pageup", "results")):
             tmux.send_hex("e")  # the paste field of Export takes the focus
-            tmux.wait_for(SHOWN["export"])
-            tmux.send_hex(sequence)
-            screen = tmux.wait_for(SHOWN[tab])
+            tmux.wait_for(SHOWN["export"], step=f"after e (before {key})")
+            tmux.send_hex({**F_KEYS, **CTRL_PAGE}[key])
+            screen = tmux.wait_for(SHOWN[tab], step=f"after e then {key}")
             assert SHOWN["export"] not in screen
         tmux.send_hex("e")
         # Nothing was typed into the field: it still shows its placeholder. Waited for, not
