@@ -37,7 +37,8 @@ from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, uses_cuda_graphs  # noqa: E402
+from engine.cost.analytic_cost import (AnalyticAssumptions, AnalyticCostModel, gpu_compute_capability,  # noqa: E402
+                                       uses_cuda_graphs)
 from engine.advice.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.core.errors import CopeInputError  # noqa: E402
 from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
@@ -161,11 +162,34 @@ def fused_moe(published: dict[str, str]) -> bool | None:
 
 
 def cuda_graphs_of(row: Row, published: dict[str, str]) -> bool:
-    """Whether the row's runtime, at its build and flags, replays decode as CUDA graphs
-    (engine.cost.analytic_cost.uses_cuda_graphs)."""
+    """Whether the row's runtime, at its build and flags and on its GPU, replays decode as
+    CUDA graphs (engine.cost.analytic_cost.uses_cuda_graphs)."""
     gpu_experts = regime_of(row) in ("all-GPU", "partial offload")
+    cc = gpu_compute_capability(prepared(row)[0].platform.gpu) if row.gpu else None
     return uses_cuda_graphs(row.runtime, build_date=build_date(published), fused_moe=fused_moe(published),
-                            gpu_experts=gpu_experts)
+                            gpu_experts=gpu_experts, compute_capability=cc, gpu_stretches=gpu_stretches(row))
+
+
+@functools.cache
+def gpu_stretches(row: Row) -> int:
+    """How many runs of GPU work, with CPU work between them, a decode token of the row's
+    command has: each offloaded block's attention and shared weights, then its routed experts
+    on the CPU and/or the GPU, in block order, then the output head."""
+    request, command = prepared(row)
+    model = request.model
+    placement = placement_of(command, model, has_gpu=row.gpu is not None)
+    share = dict(zip(model.moe_blocks, placement.expert_cpu_share))
+    on_gpu: list[bool] = []
+    for block in range(model.n_blocks):
+        offloaded = bool(placement.gpu_blocks[block])
+        on_gpu.append(offloaded)
+        cpu_share = float(share.get(block, 0.0 if offloaded else 1.0))
+        if cpu_share > 0:
+            on_gpu.append(False)
+        if cpu_share < 1:
+            on_gpu.append(True)
+    on_gpu.append(placement.output_on_gpu)
+    return sum(1 for i, g in enumerate(on_gpu) if g and (i == 0 or not on_gpu[i - 1]))
 
 
 # Where a row's command puts the routed experts, for the accuracy figures by regime.
