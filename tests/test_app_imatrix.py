@@ -170,3 +170,23 @@ async def test_a_local_imatrix_as_profile_ranks_as_the_cli_does(ds_file, capsys)
         got = [(e.candidate.id, e.tpot_s) for e in app.advice.rec.estimates]
     assert [i for i, _ in got] == [i for i, _ in cli]
     assert [t for _, t in got] == pytest.approx([t for _, t in cli], rel=1e-9)
+
+
+async def test_download_through_the_hub_client_from_a_local_server(indexed, ds_file, hf_env, monkeypatch):
+    """The app's own pull service, not a fake: the file comes from a local stand-in for the
+    Hub through huggingface_hub's cache, is read, recorded verified and priced with."""
+    from tests.hub_server import FakeHub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # app_caches sets it; this test has a Hub
+    with FakeHub({("model", REPO, "imatrix.gguf"): ds_file.read_bytes()}) as server:
+        hf_env(server.endpoint)
+        app = make_app(make_services(), choices=CHOICES)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("3")
+            await pilot.click("#imatrix-pull")
+            await settle(pilot)
+            local = app.choices.profile_trace
+            assert local and Path(local).read_bytes() == ds_file.read_bytes() and local != str(ds_file)
+            assert labels(app)[0] == f"verified  {REPO}/imatrix.gguf"
+            assert isinstance(app.advice.request.profile, PopularityProfile)

@@ -280,3 +280,17 @@ def test_a_model_without_a_published_trace_is_pointed_at_its_imatrix_entries(cap
     err = capsys.readouterr().err
     assert "offers no published trace" in err and f"--list --imatrix --model {model}" in err, err
     assert f"({seen} seen named on a page" in err
+
+
+def test_an_entry_without_a_file_takes_its_repos_one_imatrix(hub):
+    """The app's Download of a repo-only entry: the repo's one imatrix file; a repo with
+    several is one line naming them."""
+    hub.add("model", "solo/Tiny-MoE-GGUF", "Tiny-MoE.imatrix.gguf", hub.files[("model", REPO, "imatrix.gguf")])
+    hub.add("model", "solo/Tiny-MoE-GGUF", "Tiny-MoE-Q4_K_M.gguf", b"GGUF not a real model")
+    local = hub_imatrix.pull_entry_file("solo/Tiny-MoE-GGUF", None)
+    assert read_imatrix(local).counts.tolist() == COUNTS.tolist()
+    assert f"model:solo/Tiny-MoE-GGUF/Tiny-MoE.imatrix.gguf" in load_verified()
+    with pytest.raises(CopeInputError) as exc:
+        hub_imatrix.pull_entry_file(REPO, None)
+    assert str(exc.value) == (f"{REPO}: holds 2 imatrix files (Tiny-MoE.imatrix, imatrix.gguf): download one with "
+                              f"cope trace pull --imatrix {REPO}/FILE and give its path")
