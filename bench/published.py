@@ -228,14 +228,20 @@ def signed_error(ratios: list[float]) -> float:
 
 
 def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None, *,
-              extra: bool = True) -> list[Priced]:
+              extra: bool = True, fitted_only: bool = False) -> list[Priced]:
     """Every transcribed row of the shared CSV (`rows_csv`) priced, then (`extra`) those of
-    bench/data/published-extra.csv, the project's own collection of published runs."""
-    out = [price_row(row, _checked(rows_csv, row, "bench/published_rows.py"), assumptions) for row in ROWS]
+    bench/data/published-extra.csv, the project's own collection of published runs.
+    `fitted_only`: only the rows a fit can use (hardware stated, not SUSPECT), which is what
+    a fit's hundreds of evaluations need; fitted_rows() of either is the same."""
+    def wanted(row: Row, published: dict[str, str]) -> bool:
+        return not fitted_only or (row.stated and suspect_note(published) is None)
+
+    out = [price_row(row, pub, assumptions) for row in ROWS
+           if wanted(row, pub := _checked(rows_csv, row, "bench/published_rows.py"))]
     if extra:
         extra_csv = _extra_rows()
-        out += [price_row(row, _checked(extra_csv, row, "bench/published_extra_rows.py"), assumptions,
-                          key=f"x{row.index}") for row in EXTRA_ROWS]
+        out += [price_row(row, pub, assumptions, key=f"x{row.index}") for row in EXTRA_ROWS
+                if wanted(row, pub := _checked(extra_csv, row, "bench/published_extra_rows.py"))]
     return out
 
 
