@@ -32,10 +32,12 @@ DEFAULT_MODEL = "qwen3-30b-a3b"
 DEFAULT_GPU = "rtx-4060-ti-16gb"
 DEFAULT_CONTEXT = 8192
 SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
-# The most --tokens: 10,000 a half replay in about 10 s and 600 MB on the largest catalog
-# model (Qwen3-235B); a million would take minutes and 50 GB. More adds no accuracy the
-# candidates' ranking needs.
-MAX_SYNTHETIC_TOKENS = 10_000
+# The most --tokens of any model. What a request may replay is bounded by its work, tokens
+# x MoE layers x top-k routed slots (engine/core/input_limits.py: 16 M, about 1 GiB at
+# most), checked before the synthetic trace is drawn: 21,276 tokens of the largest catalog
+# model (Qwen3-235B, 94 x top-8), 41,666 of Qwen3-30B-A3B. This cap only keeps a number no
+# replay needs (a million took minutes and 50 GB before the budget) from being parsed.
+MAX_SYNTHETIC_TOKENS = 100_000
 SYNTHETIC_SEED = 0
 EVICTIONS = ("lru", "score")
 PREFETCH_MODES = ("timed", "optimistic")

@@ -244,7 +244,7 @@ def test_a_gguf_declaring_millions_of_keys_or_tensors_is_refused_at_once(tmp_pat
 def test_tokens_above_the_maximum_is_one_line(tmp_path):
     proc = cope(["advise", "--model", "qwen3-30b-a3b", "--gpu", "rtx-4090", "--fidelity", "analytic",
                  "--tokens", "10000000"], tmp_path / "cache")
-    one_line_error(proc, "--tokens must be at most 10,000")
+    one_line_error(proc, "--tokens must be at most 100,000")
 
 
 # --- 3. the bandwidth and calibration caches --------------------------------------------
