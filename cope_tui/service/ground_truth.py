@@ -169,7 +169,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     for f in sorted(settings.fidelities, key=lambda x: {"combined": 0, "atomic": 1}.get(x.value, 2)):
         t0 = time.perf_counter()
         # The executor runs the probe's CPU kernel, so its estimates price that kernel too.
-        cm = pricing.choose_cost_model(request, fidelity=f.value, probe_budget_s=settings.probe_budget_s,
+        cm = pricing.choose_cost_model(request, fidelity=f, probe_budget_s=settings.probe_budget_s,
                                reprobe=reprobe and f.needs_profile, cancel=cancel, kernels="probe").cost_model
         if f.needs_profile:
             reprobe = False
