@@ -43,7 +43,7 @@ from engine.cost.cost_model import Fidelity
 from engine.cost.cost_models import analytic_model
 from engine.profiles.probe_consistency import check_profile, check_series, refusal_note, series_in, series_refs
 from engine.profiles.probe_plan import ProbePlan, atomic_probes, plan_probes
-from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance, Refusal
+from engine.profiles.profile import Measurement, ProbedModel, Profile, Provenance, Refusal
 from engine.profiles.profile_keys import cache_key
 from probes.cuda_check import local_cuda_facts, local_device_uuid, predicted_usable
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu
@@ -199,8 +199,8 @@ def hardware_key(request: "AdviseRequest", cuda: Any = None) -> dict:
     }
 
 
-def model_shape(request: "AdviseRequest") -> ModelShape:
-    return ModelShape(request.model.id, request.model.expert_bytes(request.quant), request.quant.name)
+def model_shape(request: "AdviseRequest") -> ProbedModel:
+    return ProbedModel(request.model.id, request.model.expert_bytes(request.quant), request.quant.name)
 
 
 def profile_key(request: "AdviseRequest") -> str:

@@ -123,7 +123,7 @@ class Provenance:
 
 
 @dataclass(frozen=True)
-class ModelShape:
+class ProbedModel:
     """What the probes' tensors looked like: the model shape half of the cache key."""
 
     model_id: str
@@ -174,7 +174,7 @@ class Refusal:
 @dataclass(frozen=True)
 class Profile:
     provenance: Provenance
-    model_shape: ModelShape
+    model_shape: ProbedModel
     hardware: tuple[tuple[str, Any], ...]  # a dict is accepted; str/int/float/bool values
     measurements: tuple[Measurement, ...] = ()
     schema_version: int = PROFILE_SCHEMA_VERSION
