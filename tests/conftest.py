@@ -1,10 +1,34 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def pytest_configure(config):
+    """An xdist worker's environment holds COLUMNS=80 and LINES=24 (pytest-xdist 3.8; a serial
+    run's has neither): the app the tmux test starts sized itself to them, not to its
+    120x40 pane. A worker drops them, so what a test or a program it starts sees of the
+    terminal is what it sees in a serial run."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """The pool-path variants of one replay case (tests/test_replay_equivalence.py's
+    `pool_path`) share an xdist group, so `--dist loadgroup` runs them on one worker, where
+    the plain reference each compares with is computed once (that file caches it per
+    process). Without xdist the mark does nothing."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "pool_path" in params:
+            rest = ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "pool_path")
+            item.add_marker(pytest.mark.xdist_group(f"{item.originalname}[{rest}]"))
 
 
 @pytest.fixture
