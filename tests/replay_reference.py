@@ -11,6 +11,7 @@ residency and the executor's plan must give its counts (tests/test_replay_equiva
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import lru_cache
 
 import numpy as np
 
@@ -133,6 +134,14 @@ def reference_slots(popularity, total_slots, allocation, curves=None, floor=0):
 def reference_hull_gains(curve):
     """Each slot's gain along the upper concave hull of `curve`, by brute force: the hull
     at x is the best chord over points a <= x <= b."""
+    return list(_hull_gains(tuple(curve)))
+
+
+@lru_cache(maxsize=None)
+def _hull_gains(curve: tuple) -> list:
+    # Remembered per curve: the brute force is cubic in the experts (nearly all of
+    # test_replay_equivalence's advise check at 128 experts a layer), and every
+    # nonuniform candidate of a setup asks for the same curves.
     n = len(curve)
     if all(curve[i + 1] - curve[i] >= curve[i + 2] - curve[i + 1] for i in range(n - 2)):
         return [curve[i + 1] - curve[i] for i in range(n - 1)]

@@ -20,9 +20,35 @@ import pytest
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replays.replay import ReplaySetup, replay, replay_many, replay_stepwise
 from engine.replays.residency import ResidencyPlan
-from tests.replay_reference import every_candidate, random_case, reference_replay, uniform_routing
+from tests.replay_reference import every_candidate, random_case, uniform_routing
+from tests.replay_reference import reference_replay as plain_reference_replay
 
 STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
+
+
+def _array_key(a):
+    """An array's value as a dict key (None stays None)."""
+    if a is None:
+        return None
+    a = np.asarray(a)
+    return a.dtype.str, a.shape, a.tobytes()
+
+
+_REFERENCE: dict = {}
+
+
+def reference_replay(ids, predicted, candidate, setup, cpu_layers=None):
+    """The plain reference, computed once per input in this process: each trace is compared
+    under three pool paths (and the step-wise replay and plan beside them), and the pure
+    Python reference was most of this file's time. The key is every input's full value,
+    so a cached answer is the one the reference gives for exactly these inputs."""
+    key = (_array_key(ids), _array_key(predicted), candidate, _array_key(cpu_layers),
+           _array_key(setup.popularity), int(setup.total_slots), int(setup.prefetch_budget),
+           _array_key(setup.admit_per_hits), _array_key(setup.hit_curves))
+    if key not in _REFERENCE:
+        _REFERENCE[key] = plain_reference_replay(ids, predicted, candidate, setup, cpu_layers=cpu_layers)
+    counts, admissions, used = _REFERENCE[key]
+    return counts.copy(), admissions, used  # a copy: no caller can change what the next one compares with
 
 
 @pytest.fixture(params=["compiled", "batched", "steps"])
@@ -246,6 +272,7 @@ def small_request(tokens=40, **kw):
     return request, cost
 
 
+@pytest.mark.slow
 def test_advise_shares_replays_without_changing_any_candidate(pool_path):
     from engine.advice.advise import advise
     from engine.replays.residency import partition_layers
@@ -259,6 +286,7 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
     k = request.model.top_k
     split = cost.state_costs(Execution.READY_FIRST, request.threads, k, k).copied
     popularity = request.profile.popularity()
+    curves = lru_hit_curves(request.profile.expert_ids, popularity)
     trace = request.trace
     for estimate in recommendation.estimates:
         candidate = estimate.candidate
@@ -268,8 +296,7 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
             assert np.array_equal(estimate.cpu_layers, layers), candidate.id
             assert np.array_equal(estimate.stats.counts[:, 0, 0] > 0, layers), candidate.id
             continue
-        setup = ReplaySetup(popularity, memory.slots(staging=candidate.copies_misses), k, split,
-                            lru_hit_curves(request.profile.expert_ids, popularity))
+        setup = ReplaySetup(popularity, memory.slots(staging=candidate.copies_misses), k, split, curves)
         # The estimate carries the setup it was replayed with (validate executes that).
         assert estimate.cpu_layers is None and estimate.setup.total_slots == setup.total_slots
         assert estimate.setup.prefetch_budget == k and np.array_equal(estimate.setup.popularity, popularity)
@@ -334,6 +361,7 @@ def previous_token_predictor(ids: np.ndarray) -> np.ndarray:
     return predicted
 
 
+@pytest.mark.slow
 @pytest.mark.shared_traces
 def test_every_way_agrees_on_real_deepseek_routing(shared_traces):
     from engine.traces.moe_beyond import read_moe_beyond_csv_dir
