@@ -11,7 +11,10 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from tests.test_app import make_app, make_services, settle  # noqa: E402
+from textual.widgets import TabbedContent  # noqa: E402
+
+from cope_tui.app.help import HelpScreen  # noqa: E402
+from tests.test_app import make_app, make_services, settle, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("app_caches")
 
@@ -27,6 +30,31 @@ SCREENS = {
 }
 
 
+async def shown(pilot, screen: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait for the screen's state, not for a number of frames: the tab (or the help) shown,
+    the focus handed over after the switch (a pane opens at its top only once its focus is
+    placed), no worker running, and then one frame that repaints nothing the last did not
+    (a scroll or a late refresh still under way changes it)."""
+    app = pilot.app
+
+    def there() -> bool:
+        if screen == "help":
+            return isinstance(app.screen, HelpScreen)
+        return app.query_one(TabbedContent).active == screen and app.focused is not None
+
+    await wait_for(pilot, there, f"the {screen} screen")
+    last = None
+    for _ in range(100):
+        await settle(pilot)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        frame = app.export_screenshot()
+        if frame == last:
+            return
+        last = frame
+    raise AssertionError(f"the {screen} screen never settled")
+
+
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("screen", SCREENS)
 def test_screen(snap_compare, screen, size):
@@ -34,8 +62,7 @@ def test_screen(snap_compare, screen, size):
         await settle(pilot)
         for key in SCREENS[screen]:
             await pilot.press(key)
-        await pilot.pause()
-        await settle(pilot)
+        await shown(pilot, screen)
 
     app = make_app(make_services())
     assert snap_compare(app, terminal_size=SIZES[size], run_before=after)
