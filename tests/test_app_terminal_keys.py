@@ -170,6 +170,7 @@ class Tmux:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_in_tmux_the_raw_keys_switch_tabs_from_the_paste_field(tmp_path):
     env = {**os.environ, "COPE_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}

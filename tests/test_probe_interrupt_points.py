@@ -179,6 +179,7 @@ def test_a_run_stopped_at_one_thread_count_leaves_the_others_trusted(tmp_path, m
     assert partial_threads(key) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
 def test_sigterm_to_a_real_combined_run_leaves_plain_advise_analytic(tmp_path):
     """The issue's reproduction with the real prober: SIGTERM once `cope advise --fidelity
