@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from engine.core.errors import CopeInputError
 from engine.cost.cost_model import CostModelDescription, Lanes, StateCosts, compose_state_costs, compose_step
 from engine.hardware.cpu_compute import core_compute, cores_used
+from engine.hardware.gpu_backends import uses_graphs
 from engine.hardware.platform import CpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 from engine.models.quant import Quantization
@@ -185,7 +186,8 @@ class AnalyticCostModel:
         self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
         self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
-        self.cuda_graphs = cuda_graphs
+        # a backend without graphs launches each kernel (engine/hardware/gpu_backends.py: Vulkan, SYCL)
+        self.cuda_graphs = cuda_graphs = cuda_graphs and uses_graphs(platform.gpu.backend)
         reference_block_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
         self._gpu_block_fixed_s = tuple(reference_block_s * block_kernels(model, b) / REFERENCE_BLOCK_KERNELS
                                         for b in range(model.n_blocks))
