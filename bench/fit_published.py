@@ -55,7 +55,7 @@ def assumptions_of(x: np.ndarray, base: AnalyticAssumptions = START) -> Analytic
 
 def loss(x: np.ndarray, rows_csv, keep: Callable[[Priced], bool] = lambda p: True) -> float:  # type: ignore[no-untyped-def]
     """The mean squared log ratio over the fitted rows that `keep` keeps."""
-    ratios = [p.ratio for p in fitted_rows(price_all(rows_csv, assumptions_of(x))) if keep(p)]
+    ratios = [p.ratio for p in fitted_rows(price_all(rows_csv, assumptions_of(x), fitted_only=True)) if keep(p)]
     return float(np.mean(np.log(ratios) ** 2))
 
 

@@ -38,7 +38,8 @@ from bench.published_multi_gpu import MULTI_GPU_INDEXES, MULTI_GPU_ROWS, MULTI_G
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, uses_cuda_graphs  # noqa: E402
+from engine.cost.analytic_cost import (AnalyticAssumptions, AnalyticCostModel, gpu_compute_capability,  # noqa: E402
+                                       uses_cuda_graphs)
 from engine.advice.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
 from engine.core.errors import CopeInputError  # noqa: E402
 from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
@@ -162,11 +163,34 @@ def fused_moe(published: dict[str, str]) -> bool | None:
 
 
 def cuda_graphs_of(row: Row, published: dict[str, str]) -> bool:
-    """Whether the row's runtime, at its build and flags, replays decode as CUDA graphs
-    (engine.cost.analytic_cost.uses_cuda_graphs)."""
+    """Whether the row's runtime, at its build and flags and on its GPU, replays decode as
+    CUDA graphs (engine.cost.analytic_cost.uses_cuda_graphs)."""
     gpu_experts = regime_of(row) in ("all-GPU", "partial offload")
+    cc = gpu_compute_capability(prepared(row)[0].platform.gpu) if row.gpu else None
     return uses_cuda_graphs(row.runtime, build_date=build_date(published), fused_moe=fused_moe(published),
-                            gpu_experts=gpu_experts)
+                            gpu_experts=gpu_experts, compute_capability=cc, gpu_stretches=gpu_stretches(row))
+
+
+@functools.cache
+def gpu_stretches(row: Row) -> int:
+    """How many runs of GPU work, with CPU work between them, a decode token of the row's
+    command has: each offloaded block's attention and shared weights, then its routed experts
+    on the CPU and/or the GPU, in block order, then the output head."""
+    request, command = prepared(row)
+    model = request.model
+    placement = placement_of(command, model, has_gpu=row.gpu is not None)
+    share = dict(zip(model.moe_blocks, placement.expert_cpu_share))
+    on_gpu: list[bool] = []
+    for block in range(model.n_blocks):
+        offloaded = bool(placement.gpu_blocks[block])
+        on_gpu.append(offloaded)
+        cpu_share = float(share.get(block, 0.0 if offloaded else 1.0))
+        if cpu_share > 0:
+            on_gpu.append(False)
+        if cpu_share < 1:
+            on_gpu.append(True)
+    on_gpu.append(placement.output_on_gpu)
+    return sum(1 for i, g in enumerate(on_gpu) if g and (i == 0 or not on_gpu[i - 1]))
 
 
 # Where a row's command puts the routed experts, for the accuracy figures by regime.
@@ -205,14 +229,20 @@ def signed_error(ratios: list[float]) -> float:
 
 
 def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None, *,
-              extra: bool = True) -> list[Priced]:
+              extra: bool = True, fitted_only: bool = False) -> list[Priced]:
     """Every transcribed row of the shared CSV (`rows_csv`) priced, then (`extra`) those of
-    bench/data/published-extra.csv, the project's own collection of published runs."""
-    out = [price_row(row, _checked(rows_csv, row, "bench/published_rows.py"), assumptions) for row in ROWS]
+    bench/data/published-extra.csv, the project's own collection of published runs.
+    `fitted_only`: only the rows a fit can use (hardware stated, not SUSPECT), which is what
+    a fit's hundreds of evaluations need; fitted_rows() of either is the same."""
+    def wanted(row: Row, published: dict[str, str]) -> bool:
+        return not fitted_only or (row.stated and suspect_note(published) is None)
+
+    out = [price_row(row, pub, assumptions) for row in ROWS
+           if wanted(row, pub := _checked(rows_csv, row, "bench/published_rows.py"))]
     if extra:
         extra_csv = _extra_rows()
-        out += [price_row(row, _checked(extra_csv, row, "bench/published_extra_rows.py"), assumptions,
-                          key=f"x{row.index}") for row in EXTRA_ROWS]
+        out += [price_row(row, pub, assumptions, key=f"x{row.index}") for row in EXTRA_ROWS
+                if wanted(row, pub := _checked(extra_csv, row, "bench/published_extra_rows.py"))]
     return out
 
 

@@ -11,10 +11,11 @@ other sources (the same fit, started from the code's constants), then price that
 rows with the refit constants. The held-out ratios (predicted / published tokens/s) give
 the figures docs/accuracy.md leads with: MAPE and mean signed error, overall, by regime
 (where the command puts the experts: all-GPU, partial offload, experts on the CPU,
-CPU-only) and by runtime (stock llama.cpp, ik_llama.cpp). A source whose rows are the
-only ones of a regime tests the model where no row constrained it. Each refit's constants
-are printed too: how stable a constant is across the folds says how well the rows
-determine it. SUSPECT rows are left out, as in the fit. About 2 minutes a fold on 2 cores.
+CPU-only), by runtime (stock llama.cpp, ik_llama.cpp) and, for the all-GPU rows, by GPU.
+A source whose rows are the only ones of a regime tests the model where no row
+constrained it. Each refit's constants are printed too: how stable a constant is across
+the folds says how well the rows determine it. SUSPECT rows are left out, as in the fit.
+About 1 minute a fold on 2 quiet cores, 5 under the load of other work.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def summary(folds: list[Fold]) -> dict:
         "by_runtime": {rt: figures([p for p in held if p.row.runtime == rt])
                        for rt in sorted({p.row.runtime for p in held})},
         "by_source": {f.source: figures(list(f.held_out)) for f in folds},
+        # the all-GPU rows by GPU: what a GPU term has to get right on cards no fit has seen
+        "all_gpu_by_gpu": {gpu: {p.key: round(p.ratio, 4) for p in held if p.regime == "all-GPU" and p.row.gpu == gpu}
+                           for gpu in sorted({p.row.gpu for p in held if p.regime == "all-GPU"})},
         "rows": {p.key: round(p.ratio, 4) for p in held},
         "constants": {f.source: {name: getattr(f.constants, name) for name in FITTED} for f in folds},
     }
@@ -82,6 +86,8 @@ def report(folds: list[Fold]) -> dict:
     lines += [_line(f"regime: {r}", fig) for r, fig in doc["by_regime"].items()]
     lines += [_line(f"runtime: {rt}", fig) for rt, fig in doc["by_runtime"].items()]
     lines += [_line(f"source: {s[-52:]}", fig) for s, fig in doc["by_source"].items()]
+    lines += [f"  all-GPU on {gpu}: " + ", ".join(f"{k} {r:.2f}" for k, r in ratios.items())
+              for gpu, ratios in doc["all_gpu_by_gpu"].items()]
     lines.append("held-out ratios: " + ", ".join(f"{i}: {r:.2f}" for i, r in sorted(doc["rows"].items())))
     lines.append("constants of each fold (how well the rows determine them):")
     for name in FITTED:

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_models import analytic_model
 from engine.profiles.probe_consistency import check_profile, check_series, refusal_note, series_in, series_refs
 from engine.profiles.probe_plan import ProbePlan, atomic_probes, plan_probes
 from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance, Refusal
@@ -294,8 +294,7 @@ def ensure_profile(
     if complete is not None:
         return ProfileOutcome(*complete, None)
 
-    analytic = AnalyticCostModel(request.model, request.quant, request.platform,
-                                 context_tokens=request.context_tokens)
+    analytic = analytic_model(request, as_probed=True)  # the preset lanes of what the probes run
     prober = make_prober() if make_prober else LocalProber(request.model, request.quant, PresetGpu(analytic),
                                                            context_tokens=request.context_tokens)
     cuda = bool(getattr(prober, "cuda", False))

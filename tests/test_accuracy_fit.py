@@ -40,3 +40,13 @@ def test_the_priced_rows_are_priced_from_inputs_only():
                for r in rows_csv]
     after = {p.row.index: p.price.tokens_per_s for p in price_all(doubled) if p.ratio is not None}
     assert before == after and len(before) > 20
+
+
+def test_the_fit_prices_only_the_rows_it_uses_and_sees_them_as_the_report_does():
+    """The fit's evaluations price only the stated, non-SUSPECT rows (fitted_only); the rows
+    it fits and their ratios are the report's."""
+    rows_csv = published_rows(CSV)
+    everything = fitted_rows(price_all(rows_csv))
+    fitted = price_all(rows_csv, fitted_only=True)
+    assert [(p.key, p.ratio) for p in fitted_rows(fitted)] == [(p.key, p.ratio) for p in everything]
+    assert len(fitted) < len(price_all(rows_csv)) and len(everything) > 20

@@ -12,9 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.published import build_date, fused_moe  # noqa: E402
+from bench.published import build_date, fused_moe, gpu_stretches  # noqa: E402
+from bench.published_rows import Row  # noqa: E402
 from engine.cost.analytic_cost import (REFERENCE_BLOCK_KERNELS, AnalyticAssumptions, AnalyticCostModel,  # noqa: E402
-                                  block_kernels, uses_cuda_graphs)
+                                  block_kernels, gpu_compute_capability, uses_cuda_graphs)
+from engine.core.assets_io import load_asset_json  # noqa: E402
 from engine.models.catalog import get_model  # noqa: E402
 from engine.hardware.presets import platform_from  # noqa: E402
 from engine.models.quant import get_quantization  # noqa: E402
@@ -40,6 +42,67 @@ def test_ik_llama_cpp_graphs_by_build_and_fmoe():
     assert uses_cuda_graphs("ik_llama.cpp", build_date="2025-11")
     assert uses_cuda_graphs("ik_llama.cpp")
     assert not uses_cuda_graphs("ik_llama.cpp", fused_moe=False)
+
+
+def test_graphs_need_a_new_enough_gpu():
+    # stock llama.cpp: below Ampere (8.0) until PR 25749 (2026-07-16), below Volta (7.0) after
+    assert not uses_cuda_graphs("llama.cpp", build_date="2025-10-29", compute_capability=7.5)
+    assert uses_cuda_graphs("llama.cpp", build_date="2025-10-29", compute_capability=8.6)
+    assert uses_cuda_graphs("llama.cpp", build_date="2026-08-01", compute_capability=7.5)
+    assert uses_cuda_graphs("llama.cpp", compute_capability=7.5)  # a current build
+    assert not uses_cuda_graphs("llama.cpp", compute_capability=6.1)  # Pascal: never
+    # ik_llama.cpp: below Ampere whatever the build, the flags or where the experts are
+    assert not uses_cuda_graphs("ik_llama.cpp", compute_capability=7.5)
+    assert not uses_cuda_graphs("ik_llama.cpp", build_date="2026-02-13", gpu_experts=False, compute_capability=7.5)
+    assert uses_cuda_graphs("ik_llama.cpp", build_date="2026-02-13", compute_capability=8.0)
+    # a GPU whose capability is not known is taken as new enough (the rules above decide)
+    assert uses_cuda_graphs("ik_llama.cpp", build_date="2026-02-13", compute_capability=None)
+
+
+def test_stock_builds_kept_one_graph_a_device_until_pr_18934():
+    # before 2026-01-19 a token with CPU work between stretches of GPU work ran without graphs
+    assert not uses_cuda_graphs("llama.cpp", build_date="2025-04-29", gpu_stretches=15)
+    assert uses_cuda_graphs("llama.cpp", build_date="2025-04-29", gpu_stretches=1)
+    assert uses_cuda_graphs("llama.cpp", build_date="2026-02-01", gpu_stretches=15)
+    assert uses_cuda_graphs("llama.cpp", gpu_stretches=15)  # a current build: a graph a split
+
+
+def _stretches(command: str, gpu: str | None = "rtx-4080") -> int:
+    return gpu_stretches(Row(0, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", gpu, "ryzen-9-7950x", command))
+
+
+def test_a_commands_stretches_of_gpu_work():
+    assert _stretches("llama-bench -m m.gguf -ngl 99 -p 0 -n 128") == 1
+    # the FFNs of blocks 34-47 on the CPU: blocks 0-34's GPU work, then 35..47's attention, then the head
+    assert _stretches(r"llama-bench -m m.gguf -ngl 99 -ot blk\.3[4-9]\.ffn=CPU;blk\.4[0-9]\.ffn=CPU -p 0 -n 128") == 15
+    assert _stretches("llama-bench -m m.gguf -ngl 99 -ot exps=CPU -p 0 -n 128") == 48 + 1
+    # -ngl 24 of 48: the last 24 blocks in one stretch, between the CPU's first 24 and its output head
+    assert _stretches("llama-bench -m m.gguf -ngl 24 -p 0 -n 128") == 1
+    assert _stretches("llama-bench -m m.gguf -ngl 0 -p 0 -n 128", gpu=None) == 0
+
+
+def test_every_nvidia_preset_has_its_compute_capability():
+    presets = load_asset_json("gpus.json")["gpus"]
+    table = load_asset_json("gpu_compute.json")["compute_capability"]
+    assert {g["id"] for g in presets if g.get("vendor", "NVIDIA") == "NVIDIA"} <= set(table)  # AMD/Intel: no CUDA cc
+    by_id = {pid: gpu_compute_capability(platform_from(pid, "ryzen-9-7950x", None).gpu)
+             for pid in ("gtx-1650-super", "rtx-3090", "a100-80gb", "rtx-4090", "h100-sxm", "rtx-5090")}
+    assert by_id == {"gtx-1650-super": 7.5, "rtx-3090": 8.6, "a100-80gb": 8.0, "rtx-4090": 8.9,
+                     "h100-sxm": 9.0, "rtx-5090": 12.0}
+
+
+def test_by_default_the_model_replays_graphs_as_a_current_build_on_its_gpu(monkeypatch):
+    import engine.cost.analytic_cost as analytic
+
+    model, quant = get_model("qwen3-30b-a3b"), get_quantization("Q4_K_M")
+    a = AnalyticAssumptions()
+    turing = platform_from("gtx-1650-super", "ryzen-9-7950x", None)  # graphs from PR 25749 on
+    assert AnalyticCostModel(model, quant, turing, context_tokens=4096).cuda_graphs
+    # a Pascal card (capability 6.1) launches every kernel one by one, and pays for it
+    monkeypatch.setattr(analytic, "_compute_capabilities", lambda: {"gtx-1650-super": "6.1"})
+    pascal = AnalyticCostModel(model, quant, turing, context_tokens=4096)
+    assert not pascal.cuda_graphs
+    assert pascal.gpu_block_fixed_s(5) == pytest.approx(a.gpu_block_overhead_s + a.gpu_block_no_graph_s)
 
 
 def test_a_rows_build_date_and_fmoe_come_from_what_it_published():

@@ -268,7 +268,7 @@ async def test_select_a_result_and_export_it_to_a_file(tmp_path):
         await pilot.click("#save")
         await pilot.pause()
         written = (tmp_path / "out" / "run.sh").read_text()
-        export = app.current_export(side_dir=str(tmp_path / "out"))
+        export = app.current_export(out=tmp_path / "out" / "run.sh")
         shebang, *comments, command = written.splitlines()
         assert shebang == "#!/bin/sh" and command == export.display() and comments == [f"# {n}" for n in export.notes]
         if export.runtime == "sglang-kt":  # the only runtime that runs this row: its activation file too

@@ -135,7 +135,7 @@ async def test_save_over_an_existing_file_writes_the_command_on_yes(tmp_path):
         await pilot.press("y")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
-        export = app.current_export(side_dir=str(tmp_path))
+        export = app.current_export(out=target)
         assert target.read_text().splitlines()[-1] == export.display()
         assert app.notices[-1][1].startswith("Saved ") and app.notices[-1][1].endswith(str(target))
 

@@ -296,6 +296,18 @@ def test_aliases_name_the_same_weights():
     assert load_model("Qwen3-Next-80B-A3B-Thinking").id == "qwen3-next-80b-a3b"
 
 
+def test_a_release_suffix_may_be_left_off_or_added():
+    # the catalog names "Qwen3-Coder-30B-A3B-Instruct"; people say "Qwen3-Coder-30B-A3B"
+    assert get_model("Qwen3-Coder-30B-A3B").id == "qwen3-30b-a3b"
+    # a quantizer's repository name
+    assert load_model("Qwen3-30B-A3B-GGUF").id == "qwen3-30b-a3b"
+    assert get_model("gpt-oss-20b-gguf").id == "gpt-oss-20b"
+    assert get_model("DeepSeek-Coder-V2-Lite").id == "deepseek-coder-v2-lite-instruct"
+    # a suffix is not a wildcard: another size is still unknown, with a suggestion
+    with pytest.raises(CopeInputError, match="unknown model 'Qwen3-Coder-31B-A3B'"):
+        get_model("Qwen3-Coder-31B-A3B")
+
+
 def test_llama_cpp_file_types_name_their_rules_in_the_table():
     assert get_quantization("MXFP4").llama_ftype == "MXFP4_MOE"
     assert all(q.llama_ftype for q in quantizations().values())

@@ -37,7 +37,7 @@ def test_a_whole_layer_set_costs_what_the_ranking_charges_its_partition():
     model = analytic(request)
     for n in (0, 11, 30, 48):
         placement = placement_of(parse_llama_command(["llama-server", "--n-cpu-moe", str(n)]), request.model)
-        cost = placement_cost(request, model, placement, model)
+        cost = placement_cost(request, model, placement)
         assert cost.tpot_s == pytest.approx(replay_priced_layer_set(request, model, np.arange(48) < n), rel=1e-9)
     advice = plan(FAST)
     partition = advice.rec.estimate_of("partition-first")
@@ -122,7 +122,7 @@ def test_one_projection_on_the_cpu_is_a_third_of_the_layer():
     assert np.allclose(down.expert_cpu_share, 1 / 3)
     whole = placement_of(parse_llama_command(["llama-server", "--cpu-moe"]), request.model)
     none = placement_of(parse_llama_command(["llama-server"]), request.model)
-    t_down, t_all, t_none = (placement_cost(request, model, p, model).tpot_s for p in (down, whole, none))
+    t_down, t_all, t_none = (placement_cost(request, model, p).tpot_s for p in (down, whole, none))
     assert t_none < t_down < t_all
 
 
@@ -144,7 +144,7 @@ def test_more_cpu_layers_are_never_faster_more_threads_never_slower_and_threads_
     times = []
     for n in range(0, 49, 4):
         placement = placement_of(parse_llama_command(["llama-server", "--n-cpu-moe", str(n)]), request.model)
-        times.append(placement_cost(request, model, placement, model).tpot_s)
+        times.append(placement_cost(request, model, placement).tpot_s)
     assert all(a <= b for a, b in zip(times, times[1:]))
     per_thread = [model.cpu_expert_s(t) for t in range(1, 65)]
     assert all(a >= b for a, b in zip(per_thread, per_thread[1:]))

@@ -28,7 +28,7 @@ def _placed(line: str, request):  # type: ignore[no-untyped-def]
 
 def _cost(line: str, request):  # type: ignore[no-untyped-def]
     model = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
-    return placement_cost(request, model, _placed(line, request), model), model
+    return placement_cost(request, model, _placed(line, request)), model
 
 
 def test_every_block_tensor_belongs_to_one_piece_of_the_block_and_the_pieces_add_up_to_the_block():

@@ -38,15 +38,13 @@ from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
-from cope_tui.service.runtimes import save_counts_pt
+from cope_tui.service.export import ExportAsk, export_command, save_export
 from cope_tui.service.workload import rank, workload_of
 from engine.advice.run_advice import plan_runs
-from engine.advice.workload import export_with_batch
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import output_path, user_path
 from engine.hardware.platform import unknown_gpu
 from engine.runtimes import runtime_named
-from engine.runtimes.export import export_for, write_export
 
 TABS = ("hardware", "model", "trace", "probes", "results", "export")
 TAB_FKEYS = ("f2", "f3", "f4", "f5", "f6", "f7")  # F1 is help
@@ -167,23 +165,30 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.query_one(ResultsPane).show_selected(self)
         self.query_one(ExportPane).update_from(self)
 
-    def current_export(self, *, side_dir: str | None = None):  # type: ignore[no-untyped-def]
+    def export_ask(self, *, out: Path | None = None) -> ExportAsk | None:
+        """What the Export pane asks for: the selected candidate on the pane's runtime and
+        program, the pane's -m (else the GGUF the model was read from, as the CLI), saved to
+        `out` (its artefacts beside it)."""
         estimate = self.selected_estimate()
         if estimate is None:
             return None
         pane = self.query_one(ExportPane)
-        model_path = pane.model_path  # else the GGUF the model was read from (engine.runtimes.export), as the CLI
         runtime = runtime_named(pane.runtime).info
         binary = pane.binary if pane.binary in runtime.binaries else None
+        return ExportAsk(candidate_id=estimate.candidate.id, runtime=runtime.name, binary=binary,
+                         model_path=pane.model_path, out=out)
+
+    def current_export(self, *, out: Path | None = None):  # type: ignore[no-untyped-def]
+        """The selected command, composed as `cope export` composes it (cope_tui/service/export.py),
+        with the workload's -b/-ub."""
+        ask = self.export_ask(out=out)
+        if ask is None:
+            return None
         try:
-            export = export_for(self.advice.rec, estimate, runtime=pane.runtime, binary=binary,
-                                model_path=model_path, side_dir=side_dir, builds=self.builds)
+            return export_command(self.advice, ask, ranking=self.workload_ranking, builds=self.builds)
         except CopeInputError as exc:
             self.say(f"Export: {exc}", "error")
             return None
-        if self.workload_ranking is None:
-            return export
-        return export_with_batch(export, self.workload_ranking)  # the -b/-ub chosen for the request, as cope export
 
     # --- messages -----------------------------------------------------------------
 
@@ -459,7 +464,7 @@ class CopeApp(TraceActions, Workers, App[None]):
         except CopeInputError as exc:
             self.say(f"Not saved: {exc}", "error")
             return
-        export = self.current_export(side_dir=str(path.parent))
+        export = self.current_export(out=path)
         if export is None:
             return
         there = [p for p in (path, *(path.parent / name for name in export.artefact_names)) if p.exists()]
@@ -479,7 +484,7 @@ class CopeApp(TraceActions, Workers, App[None]):
 
     def _write_export(self, export, path: Path) -> None:  # type: ignore[no-untyped-def]
         try:
-            written = write_export(export, path, write_tensor=save_counts_pt)
+            written = save_export(export, path)
         except (OSError, CopeInputError) as exc:
             self.say(f"Could not save {path}: {getattr(exc, 'strerror', None) or exc}", "error")
             return

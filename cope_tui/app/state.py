@@ -10,6 +10,7 @@ from cope_tui.service.hardware import remember_cpu_bandwidth
 from cope_tui.service.pricing import probe_then_price
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.traces import record_trace
+from cope_tui.sources.hub_imatrix import pull_entry_file
 from cope_tui.sources.hub_trace import plan_pull, pull_trace
 from engine.cost.cost_model import Fidelity
 from probes.detect import detect_platform
@@ -48,6 +49,10 @@ def _pull(spec: str, model: str, log, progress=None, cancel=None):  # type: igno
     return str(pull_trace(spec, model=model, log=log, progress=progress, cancel=cancel).path)
 
 
+def _pull_imatrix(repo_id: str, filename: str | None, **kw):  # type: ignore[no-untyped-def]
+    return pull_entry_file(repo_id, filename, **kw)
+
+
 def _sweep_stages(advice, n_points, **kw):  # type: ignore[no-untyped-def]
     return sweep_stages(advice, n_points, **kw)
 
@@ -67,6 +72,8 @@ class Services:
     record: Callable[..., Any] = _record
     plan_pull: Callable[..., Any] = _plan_pull  # (spec) -> hub_trace.PullPlan: the file and its size
     pull: Callable[..., Any] = _pull  # (spec, model id, log, progress, cancel) -> path of the pulled trace
+    # (repo, file or None, repo_type=, progress=, cancel=) -> path of the downloaded imatrix
+    pull_imatrix: Callable[..., Any] = _pull_imatrix
     scan_runtimes: Callable[[], Any] | None = _scan_runtimes  # -> probes.runtimes.RuntimeScan
     sweep_stages: Callable[..., Any] = _sweep_stages  # -> iterator of cope_tui.service.advice.SweepStage
     sweep_points: int = 6  # VRAM budgets in the chart

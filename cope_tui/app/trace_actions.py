@@ -1,14 +1,27 @@
-"""The app's trace actions: record a routing trace, pull a published one, and price with
-what arrives. A mixin of CopeApp (cope_tui/app/app.py), which holds the workers
-(cope_tui/app/workers.py) and the panes these report to."""
+"""The app's trace actions: record a routing trace, pull a published one, download a
+published imatrix, and price with what arrives. A mixin of CopeApp (cope_tui/app/app.py),
+which holds the workers (cope_tui/app/workers.py) and the panes these report to."""
 
 from __future__ import annotations
 
 import threading
 
-from cope_tui.app.messages import PullPlanned, TraceRecorded
+from textual import work
+from textual.message import Message
+
+from cope_tui.app.messages import Progress, PullPlanned, TraceRecorded
 from cope_tui.app.panes.trace import TracePane
+from cope_tui.app.workers import why
 from cope_tui.sources.hub_trace import entries_for, entry_label
+from engine.core.progress import Cancelled
+
+
+class ImatrixPulled(Message):
+    """An imatrix download ended: `path` (the local file) when it arrived and was read."""
+
+    def __init__(self, path: str | None, text: str) -> None:
+        super().__init__()
+        self.path, self.text = path, text
 
 
 class TraceActions:
@@ -66,3 +79,47 @@ class TraceActions:
                 "Press Pull again to start; Escape cancels the download.")
         self.query_one(TracePane).show_status(text)
         self.say(text)
+
+    # --- imatrix files --------------------------------------------------------------------
+
+    def start_imatrix_pull(self, entry) -> None:  # type: ignore[no-untyped-def]
+        """Download the imatrix an index entry names (a repo without a file: its one imatrix
+        file) through the Hub cache; Escape cancels; it then prices as --profile-trace does."""
+        if self._is_active(self._record_worker):
+            self.say("A trace or imatrix is already being fetched or recorded (Escape cancels)", "warning")
+            return
+        self._record_cancel = threading.Event()
+        self.query_one(TracePane).show_progress(0, 1, f"downloading {entry.where}")
+        self._record_worker = self.pull_imatrix_file(entry.repo_id, entry.file, entry.repo_type,
+                                                     self._record_cancel)
+
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    def pull_imatrix_file(self, repo_id: str, filename: str | None, repo_type: str,
+                          cancel: threading.Event) -> None:
+        def progress(done: int, total: int, label: str) -> None:
+            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
+                self.post_message(Progress("record", done, total, label))
+
+        where = f"{repo_id}/{filename}" if filename else repo_id
+        try:
+            path = self.services.pull_imatrix(repo_id, filename, repo_type=repo_type, progress=progress,
+                                              cancel=cancel)
+        except Exception as exc:  # noqa: BLE001 - Cancelled included: one line either way
+            if cancel.is_set() or isinstance(exc, Cancelled):
+                self.post_message(ImatrixPulled(None, "Imatrix download cancelled; nothing was kept."))
+            else:
+                self.post_message(ImatrixPulled(None, f"Imatrix download failed: {why(exc)}"))
+            return
+        self.post_message(ImatrixPulled(path, f"Downloaded {where} to {path}; its per-expert counts are now the "
+                                              "popularity (as --profile-trace)."))
+
+    def on_imatrix_pulled(self, message: ImatrixPulled) -> None:
+        pane = self.query_one(TracePane)
+        pane.show_status(message.text)
+        if message.path is None:
+            self.say(message.text, "warning")
+            return
+        self.say(message.text)
+        if self.advice is not None:
+            pane.show_imatrix_entries(self.advice.request.model.id)  # now verified
+        self.compute(self.choices.with_(profile_trace=message.path))

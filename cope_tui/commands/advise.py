@@ -11,14 +11,14 @@ from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
+from cope_tui.service.export import ExportAsk, export_command
 from cope_tui.service.runtimes import run_advice, scan_runtimes
-from cope_tui.service.workload import export_with_batch, rank, workload_of
+from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
 from engine.advice.report import recommendation_to_dict
 from engine.core.errors import CopeInputError
 from engine.hardware.platform import NO_GPU
-from engine.runtimes.export import export_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,11 +43,8 @@ def run(args: argparse.Namespace) -> int:
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
     runs = run_advice(recommendation, scan, ranking)  # with a workload, the picks follow request time
-    export = None
-    if args.export:
-        target = recommendation.best if ranking is None else ranking.best.estimate
-        export = export_for(recommendation, target, builds=scan.builds)
-        export = export if ranking is None else export_with_batch(export, ranking)
+    # the fastest estimate on stock llama.cpp, or with a workload the fastest request with its -b/-ub
+    export = export_command(advice, ExportAsk(), ranking=ranking, builds=scan.builds) if args.export else None
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
     if args.json:

@@ -1,9 +1,9 @@
 """`cope export`: the command (and artefacts) that runs one candidate on a runtime.
 
-The command is built by engine/runtimes/export.py (`export_for`, through the runtime registry in
-engine/runtimes/) and shown by cope_tui/text_report.py (`render_export`), as `cope advise
---export` and `cope estimate` show theirs. kt-kernel's activation file is written with
-torch (cope_tui/service/runtimes.py), the only step here that imports it.
+The export is composed by cope_tui/service/export.py (`export_command`, as the app's Export
+pane and `cope advise --export` compose theirs) and shown by cope_tui/text_report.py
+(`render_export`). kt-kernel's activation file is written with torch
+(cope_tui/service/runtimes.py), the only step here that imports it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
-from cope_tui.service.runtimes import save_counts_pt, scan_runtimes
-from cope_tui.service.workload import export_with_batch, rank, workload_of
+from cope_tui.service.export import ExportAsk, export_command, save_export
+from cope_tui.service.runtimes import scan_runtimes
+from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import output_path
 from engine.runtimes import ALIASES, RUNTIME_NAMES
-from engine.runtimes.export import export_for, write_export
-import os
 
 RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the earlier spellings
 
@@ -51,19 +50,15 @@ def run(args: argparse.Namespace) -> int:
         args.out = str(output_path(args.out, flag="--out"))
     workload = workload_of(choices_from_args(args))
     advice = advice_from_args(args)
-    rec = advice.rec
-    estimate = rec.estimate_of(args.candidate)
-    # The command names its artefacts by absolute path: it runs from any folder, as the app's save does.
-    side_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
-    export = export_for(rec, estimate, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
-                        side_dir=side_dir, hf_model=args.hf_model, builds=scan_runtimes(args.llama_bin).builds)
-    if workload is not None:  # -b/-ub only for a named workload
-        export = export_with_batch(export, rank(advice, workload))
+    ask = ExportAsk(candidate_id=args.candidate, runtime=args.runtime, binary=args.binary,
+                    model_path=args.model_path, hf_model=args.hf_model, out=args.out or None)
+    export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
+                            builds=scan_runtimes(args.llama_bin).builds)  # -b/-ub only for a named workload
     for note in export.notes:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)
     if args.out:
-        written = write_export(export, args.out, write_tensor=save_counts_pt)
+        written = save_export(export, args.out)
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     elif export.tensors:
         print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)

@@ -3,6 +3,8 @@
     cope trace pull org/name[/FILE] [--model ID] [--sha256 HEX] [--out FILE] [--repo-type dataset|model]
     cope trace pull --list [--model ID]      the index's entries ("unverified" until downloaded once)
     cope trace pull --verify-index [--index FILE]   (maintainers, with network) pin the index
+    cope trace pull --imatrix REPO[/FILE]    a GGUF repo's imatrix files, or one downloaded and read
+    cope trace pull --list --imatrix --model ID   where the imatrix index says a model's are published
 
 Says which file it downloads and how large before it starts; downloads it with
 huggingface_hub (its cache, offline mode and token apply), checks its sha256 (--sha256,
@@ -19,7 +21,6 @@ import sys
 
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
 from cope_tui.sources import hub_imatrix
-from cope_tui.sources.hub_imatrix import imatrix_entries_for
 from cope_tui.sources.hub_trace import (
     check_revision,
     entries_for,
@@ -105,10 +106,12 @@ def _list(args: argparse.Namespace) -> int:
 
 def _point_at_imatrix(model_id: str) -> None:
     """Without a trace, a published imatrix is the next best routing statistic: say where."""
-    found = len(imatrix_entries_for(model_id))
-    if found:
-        _say(f"the imatrix index names {found} published imatrix file{'s' if found > 1 else ''} of {model_id} "
-             f"(expert popularity, no routing order): cope trace pull --list --imatrix --model {model_id}")
+    entries = hub_imatrix.imatrix_entries_for(model_id)
+    if entries:
+        seen = sum(e.seen == "file" for e in entries)
+        _say(f"the imatrix index lists {len(entries)} place{'s' if len(entries) > 1 else ''} for imatrix files of "
+             f"{model_id} ({seen} seen named on a page, the rest quantizers' usual repos; expert popularity, no "
+             f"routing order): cope trace pull --list --imatrix --model {model_id}")
 
 
 def _imatrix(args: argparse.Namespace) -> int:
@@ -120,17 +123,7 @@ def _imatrix(args: argparse.Namespace) -> int:
     if args.list:
         if args.spec is not None or not args.model:
             raise CopeInputError("--imatrix --list needs --model ID and no REPO")
-        model_id = resolve_model(args.model).id
-        entries = hub_imatrix.imatrix_entries_for(model_id)
-        if not entries:
-            _say(f"the imatrix index names no published imatrix of {model_id} (cope trace pull --imatrix REPO "
-                 "lists a GGUF repo's)")
-        for e in entries:
-            counts = {None: "per-expert counts unknown until read", True: "per-expert counts",
-                      False: "no per-expert counts"}[e.has_expert_counts]
-            state = "" if e.verified else " unverified"
-            print(f"{e.repo_id}/{e.file or '?'}{state}\t{counts}\tseen at {e.seen_at}")
-        return EXIT_OK
+        return _list_imatrix(resolve_model(args.model).id)
     if args.spec is None:
         raise CopeInputError("`cope trace pull --imatrix` needs REPO[/FILE] (or --list --model ID)")
     check_revision(args.revision)
@@ -142,9 +135,30 @@ def _imatrix(args: argparse.Namespace) -> int:
         return EXIT_OK
     local, counts = hub_imatrix.pull_imatrix(repo_id, filename, repo_type=repo_type, revision=args.revision,
                                              log=_say)
-    _say(f"{repo_id}/{filename}: per-expert counts of {len(counts.moe_blocks)} MoE blocks x {counts.n_experts} "
-         f"experts ({counts.dataset_words()}); give it to cope advise with --profile-trace")
+    _say(f"{repo_id}/{filename}: per-expert counts of {hub_imatrix.describe_counts(counts)}; recorded as verified; "
+         "give it to cope advise with --profile-trace")
     print(local)
+    return EXIT_OK
+
+
+def _list_imatrix(model_id: str) -> int:
+    """One line per index entry of the model: where, verified (by the user's own downloads,
+    with the sha256) or unverified, the format expected or found, and where the entry comes
+    from (seen on a page, or a quantizer's naming convention)."""
+    states = hub_imatrix.entry_states(model_id)
+    if not states:
+        _say(f"the imatrix index names no published imatrix of {model_id} (cope trace pull --imatrix REPO "
+             "lists a GGUF repo's)")
+    for st in states:
+        print(f"{st.entry.where}\t{st.words()}\t{st.entry.basis()}")
+        if not st.entry.file:  # what was downloaded from that repo, named
+            for d in st.downloads:
+                print(f"  {d.repo_id}/{d.file}\tverified {d.verified_at[:10]} sha256 {d.sha256[:12]}")
+    seen = sum(st.entry.seen == "file" for st in states)
+    if states:
+        _say(f"{len(states)} entries for {model_id}: {seen} files seen named on a page, "
+             f"{sum(st.verified for st in states)} verified here; download one with "
+             "cope trace pull --imatrix REPO/FILE (REPO alone lists its imatrix files)")
     return EXIT_OK
 
 

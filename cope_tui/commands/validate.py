@@ -15,6 +15,7 @@ from cope_tui.commands.output import json_text, write_json
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import FIDELITIES, add_flags, check_choices, choices_from_args, option_names
 from cope_tui.service.ground_truth import GroundTruthSettings, run_ground_truth
+from engine.advice.repeat_noise import noise_verdict, repeat_groups
 from engine.core.errors import CopeInputError
 from engine.core.files import atomic_write_text
 from engine.core.user_paths import output_path
@@ -136,10 +137,27 @@ def render(doc: dict) -> str:
         for x, t in doc["cpu_target"]["by_fidelity"].items():
             lines.append(f"  {x}: worst |error| {t['worst_abs_error']:.1%}, experts {t['worst_abs_experts_error']:.1%}:"
                          f" {'met' if t['met'] else 'NOT met'}")
+        lines.extend(render_repeats(rows, doc["cpu_target"].get("threshold", 0.10)))
     lines.extend(render_thread_scaling(doc.get("thread_scaling") or {}))
     for n in doc["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def render_repeats(rows: list[dict], target: float) -> list[str]:
+    """The all-on-CPU executions at one thread count are repeats (one per budget): their
+    median and spread, each fidelity's estimate against the median, and the verdict when
+    the spread alone exceeds the target."""
+    groups = repeat_groups(rows)
+    lines = []
+    for g in groups:
+        lines.append(f"  repeats: {g.model} threads {g.threads} {g.fidelity:<9} {g.n_executions} identical executions,"
+                     f" median {g.median_tpot_s * 1e3:.2f} ms ({g.min_tpot_s * 1e3:.2f} to {g.max_tpot_s * 1e3:.2f},"
+                     f" spread {g.spread:.0%}); est {g.estimated_tpot_s * 1e3:.2f} ms {g.error_to_median:+.1%}")
+    verdict = noise_verdict(groups, target)
+    if verdict:
+        lines.append(f"  {verdict}")
+    return lines
 
 
 def render_thread_scaling(scaling: dict) -> list[str]:

@@ -37,7 +37,7 @@ from engine.advice.accuracy import config_accuracy, summarize
 from engine.advice.advise import sweep_budgets
 from engine.advice.thread_speedup import SPEEDUP_TOLERANCE, describe, speedup_checks
 from engine.core.progress import check_cancel
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_models import analytic_model
 from engine.cost.cost_model import Fidelity
 from engine.hardware.memory import GIB, plan_memory
 from probes.executor import ExecutionRefused, Executor
@@ -179,7 +179,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     if model.id not in executors:
         executors[model.id] = _make_executor(model, quant, request.context_tokens, settings.mode)
     executor = executors[model.id]
-    analytic = AnalyticCostModel(model, quant, request.platform, context_tokens=request.context_tokens)
+    analytic = analytic_model(request, as_probed=True)  # the executor attends to half the context, F16 cache
     for i, budget in enumerate(fits):
         memory = recs[split_from][i].memory
         executor.budget = (memory.vram_budget_bytes - memory.non_expert_bytes - memory.kv_cache_bytes

@@ -28,7 +28,7 @@ from engine.traces.trace import RoutingTrace
 from dataclasses import replace
 from cope_tui.sources.gguf_model import file_quantization
 from cope_tui.sources.hub_trace import entries_for, pull_command, same_shape_words
-from cope_tui.sources.imatrix import looks_like_imatrix, read_imatrix
+from cope_tui.sources.imatrix import load_imatrix, looks_like_imatrix
 from engine.core.cache_dirs import cached_traces
 from engine.traces.imatrix import check_imatrix_fits_model, imatrix_profile
 from probes.gpu import UNLOADED, detect_gpu as detect
@@ -279,7 +279,7 @@ def load_profile(path: str, model) -> Profile:  # type: ignore[no-untyped-def]
     per-expert counts: popularity without order), checked against the model."""
     if not looks_like_imatrix(path):
         return load_any_trace(path, model=model)
-    counts = read_imatrix(path)
+    counts = load_imatrix(path)  # read once per version of the file (engine/traces/imatrix_cache.py)
     check_imatrix_fits_model(counts, model)
     return imatrix_profile(counts, model)
 

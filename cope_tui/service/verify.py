@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from cope_tui.service.pricing import choose_cost_model
 from engine.advice.advise import Recommendation, advise
 from engine.advice.command_estimate import command_settings, price_placement_command
+from engine.advice.run_advice import compose_export
 from engine.core.errors import CopeInputError, shown
 from engine.core.input_limits import RUNTIME_OUTPUT_MAX_BYTES, parse_json, size_text
 from engine.llamacpp.builds import LlamaBuild
 from engine.llamacpp.llama_args import parse_llama_command
 from engine.runtimes import runtime_named
-from engine.runtimes.export import Export, export_for, flag_args
+from engine.runtimes.export import Export, flag_args
 from probes.bounded_run import run_capped
 from probes.runtimes import bench_build
 
@@ -148,12 +149,12 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     extra = (flag_args("llama-bench", "n_prompt", 0) + flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS)
              + flag_args("llama-bench", "repetitions", BENCH_REPETITIONS) + flag_args("llama-bench", "output", "json"))
     builds = bench_builds(bench, runtime)
-    exported = export_for(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds)
+    exported = compose_export(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds)
     jobs = [("exported", exported)]
     baseline = rec.baseline()
     if baseline.candidate.id != exported.exported_id:
-        jobs.append(("baseline", export_for(rec, baseline, binary="llama-bench", model_path=model_path,
-                                            builds=bench_builds(bench, "llama.cpp"))))
+        jobs.append(("baseline", compose_export(rec, baseline, binary="llama-bench", model_path=model_path,
+                                                builds=bench_builds(bench, "llama.cpp"))))
     priced = at_bench_depth(advice)
     deadline = time.monotonic() + time_limit_s
     rows = []

@@ -8,6 +8,9 @@ DeepSeek-V3), are never touched. The header goes through the hardened GGUF heade
 (cope_tui/sources/gguf_header.py: every count and length checked before use, at most
 512 MiB of header); each counts tensor must be F32 with at most MAX_MODEL_EXPERTS values
 (engine/core/input_limits.py), checked before its bytes are read.
+
+`load_imatrix` is `read_imatrix` through the cache of readings (engine/traces/imatrix_cache.py):
+a second run with the same, unchanged file takes its counts from there.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from cope_tui.sources.gguf_header import read_local_header
 from engine.core.errors import CopeInputError, shown
 from engine.core.files import open_regular
 from engine.core.input_limits import MAX_MODEL_BLOCKS, MAX_MODEL_EXPERTS
-from engine.traces.imatrix import COUNTS_SUFFIX, EXPS_NAME, ImatrixCounts, counts_from_tensors
+from engine.traces.imatrix import COUNTS_SUFFIX, EXPS_NAME, ImatrixCounts, NoExpertCounts, counts_from_tensors
+from engine.traces.imatrix_cache import load_cached, save_cached
 
 GGML_TYPE_F32 = 0
 LEGACY_SUFFIXES = (".dat", ".imatrix")
@@ -53,7 +57,8 @@ def read_imatrix(path: str | os.PathLike) -> ImatrixCounts:
     except OSError as exc:
         raise CopeInputError(f"cannot read: {exc.strerror or exc}", path=where) from None
     if head[:4] != b"GGUF":
-        raise CopeInputError(_legacy_problem(where), path=where)
+        legacy, problem = _legacy_problem(where)
+        raise (NoExpertCounts if legacy else CopeInputError)(problem, path=where)
     header = read_local_header(path)
     wanted = [t for t in header.tensors if t.name.endswith(COUNTS_SUFFIX)
               and EXPS_NAME.fullmatch(t.name[: -len(COUNTS_SUFFIX)])]
@@ -80,24 +85,36 @@ def read_imatrix(path: str | os.PathLike) -> ImatrixCounts:
     return counts_from_tensors(arrays, header.fields, where)
 
 
-def _legacy_problem(where: str) -> str:
-    """Why a file that is not GGUF gives no popularity: a legacy imatrix (said with its first
-    entry) or not an imatrix at all. The legacy layout (save_imatrix_legacy): i32 entries;
+def load_imatrix(path: str | os.PathLike) -> ImatrixCounts:
+    """`read_imatrix`, once per version of the file: the counts come from COPE's cache when
+    this file (same path, size, modification time and inode) was read before. Errors are
+    never cached, so a refused file is refused with its reason each time."""
+    cached = load_cached(path)
+    if cached is not None:
+        return cached
+    counts = read_imatrix(path)
+    save_cached(path, counts)
+    return counts
+
+
+def _legacy_problem(where: str) -> tuple[bool, str]:
+    """(legacy?, why) a file that is not GGUF gives no popularity: a legacy imatrix (said
+    with its first entry) or not an imatrix at all. The legacy layout (save_imatrix_legacy): i32 entries;
     per entry i32 name length, the name, i32 ncall, i32 nval, nval f32; then i32 chunks and the dataset."""
     try:
         with open_regular(where, what="imatrix file") as handle:
             size = os.fstat(handle.fileno()).st_size
             head = handle.read(8 + LEGACY_MAX_NAME)
     except OSError as exc:
-        return f"cannot read: {exc.strerror or exc}"
+        return False, f"cannot read: {exc.strerror or exc}"
     if len(head) >= 8:
         n_entries, name_len = struct.unpack("<ii", head[:8])
         name = head[8:8 + name_len] if 0 < name_len <= LEGACY_MAX_NAME else b""
         if 0 < n_entries <= 8 * MAX_MODEL_BLOCKS * 16 and len(name) == name_len and name.isascii() and size > 8:
             # save_imatrix_legacy divides each expert's sums by its count: the counts are not written.
-            return (f"a legacy llama-imatrix file ({n_entries:,} tensors): it keeps no per-expert counts, so no "
+            return True, (f"a legacy llama-imatrix file ({n_entries:,} tensors): it keeps no per-expert counts, so no "
                     f"expert popularity; {MAKE_ONE}")
-    return f"not an imatrix file: neither GGUF (it starts with {head[:4]!r}) nor llama-imatrix's legacy format"
+    return False, f"not an imatrix file: neither GGUF (it starts with {head[:4]!r}) nor llama-imatrix's legacy format"
 
 
-__all__ = ["looks_like_imatrix", "read_imatrix"]
+__all__ = ["load_imatrix", "looks_like_imatrix", "read_imatrix"]

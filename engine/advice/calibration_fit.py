@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.advice.calibration_runs import CalibrationRun, run_request
-from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel
+from engine.cost.analytic_cost import AnalyticAssumptions
+from engine.cost.cost_models import analytic_model
 from engine.cost.calibration import LANE_CONSTANTS, LaneConstants, global_constants
 from engine.cost.request import AdviseRequest
 from engine.llamacpp.llama_placement import placement_cost, placement_of
@@ -55,8 +56,7 @@ class _Runs:
             at = run_request(request, command)
             self.items.append((at, placement_of(command, at.model, has_gpu=has_gpu and run.uses_gpu)))
         platform = request.platform
-        probe = AnalyticCostModel(request.model, request.quant, platform, context_tokens=request.context_tokens,
-                                  assumptions=AnalyticAssumptions())
+        probe = analytic_model(request, assumptions=AnalyticAssumptions(), as_probed=True)
         self.cpu_bytes_per_s = probe.cpu_bytes_per_s
         self.gpu_bytes_per_s = probe.gpu_bytes_per_s
         self.cpu_thread_bytes_per_s = probe.cpu_thread_bytes_per_s  # the global fit's, on this CPU
@@ -65,10 +65,7 @@ class _Runs:
         a = LaneConstants(values).assumptions(self.cpu_bytes_per_s, self.gpu_bytes_per_s)
         out = []
         for at, placement in self.items:
-            cm = AnalyticCostModel(at.model, at.quant, at.platform, context_tokens=at.context_tokens,
-                                   attention_tokens=at.attention_tokens, kv_bytes_per_element=at.kv_bytes_per_element,
-                                   assumptions=a)
-            out.append(placement_cost(at, cm, placement, cm).tpot_s)
+            out.append(placement_cost(at, analytic_model(at, assumptions=a), placement).tpot_s)
         return np.asarray(out)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from engine.advice.command_estimate import command_settings, price_placement_command
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_models import analytic_model
 from engine.cost.request import AdviseRequest
 from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
 from engine.runtimes.export import flag_args
@@ -109,10 +109,7 @@ def check_fits(request: AdviseRequest, runs: list[CalibrationRun]) -> tuple[list
     for run in runs:
         command = run.command()
         at = run_request(request, command)
-        analytic = AnalyticCostModel(at.model, at.quant, at.platform, context_tokens=at.context_tokens,
-                                     attention_tokens=at.attention_tokens,
-                                     kv_bytes_per_element=at.kv_bytes_per_element)
-        price = price_placement_command(at, analytic, command)
+        price = price_placement_command(at, analytic_model(at), command)
         if price.runs:
             fit.append(run)
         else:

@@ -20,8 +20,7 @@ from typing import Any, Mapping
 from engine.advice.advise import Recommendation
 from engine.advice.command_flags import carry_over
 from engine.advice.command_prefill import bench_prompt_tokens, price_prefill
-from engine.advice.run_advice import who_runs
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.advice.run_advice import compose_export, who_runs
 from engine.cost.cost_model import CostModel
 from engine.cost.estimate import Estimate, compare, faster
 from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
@@ -43,7 +42,7 @@ from engine.llamacpp.llama_placement import (
 )
 from engine.models.model import ModelSpec
 from engine.models.model_names import model_from_file_name
-from engine.runtimes.export import Export, export_for
+from engine.runtimes.export import Export
 
 LLAMA_BENCH_N_GEN = 128  # tools/llama-bench/llama-bench.cpp: the default -n
 
@@ -182,8 +181,8 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     request = rec.request
     yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
     # COPE's best at the command's settings: its command keeps the command's other flags.
-    export = carry_over(export_for(rec, rec.best, model_path=command.model_path, binary=command.tool, builds=builds),
-                        command)
+    export = carry_over(compose_export(rec, rec.best, model_path=command.model_path, binary=command.tool,
+                                       builds=builds), command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
     # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
     rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
@@ -257,12 +256,10 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
-    analytic = cost_model if isinstance(cost_model, AnalyticCostModel) else AnalyticCostModel(
-        model, request.quant, request.platform, context_tokens=request.context_tokens,
-        attention_tokens=request.attention_tokens, kv_bytes_per_element=request.kv_bytes_per_element)
-    cost = placement_cost(request, cost_model, placement, analytic, stage=stage, kv_offload=not command.no_kv_offload)
-    if cards is not None and len(cards.devices.names) > 1:
-        cost, card_note = card_cost(request, command, cards, cost, analytic.gpu_bytes_per_s)
+    cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload)
+    if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
+        cost, card_note = card_cost(request, command, cards, cost,
+                                    float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]
         detail += f"; {card_note}"
     prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
     return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)

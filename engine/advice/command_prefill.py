@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_models import analytic_model
 from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, IK_LLAMA, LLAMA_CPP, PrefillCost, PrefillModel
 from engine.cost.request import AdviseRequest
 from engine.llamacpp.llama_args import LlamaCommand
@@ -33,9 +33,7 @@ def price_prefill(request: AdviseRequest, placement: LlamaPlacement, memory: Pla
     """The pp test of `command` (None: no test)."""
     if prompt_tokens <= 0:
         return None
-    analytic = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens,
-                                 attention_tokens=request.attention_tokens,
-                                 kv_bytes_per_element=request.kv_bytes_per_element)
+    analytic = analytic_model(request)
     model = PrefillModel(request.model, request.quant, request.platform, popularity=request.profile.popularity(),
                          threads=command.threads_batch or request.threads,
                          gpu_bytes_per_s=analytic.gpu_stream_bytes_per_s, h2d_bytes_per_s=analytic.h2d_bytes_per_s,

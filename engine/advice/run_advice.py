@@ -159,9 +159,10 @@ class RunAdvice:
         return self.seconds(now.row) / self.seconds(best.row)
 
     def export(self, rec: Recommendation, pick: RunPick, **kw) -> "Export":  # type: ignore[no-untyped-def]
-        """The command of a pick on its runtime, with the -b/-ub a workload chose for it
-        (engine.runtimes.export.export_for keywords pass through)."""
-        return export_pick(rec, pick, ranking=self.ranking, **{"builds": self.builds, **kw})
+        """The command of a pick on its runtime, spelled for the builds found here, with the
+        -b/-ub a workload chose for it (`compose_export` keywords pass through)."""
+        return compose_export(rec, pick.estimate, runtime=pick.runtime, ranking=self.ranking,
+                              **{"builds": self.builds, **kw})
 
 
 def pick_order(rows: Iterable[CandidateRuns], ranking: "WorkloadRanking | None") -> list[CandidateRuns]:
@@ -250,14 +251,20 @@ def who_runs(rec: Recommendation, estimate: Estimate) -> str:
     return _row(estimate, rec, plan_from_recommendation(rec)).who_runs_it
 
 
-def export_pick(rec: Recommendation, pick: RunPick, *, ranking: "WorkloadRanking | None" = None,
-                **kw):  # type: ignore[no-untyped-def]
-    """The command of a pick on its runtime, with a workload's -b/-ub (engine.runtimes.export.export_for
-    keywords pass through)."""
-    export = export_for(rec, pick.estimate, runtime=pick.runtime, **kw)
-    if ranking is None:
-        return export
-    return export_with_batch(export, ranking)
+def compose_export(rec: Recommendation, target, *, ranking: "WorkloadRanking | None" = None,  # type: ignore[no-untyped-def]
+                   runtime: str = STOCK_NAME, binary: str | None = None, model_path: str | None = None,
+                   side_dir: str | None = None, hf_model: str | None = None,
+                   builds: Mapping[str, LlamaBuild] | None = None) -> "Export":
+    """The one composition of an export (issue 29): the command of `target` (an Estimate
+    or Candidate of `rec`) on `runtime`, through the runtime registry
+    (engine.runtimes.export.export_for: its artefacts, the fork's CSV and kt-kernel's
+    counts, named under `side_dir`; the GGUF as `model_path`, else as the model was read),
+    spelled for `builds`, and with a workload's `ranking` the -b/-ub it chose for what the
+    command runs. The JSON report's picks, and every front end through
+    cope_tui/service/export.py, compose exports here."""
+    export = export_for(rec, target, runtime=runtime, binary=binary, model_path=model_path, side_dir=side_dir,
+                        hf_model=hf_model, builds=builds)
+    return export if ranking is None else export_with_batch(export, ranking)
 
 
 def pick_to_dict(pick: RunPick | None, export,  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ import numpy as np
 from engine.advice.advise import Recommendation
 from engine.core.errors import CopeInputError
 from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.cost_models import analytic_model
 from engine.cost.estimate import Estimate
 from engine.cost.prefill_cost import DOUBLE_BUFFERED, LLAMA_CPP, PrefillCost, PrefillModel, request_time_s
 from engine.llamacpp.llama_placement import LlamaPlacement
@@ -159,8 +160,7 @@ def rank_workload(rec: Recommendation, workload: Workload) -> WorkloadRanking:
     if req.context_tokens < workload.tokens:
         raise ValueError(f"planned at context {req.context_tokens}, which cannot hold the request's "
                          f"{workload.tokens} tokens: plan with the workload (request_context)")
-    analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=req.context_tokens,
-                                 attention_tokens=req.attention_tokens, kv_bytes_per_element=req.kv_bytes_per_element)
+    analytic = analytic_model(req)
     model = prefill_model(rec, analytic)
     out = []
     for e in rec.estimates:

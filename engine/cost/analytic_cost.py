@@ -34,12 +34,14 @@ in docs/accuracy.md); none is tuned per model, per row or per source.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import cache
 
+from engine.core.assets_io import load_asset_json
 from engine.core.errors import CopeInputError
 from engine.cost.cost_model import CostModelDescription, Lanes, StateCosts, compose_state_costs, compose_step
 from engine.hardware.cpu_compute import core_compute, cores_used
 from engine.hardware.gpu_backends import uses_graphs
-from engine.hardware.platform import CpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
+from engine.hardware.platform import CpuSpec, GpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 from engine.models.quant import Quantization
 from engine.replays.policy import Execution
@@ -57,8 +59,13 @@ MEASURED_READ_SHARE = 0.773
 # Whether a runtime replays a decode step's GPU kernels as CUDA graphs (one launch for many
 # kernels). Stock llama.cpp does at decode's batch of 1 with quantized experts
 # (ggml-cuda.cu ggml_cuda_graph_check_compability: only a mul_mat_id on the synchronising
-# fallback path disables them, and mmvq does not take it; graphs are kept per split, so a
-# partial offload has one a device run). ik_llama.cpp (ggml/src/ggml-cuda.cu), by build:
+# fallback path disables them, and mmvq does not take it). It keeps a graph per split (keyed by
+# the split's first node) only from PR 18934 ("ggml-cuda: enable cuda-graphs for n-cpu-moe",
+# 2026-01-19); before it, one graph a device, re-captured for each split of a different shape,
+# and four consecutive re-captures disable graphs for good: a placement whose token runs more
+# than one stretch of GPU work (experts or whole FFNs on the CPU between offloaded blocks) ran
+# without graphs; one stretch (-ngl below the block count, all on the GPU) kept its graph.
+# ik_llama.cpp (ggml/src/ggml-cuda.cu), by build:
 # - before 633e0617b (PR 689, 2025-08-15) never for a MoE model: any GGML_OP_MUL_MAT_ID or
 #   GGML_OP_MOE_FUSED_UP_GATE node disabled them, and its one graph a context was updated at
 #   every split, which disables it after four consecutive updates;
@@ -69,21 +76,57 @@ MEASURED_READ_SHARE = 0.773
 # - `-fmoe` is on by default from 41d6c42b9 (PR 863, 2025-10-25).
 IK_GRAPHS_FROM = "2025-08-15"
 IK_FMOE_DEFAULT_FROM = "2025-10-25"
+# Both also gate graphs on the GPU's compute capability, whatever the graph holds: stock
+# llama.cpp disabled them below Ampere (ggml-org/llama.cpp ggml/src/ggml-cuda/ggml-cuda.cu at
+# f6d77a1ba, should_use_cuda_graph: `cc < GGML_CUDA_CC_AMPERE` sets disable_graph_due_to_gpu_arch)
+# until PR 25749 ("Enable CUDA graphs on Volta+Turing", 2026-07-16) moved the gate to Volta;
+# ik_llama.cpp still disables them below Ampere (ggml/src/ggml-cuda.cu at 8337e4c, line 4712:
+# `cc < CC_AMPERE`). So a Turing card (GTX 16, RTX 20 series, T4) launches every kernel one by
+# one on ik_llama.cpp and on stock builds before that PR, and a Pascal one on every build.
+AMPERE_CC, VOLTA_CC = 8.0, 7.0
+STOCK_GRAPHS_FROM_VOLTA = "2026-07-16"
+STOCK_GRAPH_PER_SPLIT_FROM = "2026-01-19"
 
 
 def uses_cuda_graphs(runtime: str, *, build_date: str | None = None, fused_moe: bool | None = None,
-                     gpu_experts: bool = True) -> bool:
+                     gpu_experts: bool = True, compute_capability: float | None = None,
+                     gpu_stretches: int = 1) -> bool:
     """Whether `runtime` replays the decode step's GPU work as CUDA graphs. `build_date`
     (ISO, a prefix such as "2025-11" is enough; None: a current build), `fused_moe` (ik's
     `-fmoe` as given; None: the build's default), `gpu_experts`: whether routed experts run
-    on the GPU."""
+    on the GPU, `compute_capability`: the GPU's (None: not known, taken as new enough),
+    `gpu_stretches`: how many runs of GPU work, with CPU work between them, a token has."""
+    if compute_capability is not None and compute_capability < _graph_gate_cc(runtime, build_date):
+        return False
     if runtime != "ik_llama.cpp":
-        return True
+        return gpu_stretches <= 1 or build_date is None or build_date[:10] >= STOCK_GRAPH_PER_SPLIT_FROM
     if build_date is not None and build_date[:10] < IK_GRAPHS_FROM:
         return False
     if fused_moe is None:
         fused_moe = build_date is None or build_date[:10] >= IK_FMOE_DEFAULT_FROM
     return fused_moe or not gpu_experts
+
+
+def _graph_gate_cc(runtime: str, build_date: str | None) -> float:
+    """The lowest compute capability `runtime`'s build replays graphs on (see above)."""
+    if runtime == "ik_llama.cpp":
+        return AMPERE_CC
+    return VOLTA_CC if build_date is None or build_date[:10] >= STOCK_GRAPHS_FROM_VOLTA else AMPERE_CC
+
+
+@cache
+def _compute_capabilities() -> dict:
+    return load_asset_json("gpu_compute.json").get("compute_capability", {})
+
+
+def gpu_compute_capability(gpu: GpuSpec) -> float | None:
+    """The CUDA compute capability of `gpu`'s preset (assets/gpu_compute.json, NVIDIA's
+    table), or None when it has no preset there."""
+    for pid in (gpu.preset_id, gpu.matched_preset_id):
+        found = _compute_capabilities().get(pid or "")
+        if found:
+            return float(found)
+    return None
 
 
 # The GPU kernels a decode step launches in one block, from the architecture (the ggml graph
@@ -121,8 +164,8 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.900  # fitted, held to 0.6-0.9 (docs/accuracy.md: why): at its bound
-    cpu_bandwidth_efficiency: float = 0.649  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.0390  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    cpu_bandwidth_efficiency: float = 0.659  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.03916  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
@@ -130,22 +173,22 @@ class AnalyticAssumptions:
     # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
     # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
     # another architecture pays it in proportion to its kernels (block_kernels)
-    gpu_block_overhead_s: float = 76.4e-6
+    gpu_block_overhead_s: float = 72.5e-6
     # fitted: what such a block costs more when the runtime launches its kernels one by one,
     # without a CUDA graph (uses_cuda_graphs), scaled the same way
-    gpu_block_no_graph_s: float = 53.9e-6
+    gpu_block_no_graph_s: float = 58.9e-6
     # fitted: the KV cache's bytes a decode step's attention reads count this many times a
     # weight's bytes on each device (flash attention's f16 dot products and softmax over the
     # cache do more work a byte than a quantized mat-vec)
-    gpu_kv_read_factor: float = 2.34
-    cpu_kv_read_factor: float = 2.16
+    gpu_kv_read_factor: float = 2.219
+    cpu_kv_read_factor: float = 2.210
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 61.8e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 64.46e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     # fitted, at its lower bound (held to 5 us-0.5 ms): a hand-over, the hidden state to the CPU and back
     # (two PCIe transfers, a stream sync); the rows do not see it above the bound
     sync_s: float = 5.0e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 10.0e-6  # fitted, at its lower bound (held to 10 us-0.5 ms): sampling, embedding, graph launch
+    token_fixed_s: float = 10.36e-6  # fitted, at its lower bound in effect (held to 10 us-0.5 ms): sampling, embedding, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
@@ -173,12 +216,12 @@ class AnalyticCostModel:
         attention_tokens: int | None = None,
         kv_bytes_per_element: float = KV_CACHE_BYTES_PER_ELEMENT,
         assumptions: AnalyticAssumptions | None = None,
-        cuda_graphs: bool = True,
+        cuda_graphs: bool | None = None,
     ):
         """`assumptions`: the constants to price with (default: the global fit, with this
         machine's measured read figures where the Platform has them); `cuda_graphs`: whether
-        the runtime replays a decode step's GPU kernels as CUDA graphs (uses_cuda_graphs: a
-        current build of every runtime does, ik_llama.cpp unless `-fmoe` is turned off)."""
+        the runtime replays a decode step's GPU kernels as CUDA graphs (uses_cuda_graphs; None:
+        what a current stock build does on this GPU, which every GPU from Volta on gets)."""
         self.model = model
         self.quant = quant
         self.platform = platform
@@ -186,6 +229,9 @@ class AnalyticCostModel:
         self.attention_tokens = context_tokens // 2 if attention_tokens is None else int(attention_tokens)
         self.kv_scale = kv_bytes_per_element / KV_CACHE_BYTES_PER_ELEMENT
         self.a = machine_assumptions(platform.cpu) if assumptions is None else assumptions
+        if cuda_graphs is None:
+            cuda_graphs = plans_without_gpu(platform.gpu) or uses_cuda_graphs(
+                "llama.cpp", compute_capability=gpu_compute_capability(platform.gpu))
         # a backend without graphs launches each kernel (engine/hardware/gpu_backends.py: Vulkan, SYCL)
         self.cuda_graphs = cuda_graphs = cuda_graphs and uses_graphs(platform.gpu.backend)
         reference_block_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)

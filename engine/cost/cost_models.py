@@ -3,8 +3,9 @@
 analytic prices from the Platform alone; atomic and combined from a measured Profile
 (engine/cost/measured_cost.py); calibrated from the analytic model with this machine's lane
 constants, fitted by `cope calibrate` on llama-bench runs (engine/cost/calibrated_cost.py). Front ends never construct cost models themselves: they ask
-`build_cost_model(fidelity, request, profile)`, so adding a fidelity is one factory and
-one registry line.
+`build_cost_model(fidelity, request, profile)` (the analytic model, whose lanes prefill and
+split placements also read, is `analytic_model(request)`), so adding a fidelity is one
+factory and one registry line.
 
 `describe()` of every cost model returns a `CostModelDescription`: what it is, what it
 rests on, and, for the measured ones, which profile it came from (`ProfileUse`).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.cost.analytic_cost import AnalyticCostModel
+from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel
 from engine.cost.calibrated_cost import CalibratedCostModel
 from engine.cost.calibration import Calibration
 from engine.cost.cost_model import CostModel, Fidelity, ProfileUse
@@ -26,10 +27,25 @@ from engine.profiles.profile import Profile
 Factory = Callable[["AdviseRequest", "Profile | None", "ProfileUse | None"], CostModel]
 
 
-def _analytic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+def analytic_model(request: "AdviseRequest", *, assumptions: AnalyticAssumptions | None = None,
+                   as_probed: bool = False) -> AnalyticCostModel:
+    """The analytic model of `request` (its context, attended depth and KV cache type):
+    the registry's analytic factory, and what prefill pricing and the placement of a
+    command read their lanes from. `assumptions`: constants other than the global fit with
+    this machine's measurements (`cope calibrate`'s fit tries its own). `as_probed`: priced
+    as COPE's probes and executor run a decode step, attending to half the context over an
+    F16 cache (probes/local_prober.py, probes/executor.py), whatever the request's depth and
+    cache type."""
+    if as_probed:
+        return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens,
+                                 assumptions=assumptions)
     return AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens,
                              attention_tokens=request.attention_tokens,
-                             kv_bytes_per_element=request.kv_bytes_per_element)
+                             kv_bytes_per_element=request.kv_bytes_per_element, assumptions=assumptions)
+
+
+def _analytic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None) -> CostModel:
+    return analytic_model(request)
 
 
 def _atomic(request: "AdviseRequest", profile: "Profile | None", use: ProfileUse | None,
@@ -47,7 +63,7 @@ def _combined(request: "AdviseRequest", profile: "Profile | None", use: ProfileU
 def _llama_cpp_lane(request: "AdviseRequest"):  # type: ignore[no-untyped-def]
     """llama.cpp's CPU expert lane on the request's CPU: the probe's over the kernel
     speedup, bounded by the analytic model's saturated lane (engine/cost/measured_cost.py)."""
-    analytic = AnalyticCostModel(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+    analytic = analytic_model(request, as_probed=True)
     return LlamaCppCpuLane(LLAMA_CPP_KERNEL_SPEEDUP, analytic.cpu_bytes_per_s * analytic.a.cpu_bandwidth_efficiency,
                            float(request.model.expert_bytes(request.quant)))
 

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.core.spans import block_span
-from engine.cost.analytic_cost import AnalyticCostModel
 from engine.cost.cost_model import CostModel
 from engine.cost.request import AdviseRequest
+from engine.cost.split_work import split_work
 from engine.hardware.host_memory import ram_fit
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES
 from engine.llamacpp.ecma_regex import search
@@ -196,17 +196,17 @@ class PlacementCost:
                 + self.head_s)
 
 
-def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement,
-                   analytic: AnalyticCostModel, *, stage: bool = False, kv_offload: bool = True) -> PlacementCost:
+def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, *,
+                   stage: bool = False, kv_offload: bool = True) -> PlacementCost:
     """One decode token of `placement`. The routed experts come from `cost_model`'s
     sequential layer steps (all k on the GPU: h = k; all on the CPU: h = 0, less its
     hand-over), or with `stage` (GGML_OP_OFFLOAD_MIN_BATCH=1) its staged ones (the CPU's
-    experts copied to the GPU and computed there); the blocks' shared work piece by piece
-    (`_block_work`), from `cost_model` on the GPU (scaled per block by `analytic`'s
-    shares) and from `analytic` on the CPU, with the head. Without `kv_offload` (-nkvo:
-    the KV cache in host memory, where llama.cpp runs attention), an offloaded block's KV
-    reads are priced on the CPU lane, between two hand-overs (the block's weights stay on
-    the GPU)."""
+    experts copied to the GPU and computed there); the blocks' shared work piece by piece,
+    wherever each piece is, and the head on the CPU from `cost_model`'s split work
+    (engine/cost/split_work.py); the head on the GPU from `cost_model`. Without
+    `kv_offload` (-nkvo: the KV cache in host memory, where llama.cpp runs attention), an
+    offloaded block's KV reads are priced on the CPU lane, between two hand-overs (the
+    block's weights stay on the GPU)."""
     model, threads, k = request.model, request.threads, request.model.top_k
     steps = cost_model.state_costs(Execution.SEQUENTIAL, threads, k, 0)
     gpu_layer, cpu_layer = float(steps.total_s[k]), float(steps.total_s[0] - steps.sync_s[0])
@@ -214,13 +214,16 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     if stage:
         cpu_layer, cpu_device = float(cost_model.state_costs(Execution.STAGE, threads, k, 0).total_s[0]), "gpu"
     sync = float(steps.sync_s[0])
-    gpu_scale = cost_model.shared_per_token_s() / analytic.shared_per_token_s()
+    shared = split_work(request, cost_model)
     moe_at = {block: i for i, block in enumerate(model.moe_blocks)}
     devices: list[str] = []  # the device of each piece of the token's work, in order
     gpu_blocks_s = cpu_blocks_s = gpu_experts_s = cpu_experts_s = 0.0
     for block in range(model.n_blocks):
-        gpu_s, cpu_s, block_devices = _block_work(analytic, placement, block, threads, kv_offload)
-        gpu_blocks_s += gpu_s * gpu_scale if gpu_s else 0.0  # (gpu_scale is NaN without a GPU)
+        on_gpu = bool(placement.gpu_blocks[block])
+        gpu_s, cpu_s, block_devices = shared.block_s(block, placement.shared_split(model, request.quant, block),
+                                                     on_gpu=on_gpu, kv_on_gpu=on_gpu and kv_offload,
+                                                     threads=threads)
+        gpu_blocks_s += gpu_s
         cpu_blocks_s += cpu_s
         devices += block_devices
         layer = moe_at.get(block)
@@ -237,48 +240,11 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
         head_s = cost_model.token_overhead_s()
         devices.append("gpu")
     else:
-        head_s = analytic.a.token_fixed_s + analytic.head_s(on_cpu=True, threads=threads)
+        head_s = shared.cpu_head_s(threads)
         devices.append("cpu")
     transitions = sum(a != b for a, b in zip(devices, devices[1:]))
     return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2, head_s,
                          transitions)
-
-
-def _block_work(analytic: AnalyticCostModel, placement: LlamaPlacement, block: int, threads: int,
-                kv_offload: bool) -> tuple[float, float, list[str]]:
-    """(GPU seconds, CPU seconds, the devices in order) of `block`'s shared work: each
-    piece's weights read where they are, the KV cache where it is (with the block's
-    device, or in host memory under -nkvo), and the block's fixed cost (its small ops'
-    launches or thread-pool barriers) shared among the devices by the four pieces of the
-    block's work they run (input projections, attention, output projection, FFN side; a
-    piece split between the devices by its bytes)."""
-    a, model = analytic.a, analytic.model
-    pieces = placement.shared_split(model, analytic.quant, block)
-    kv = _kv_bytes(analytic, block)
-    kv_on_gpu = bool(placement.gpu_blocks[block]) and kv_offload
-    home = bool(placement.gpu_blocks[block])
-    # (GPU bytes, CPU bytes, where it runs when it reads nothing) of each piece, in the
-    # order the block runs them: the attention over the cache after the input projections.
-    work = [(*pieces[0], home), (kv, 0.0, True) if kv_on_gpu else (0.0, kv, False),
-            *((g, c, home) for g, c in pieces[1:])]
-    gpu_share = sum(g / (g + c) if g + c else float(h) for g, c, h in work) / len(work)
-    gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
-    # the attention's reads of the cache count its device's factor (AnalyticAssumptions)
-    if kv_on_gpu:
-        gpu_bytes += (a.gpu_kv_read_factor - 1) * kv
-    else:
-        cpu_bytes += (a.cpu_kv_read_factor - 1) * kv
-    gpu_s = (gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * analytic.gpu_block_fixed_s(block)
-             if gpu_share else 0.0)
-    cpu_s = cpu_bytes / analytic.cpu_stream_bytes_per_s(threads) + (1 - gpu_share) * a.cpu_block_overhead_s
-    devices = [d for g, c, h in work for d in ([d for d, n in (("gpu", g), ("cpu", c)) if n > 0]
-                                                or ["gpu" if h else "cpu"])]
-    return gpu_s, cpu_s, devices
-
-
-def _kv_bytes(analytic: AnalyticCostModel, block: int) -> float:
-    """The KV-cache bytes a decode step reads in `block` (AnalyticCostModel.block_bytes less its weights)."""
-    return analytic.kv_bytes(block)
 
 
 @dataclass(frozen=True)

@@ -70,12 +70,39 @@ def _parse_catalog(data: Any, *, origin: str) -> dict[str, ModelSpec]:
     return models
 
 
+# Suffixes that name a release or a packaging of the same weights' shape, not another
+# shape: "Qwen3-Coder-30B-A3B" is the catalog's "Qwen3-Coder-30B-A3B-Instruct", and
+# "Qwen3-30B-A3B-GGUF" (a quantizer's repository name) is Qwen3-30B-A3B.
+_RELEASE_SUFFIXES = ("-gguf", "-instruct", "-chat", "-it", "-hf")
+
+
+def _bare(name: str) -> str:
+    name = name.strip().lower()
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in _RELEASE_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+    return name
+
+
+def _names(model: ModelSpec) -> tuple[str, ...]:
+    return (model.id.lower(), model.name.lower(), *(a.lower() for a in model.aliases))
+
+
 def get_model(id_or_name: str) -> ModelSpec:
-    """A catalog model by id, name or alias, case-insensitively."""
+    """A catalog model by id, name or alias, case-insensitively; failing that, by the
+    same with a release suffix (-Instruct, -Chat, -it, -hf, -GGUF) dropped on both sides,
+    when exactly one model answers."""
     wanted = id_or_name.strip().lower()
     for model in catalog().values():
-        if wanted in (model.id.lower(), model.name.lower(), *(a.lower() for a in model.aliases)):
+        if wanted in _names(model):
             return model
+    bare = _bare(wanted)
+    matches = [m for m in catalog().values() if bare in {_bare(n) for n in _names(m)}]
+    if len(matches) == 1:
+        return matches[0]
     raise CopeInputError(f"unknown model {id_or_name!r}{did_you_mean(id_or_name, catalog())}; "
                          f"known: {', '.join(catalog())}")
 

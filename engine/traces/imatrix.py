@@ -55,6 +55,11 @@ PREFERRED = ("ffn_up_exps", "ffn_gate_up_exps", "ffn_gate_exps", "ffn_down_exps"
 MAX_EXACT_COUNT = 2**24  # counts are float32: integers above this are not all representable
 
 
+class NoExpertCounts(CopeInputError):
+    """An imatrix file that keeps no per-expert counts: the legacy layout, or a GGUF
+    converted from it. A genuine imatrix, but no popularity."""
+
+
 @dataclass(frozen=True)
 class ImatrixCounts:
     counts: np.ndarray  # int64 [L, E]: tokens routed to each expert, L the MoE blocks below
@@ -103,7 +108,7 @@ def counts_from_tensors(tensors: Mapping[str, np.ndarray], fields: Mapping[str, 
         per_block.setdefault(int(m[1]), {})[m[2]] = flat
     if not per_block:
         if single:
-            raise CopeInputError(f"its {single} expert tensors have one count each, not one per expert: converted "
+            raise NoExpertCounts(f"its {single} expert tensors have one count each, not one per expert: converted "
                                  "from a legacy .dat imatrix, which keeps no per-expert counts (no popularity)",
                                  path=where)
         raise CopeInputError("no routed-expert tensor (blk.N.ffn_*_exps.weight.counts): the imatrix of a "
@@ -187,4 +192,4 @@ def imatrix_profile(imatrix: ImatrixCounts, model) -> PopularityProfile:  # type
     return PopularityProfile(counts=imatrix.counts, meta=meta, top_k=model.top_k, label=label)
 
 
-__all__ = ["ImatrixCounts", "check_imatrix_fits_model", "counts_from_tensors", "imatrix_profile"]
+__all__ = ["ImatrixCounts", "NoExpertCounts", "check_imatrix_fits_model", "counts_from_tensors", "imatrix_profile"]

@@ -1,4 +1,6 @@
-"""Trace: the routing trace in use and its origin; pull, record or import one."""
+"""Trace: the routing trace in use and its origin; pull, record or import one; the imatrix
+files published for the model (the imatrix index, verified by the user's downloads), one
+downloaded, or a local imatrix or trace taken as the profile (as `--profile-trace`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 
 from cope_tui.app.panes import Apply
-from cope_tui.sources import hub_trace
+from cope_tui.sources import hub_imatrix, hub_trace
 from engine.core.spans import count_of
 from engine.traces.popularity import profile_words
 
@@ -43,9 +45,13 @@ class TracePane(VerticalScroll):
     TracePane #record-tokens { width: 8; }
     TracePane #trace-info { height: auto; border: round $primary; padding: 0 1; }
     TracePane #record-progress { margin-top: 1; }
+    TracePane #imatrix-entry { width: 1fr; }
+    TracePane #imatrix-entry SelectCurrent Static#label { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    TracePane #imatrix-info { height: auto; color: $text-muted; }
     """
 
     _model_id: str | None = None  # the model the Record field was last filled for
+    _imatrix_states: tuple = ()  # hub_imatrix.EntryState of the model in use, in the Select's order
 
     def compose(self) -> ComposeResult:
         yield Static("", id="trace-info")
@@ -64,6 +70,16 @@ class TracePane(VerticalScroll):
                          compact=True)
             yield Input(value="64", id="record-tokens", type="integer", compact=True)
             yield Button("Record", id="record", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Imatrix")
+            yield Select([], prompt="imatrix files the index names for this model", id="imatrix-entry",
+                         compact=True)
+            yield Button("Download", id="imatrix-pull", compact=True)
+        yield Static("", id="imatrix-info")
+        with Horizontal(classes="row"):
+            yield Label("Profile")
+            yield Input(placeholder="local imatrix (.gguf) or trace: popularity, as --profile-trace (Enter)",
+                        id="profile-path", compact=True)
         yield ProgressBar(total=100, id="record-progress", show_eta=False)
         yield Static("", id="record-status")
 
@@ -76,6 +92,40 @@ class TracePane(VerticalScroll):
             self._model_id = model.id
             self.query_one("#record-model", Input).value = model.hf_repo or ""
         self._offer_pull(model.id)
+        self.show_imatrix_entries(model.id)
+
+    def show_imatrix_entries(self, model_id: str) -> None:
+        """The imatrix index's entries of the model, each verified (downloaded here, with its
+        sha256) or unverified; the selection kept where the entries are the same."""
+        states = hub_imatrix.entry_states(model_id)
+        select = self.query_one("#imatrix-entry", Select)
+        kept = select.value if [s.entry for s in states] == [s.entry for s in self._imatrix_states] else None
+        self._imatrix_states = states
+        select.set_options([(f"{'verified' if st.verified else 'unverified'}  {st.entry.where}", i)
+                            for i, st in enumerate(states)])
+        if states:
+            select.value = kept if isinstance(kept, int) and kept < len(states) else 0
+        self.query_one("#imatrix-pull", Button).disabled = not states
+        self._show_imatrix_info()
+
+    def selected_imatrix(self):  # type: ignore[no-untyped-def]
+        """The EntryState chosen in the Select, or None."""
+        value = self.query_one("#imatrix-entry", Select).value
+        return self._imatrix_states[value] if isinstance(value, int) and value < len(self._imatrix_states) else None
+
+    def _show_imatrix_info(self) -> None:
+        st = self.selected_imatrix()
+        info = self.query_one("#imatrix-info", Static)
+        if st is None:
+            info.update("the imatrix index names no imatrix file of this model" if not self._imatrix_states else "")
+            return
+        verified, known = st.words().split("\t")
+        info.update(f"{verified}; {known}; {st.entry.basis()}")
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "imatrix-entry":
+            event.stop()
+            self._show_imatrix_info()
 
     def _offer_pull(self, model_id: str) -> None:
         """Pull only when the trace index has a trace of this model (or one of its shape)."""
@@ -97,6 +147,9 @@ class TracePane(VerticalScroll):
         if event.input.id == "import" and event.value.strip():
             event.stop()
             self.post_message(Apply(trace=event.value.strip(), profile_trace=None))
+        elif event.input.id == "profile-path" and event.value.strip():
+            event.stop()  # the popularity alone changes, as --profile-trace does on the command line
+            self.post_message(Apply(profile_trace=event.value.strip()))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -104,6 +157,10 @@ class TracePane(VerticalScroll):
             self.post_message(Apply(trace="synthetic", profile_trace=None))
         elif event.button.id == "pull":
             self.app.action_pull_trace()
+        elif event.button.id == "imatrix-pull":
+            st = self.selected_imatrix()
+            if st is not None:
+                self.app.start_imatrix_pull(st.entry)
         elif event.button.id == "record":
             model = self.query_one("#record-model", Input).value.strip()
             domain = str(self.query_one("#record-domain", Select).value)
