@@ -81,4 +81,8 @@ def multi_card_notes(request: AdviseRequest) -> list[str]:
             f"each card's blocks contiguous; {plan_handovers_s(request) * 1e6:.0f} us of hand-overs between cards a "
             f"token (assumed {CARD_HANDOVER_FIXED_S * 1e6:.0f} us each plus the hidden state over PCIe twice); "
             f"memory bandwidth {gpu.mem_bandwidth_bytes_per_s.note}; the budget holds back one block a boundary "
-            "(a block is whole on one card)"]
+            "(a block is whole on one card)"] + ([
+        "cards of different bandwidths: the ranking prices every GPU byte at the set's one bandwidth; an exported "
+        "command's own split (its blocks and GPU experts a card) is priced by cope estimate and can differ by "
+        "the share of each token's reads that lands on the slower card"] if len({
+            c.mem_bandwidth_bytes_per_s.value for c in cards}) > 1 else [])
