@@ -35,6 +35,7 @@ from engine.replays.replay import ReplayStats  # noqa: E402
 from engine.traces.synthetic import SyntheticSettings, synthetic_trace  # noqa: E402
 from probes.host import detect_cpu  # noqa: E402
 from probes.operators import threads_set  # noqa: E402
+from engine.cost.cost_model import Fidelity  # noqa: E402
 from engine.cost.cost_models import build_cost_model  # noqa: E402
 from probes.local_prober import LocalProber, PresetGpu  # noqa: E402
 from probes.runner import ensure_profile  # noqa: E402
@@ -90,7 +91,7 @@ def main() -> None:
                     request, "combined", budget_s=PROBE_BUDGET_S, root=root, make_prober=lambda: prober,
                     candidates=lambda: [(Execution.SEQUENTIAL, all_cpu_stats(n_layers, k, TOKENS))],
                 )
-                cost = build_cost_model("combined", request, out.profile)
+                cost = build_cost_model(Fidelity.COMBINED, request, out.profile)
                 step = cost.state_costs(Execution.SEQUENTIAL, threads, k, 0)
                 expert_step_s = float(step.total_s[0] - step.sync_s[0])
                 predicted = expert_step_s * n_layers

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
-from engine.cost.analytic_cost import AnalyticAssumptions, AnalyticCostModel, machine_assumptions  # noqa: E402
+from engine.cost.analytic_cost import AnalyticAssumptions, machine_assumptions  # noqa: E402
+from engine.cost.cost_models import analytic_model  # noqa: E402
 from engine.advice.command_estimate import command_settings, price_placement_command  # noqa: E402
 from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
 from engine.cost.measured_cost import LLAMA_CPP_KERNEL_SPEEDUP, AtomicCostModel, LlamaCppCpuLane  # noqa: E402
@@ -82,10 +83,7 @@ def ratios(assumptions: AnalyticAssumptions, runs=None) -> list[float]:  # type:
     runs = runs if runs is not None else prepared(load())
     out = []
     for request, command, measured in runs:
-        model = AnalyticCostModel(request.model, request.quant, request.platform,
-                                  context_tokens=request.context_tokens, attention_tokens=request.attention_tokens,
-                                  kv_bytes_per_element=request.kv_bytes_per_element,
-                                  assumptions=machine_assumptions(request.platform.cpu, assumptions))
+        model = analytic_model(request, assumptions=machine_assumptions(request.platform.cpu, assumptions))
         out.append(price_placement_command(request, model, command).tokens_per_s / measured)
     return out
 
@@ -137,8 +135,7 @@ def atomic_ratios(speedup: float, runs=None, data=None) -> list[float]:  # type:
     runs = runs if runs is not None else prepared(data)
     out = []
     for run, (request, command, measured) in zip(data["runs"], runs):
-        analytic = AnalyticCostModel(request.model, request.quant, request.platform,
-                                     context_tokens=request.context_tokens)
+        analytic = analytic_model(request, as_probed=True)
         lane = LlamaCppCpuLane(speedup, analytic.cpu_bytes_per_s * analytic.a.cpu_bandwidth_efficiency,
                                float(request.model.expert_bytes(request.quant)))
         atomic = AtomicCostModel(probe_profile(run["quant"]), n_blocks=request.model.n_blocks, llama_cpp=lane)

@@ -61,7 +61,7 @@ if "--compile" in sys.argv[1:]:
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
 from engine.advice.advise import advise, sweep_budgets, sweep_in_stages  # noqa: E402
-from engine.cost.analytic_cost import AnalyticCostModel  # noqa: E402
+from engine.cost.cost_models import analytic_model  # noqa: E402
 from engine.models.catalog import get_model  # noqa: E402
 from engine.hardware.memory import GIB  # noqa: E402
 from engine.replays.policy import Eviction  # noqa: E402
@@ -80,9 +80,7 @@ def workload(tokens: int = 1000):
     profile, replayed = synthetic_trace(get_model(MODEL), settings).split(0.5)
     request = build_request(PlanChoices(model=MODEL, gpu=GPU, cpu=CPU))
     request = replace(request, trace=replayed, profile=profile)
-    cost_model = AnalyticCostModel(
-        request.model, request.quant, request.platform, context_tokens=request.context_tokens
-    )
+    cost_model = analytic_model(request, as_probed=True)
     return request, cost_model
 
 

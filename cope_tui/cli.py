@@ -20,11 +20,27 @@ import sys
 import threading
 import traceback
 
-from cope_tui.app import run_app
-from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
-from cope_tui.commands.output import clean_output, cope_version, error_line
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
-from engine.core.errors import CopeInputError
+
+# The imports take a second or more. A Ctrl-C among them is held until they are done (one
+# interrupting orjson's module init crashed Python with SIGSEGV, one elsewhere printed a
+# KeyboardInterrupt traceback), then says what a later one says (bench/fuzz_files.py).
+_MASK = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+try:
+    from cope_tui.app import run_app
+    from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
+    from cope_tui.commands.output import clean_output, cope_version, error_line
+    from engine.core.errors import CopeInputError
+
+    if _MASK is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _MASK)  # a Ctrl-C held meanwhile is raised here
+        _MASK = None
+except KeyboardInterrupt:
+    print("cope: interrupted", file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED) from None
+finally:
+    if _MASK is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _MASK)
 
 __all__ = ["main", "EXIT_OK", "EXIT_INTERNAL", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import input_kind, user_path
+from engine.cost.cost_model import Fidelity
 from engine.hardware.cpu_presets import cpu_models, cpu_presets, machines
 from engine.hardware.memory_spec import parse_bandwidth_gbps, parse_memory_spec
 from engine.hardware.presets import gpu_presets
@@ -32,14 +33,16 @@ DEFAULT_MODEL = "qwen3-30b-a3b"
 DEFAULT_GPU = "rtx-4060-ti-16gb"
 DEFAULT_CONTEXT = 8192
 SYNTHETIC_TOKENS = 1000  # per half: the profile half and the replayed half
-# The most --tokens: 10,000 a half replay in about 10 s and 600 MB on the largest catalog
-# model (Qwen3-235B); a million would take minutes and 50 GB. More adds no accuracy the
-# candidates' ranking needs.
-MAX_SYNTHETIC_TOKENS = 10_000
+# The most --tokens of any model. What a request may replay is bounded by its work, tokens
+# x MoE layers x top-k routed slots (engine/core/input_limits.py: 16 M, about 1 GiB at
+# most), checked before the synthetic trace is drawn: 21,276 tokens of the largest catalog
+# model (Qwen3-235B, 94 x top-8), 41,666 of Qwen3-30B-A3B. This cap only keeps a number no
+# replay needs (a million took minutes and 50 GB before the budget) from being parsed.
+MAX_SYNTHETIC_TOKENS = 100_000
 SYNTHETIC_SEED = 0
 EVICTIONS = ("lru", "score")
 PREFETCH_MODES = ("timed", "optimistic")
-FIDELITIES = ("analytic", "atomic", "combined", "calibrated")
+FIDELITIES = tuple(f.value for f in Fidelity)  # how --fidelity spells them: analytic, atomic, combined, calibrated
 # Named workloads (--workload): (prompt tokens, output tokens). Assumed shapes of common
 # requests, stated so a user can compare: chat, a conversation turn with some history
 # (1,000 in, 300 out); rag, a question over retrieved passages (8,000 in, 300 out);
@@ -164,6 +167,14 @@ def _cpu_presets() -> list[tuple[str, str]]:
     return [(label(pid, spec.name), pid) for pid, spec in cpu_presets().items()]
 
 
+def _fidelity(text: str) -> Fidelity:
+    """--fidelity's text as the Fidelity the service takes (the one place it is converted)."""
+    try:
+        return Fidelity(str(text).strip())
+    except ValueError:
+        raise CopeInputError(f"must be one of {', '.join(FIDELITIES)}, got {text}") from None
+
+
 def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}, got {value}"
 
@@ -231,8 +242,8 @@ class PlanChoices:
     prefetch_mode: str = _option(
         "timed", flag="--prefetch", choices=PREFETCH_MODES, check=_among(PREFETCH_MODES), label="Prefetch",
         group="policy", help="timed: a prefetch is exposed when the previous layer is too short to hide it")
-    fidelity: str | None = _option(
-        None, flag="--fidelity", choices=FIDELITIES, check=_among(FIDELITIES),
+    fidelity: Fidelity | None = _option(
+        None, flag="--fidelity", metavar="{" + ",".join(FIDELITIES) + "}", parse=_fidelity, check=_among(FIDELITIES),
         help="cost model (default: calibrated when `cope calibrate` measured this machine, else combined with a "
              "complete cached profile, else analytic)")
     probe_budget_s: float = _option(
@@ -256,6 +267,13 @@ class PlanChoices:
     llama_bin: str | None = _option(
         None, flag="--llama-bin", metavar="DIR", check=_folder,
         help="folder with llama-server/llama-cli/llama-bench (default: PATH); says which runtime runs now")
+
+    def __post_init__(self) -> None:
+        # A caller's text (the app's field, a test) becomes the enum here, at the edge; a
+        # wrong one stays as given for check_choices to refuse in one line.
+        if isinstance(self.fidelity, str) and not isinstance(self.fidelity, Fidelity) \
+                and self.fidelity in FIDELITIES:
+            object.__setattr__(self, "fidelity", Fidelity(self.fidelity))
 
     def with_(self, **changes: Any) -> "PlanChoices":
         return replace(self, **changes)

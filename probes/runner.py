@@ -39,10 +39,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from engine.cost.cost_model import Fidelity
 from engine.cost.cost_models import analytic_model
 from engine.profiles.probe_consistency import check_profile, check_series, refusal_note, series_in, series_refs
 from engine.profiles.probe_plan import ProbePlan, atomic_probes, plan_probes
-from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance, Refusal
+from engine.profiles.profile import Measurement, ProbedModel, Profile, Provenance, Refusal
 from engine.profiles.profile_keys import cache_key
 from probes.cuda_check import local_cuda_facts, local_device_uuid, predicted_usable
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu
@@ -198,8 +199,8 @@ def hardware_key(request: "AdviseRequest", cuda: Any = None) -> dict:
     }
 
 
-def model_shape(request: "AdviseRequest") -> ModelShape:
-    return ModelShape(request.model.id, request.model.expert_bytes(request.quant), request.quant.name)
+def model_shape(request: "AdviseRequest") -> ProbedModel:
+    return ProbedModel(request.model.id, request.model.expert_bytes(request.quant), request.quant.name)
 
 
 def profile_key(request: "AdviseRequest") -> str:
@@ -274,7 +275,7 @@ class ProfileOutcome:
 
 def ensure_profile(
     request: "AdviseRequest",
-    fidelity: str,
+    fidelity: Fidelity,
     *,
     budget_s: float = 60.0,
     reprobe: bool = False,
@@ -287,8 +288,8 @@ def ensure_profile(
     """The profile `fidelity` needs: the cached one when it has every atomic probe
     (and not `reprobe`), else one measured now within `budget_s`, resuming from the
     cache. `candidates()` gives [(Execution, ReplayStats)] for the combined plan."""
-    if fidelity not in ("atomic", "combined"):
-        raise ValueError(f"fidelity {fidelity!r} needs no profile")
+    if not fidelity.needs_profile:
+        raise ValueError(f"fidelity {fidelity.value!r} needs no profile")
     threads, k = request.threads, request.model.top_k
     complete = None if reprobe else cached_profile_complete(request, root)
     if complete is not None:
@@ -298,7 +299,7 @@ def ensure_profile(
     prober = make_prober() if make_prober else LocalProber(request.model, request.quant, PresetGpu(analytic),
                                                            context_tokens=request.context_tokens)
     cuda = bool(getattr(prober, "cuda", False))
-    if fidelity == "combined" and candidates is not None:
+    if fidelity is Fidelity.COMBINED and candidates is not None:
         plan = plan_probes(candidates(), threads=threads, budget_s=budget_s, probe_s=probe_seconds(cuda))
     else:
         plan = ProbePlan(atomic_probes(k, threads, probe_seconds(cuda)), (), (), float(budget_s), threads)

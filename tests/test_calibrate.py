@@ -17,6 +17,7 @@ from engine.cost.analytic_cost import REFERENCE_BLOCK_KERNELS, AnalyticAssumptio
 from engine.cost.calibration_io import find_calibration, from_dict, load_calibration, to_dict
 from engine.hardware.presets import get_gpu_preset
 from engine.llamacpp.llama_bench_json import parse_bench_output
+from engine.cost.cost_model import Fidelity
 from tests import tiny_gguf as tg
 from tests.fake_llama_bench import FakeMachine, model_facts, write_fake
 
@@ -291,10 +292,10 @@ def test_estimate_keeps_the_fidelity_asked_for_at_the_commands_own_settings(tmp_
 
     def choose(request, *, fidelity=None, **kw):  # type: ignore[no-untyped-def]
         asked.append(fidelity)  # recorded, then priced analytic: no probing in a unit test
-        return real(request, fidelity="analytic", **kw)
+        return real(request, fidelity=Fidelity.ANALYTIC, **kw)
 
     monkeypatch.setattr(service, "choose_cost_model", choose)
     command = parse_llama_command(shlex.split(f"llama-bench -m {path} -ngl 0 -t 2 -p 0 -n 32"))
-    service.estimate_command(advice, command, fidelity="atomic")
+    service.estimate_command(advice, command, fidelity=Fidelity.ATOMIC)
     service.estimate_command(advice, command)
     assert asked == ["atomic", "analytic"]  # named: kept; not named: the advice's own (analytic) kept

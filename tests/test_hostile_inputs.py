@@ -173,6 +173,45 @@ def test_a_parquet_compression_bomb_is_refused_from_its_metadata(tmp_path):
         read_flame_parquet(path, n_experts=64)
 
 
+def _flame_layer(path: Path, ids) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+
+    ids = np.asarray(ids, dtype=np.int16)
+    offsets = pa.array(np.arange(0, ids.size + 1, ids.shape[1], dtype=np.int32))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"indices": pa.ListArray.from_arrays(offsets, pa.array(ids.ravel()))}), path,
+                   compression="zstd")
+    return path
+
+
+def test_a_parquet_of_millions_of_zero_rows_is_refused_at_its_first_batch(tmp_path):
+    import numpy as np
+
+    from engine.traces.flame_parquet import read_flame_parquet
+
+    path = _flame_layer(tmp_path / "flame" / "layer_02.parquet", np.zeros((2_000_000, 8)))  # 16 M zeros
+    assert path.stat().st_size < 200_000
+    with pytest.raises(CopeInputError, match=r"layer_02.parquet: row 0: a token routes to the same expert twice"):
+        read_flame_parquet(path.parent, n_experts=64)
+
+
+def test_a_flame_trace_keeps_what_the_replay_budget_takes(tmp_path, monkeypatch):
+    import numpy as np
+
+    from engine.traces.flame_parquet import read_flame_parquet
+
+    rows = np.stack([np.arange(1000) % 8, (np.arange(1000) + 1) % 8], axis=1)  # top-2 of 8, 1,000 tokens
+    for layer in (2, 3):
+        _flame_layer(tmp_path / "flame" / f"layer_{layer:02d}.parquet", rows)
+    assert read_flame_parquet(tmp_path / "flame", n_experts=8).n_tokens == 1000
+    monkeypatch.setenv("COPE_MAX_REPLAY_SLOTS", "1000")  # two halves of 1,000 slots: 500 tokens of 2 x top-2
+    trace = read_flame_parquet(tmp_path / "flame", n_experts=8)
+    assert trace.n_tokens == 500 and np.array_equal(trace.expert_ids[:, 0], rows[:500])
+    assert "kept the first 500 of 1,000 tokens of flame (what the replay budget" in trace.meta.notes[0]
+
+
 @pytest.mark.parametrize("experts,match", [
     (16_384, "declares 16,384 routed experts a layer, more than the 4,096"),
     ("1e8", "declares 100,000,000 routed experts"),
@@ -244,7 +283,7 @@ def test_a_gguf_declaring_millions_of_keys_or_tensors_is_refused_at_once(tmp_pat
 def test_tokens_above_the_maximum_is_one_line(tmp_path):
     proc = cope(["advise", "--model", "qwen3-30b-a3b", "--gpu", "rtx-4090", "--fidelity", "analytic",
                  "--tokens", "10000000"], tmp_path / "cache")
-    one_line_error(proc, "--tokens must be at most 10,000")
+    one_line_error(proc, "--tokens must be at most 100,000")
 
 
 # --- 3. the bandwidth and calibration caches --------------------------------------------

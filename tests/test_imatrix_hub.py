@@ -178,6 +178,9 @@ def test_an_index_of_another_version_is_refused():
     ("DeepSeek-V3-0324.imatrix", True), ("Qwen3-30B-A3B-Q4_K_M.gguf", False),
     ("qwen-2.5-3b-rp-iq4_xs-imat.gguf", False),  # a model quantized with an imatrix
     ("estimate.dat", False), ("imatrix.dataset", False), ("imatrix.log", False),
+    ("ggml-model-q4_0_imatrix.gguf", False), ("model-Q4_K_M-imatrix.gguf", False), ("x-IQ3_XXS.imatrix.gguf", False),
+    ("Qwen3.5-122B-A10B-f16-imatrix-4735-generic.gguf", True),  # named after the F16 model it was computed on
+    ("ggml-mixtral-8x7b-instruct-v0.1-q8_0-imatrix.dat", True),
 ])
 def test_what_counts_as_an_imatrix_file_name(name, expected):
     assert is_imatrix_name(name) is expected
@@ -274,12 +277,14 @@ def test_a_second_pull_comes_from_the_hub_cache(hub, indexed, capsys):
 def test_a_model_without_a_published_trace_is_pointed_at_its_imatrix_entries(capsys):
     """The trace listing of a model the trace index has no trace for names the imatrix
     listing, with how many of its entries were seen named on a page."""
-    model = next(m for m in catalog() if not entries_for(m))
-    seen = sum(e.seen == "file" for e in imatrix_entries_for(model))
+    model = "glm-4.7"  # no published trace; 2 repos seen, 3 by convention
+    assert not entries_for(model)
+    kinds = [e.seen for e in imatrix_entries_for(model)]
     assert main(["trace", "pull", "--list", "--model", model]) == EXIT_OK
     err = capsys.readouterr().err
     assert "offers no published trace" in err and f"--list --imatrix --model {model}" in err, err
-    assert f"({seen} seen named on a page" in err
+    assert (f"({kinds.count('file')} files and {kinds.count('repo')} repos seen on a page, "
+            f"{kinds.count('none')} by quantizers' naming conventions;") in err, err
 
 
 def test_an_entry_without_a_file_takes_its_repos_one_imatrix(hub):
@@ -294,3 +299,13 @@ def test_an_entry_without_a_file_takes_its_repos_one_imatrix(hub):
         hub_imatrix.pull_entry_file(REPO, None)
     assert str(exc.value) == (f"{REPO}: holds 2 imatrix files (Tiny-MoE.imatrix, imatrix.gguf): download one with "
                               f"cope trace pull --imatrix {REPO}/FILE and give its path")
+
+
+def test_a_file_too_large_for_an_imatrix_is_not_downloaded(hub, monkeypatch, capsys):
+    """A listed name can still be a model (20 GB): the size the Hub states is checked first."""
+    monkeypatch.setattr(hub_imatrix, "MAX_IMATRIX_BYTES", 1000)  # the test file is 2,432 bytes
+    code, out, err = run(capsys, f"{REPO}/imatrix.gguf")
+    assert code == EXIT_INPUT and out == ""
+    assert err.strip().splitlines()[-1] == (f"cope: error: {REPO}/imatrix.gguf: is 2,432 bytes, more than any imatrix "
+                                            "file (1,000 at most): a model file? not downloaded")
+    assert not [r for r in hub.requests if r.method == "GET"] and not load_verified()

@@ -84,7 +84,7 @@ def _stopped_run(prober: Stopping, reprobe: bool, monkeypatch) -> None:
                                        cancel=prober.cancel)
     assert outcome.report.stopped == "cancelled" and outcome.pricing is None, "priced from a stopped run"
     with pytest.raises(Cancelled):  # the app's compute path: nothing ranked from it either
-        pricing.choose_cost_model(build_request(choices), fidelity="combined", probe_budget_s=30,
+        pricing.choose_cost_model(build_request(choices), fidelity=Fidelity.COMBINED, probe_budget_s=30,
                                   reprobe=reprobe, cancel=prober.cancel)
 
 

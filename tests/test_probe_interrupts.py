@@ -12,6 +12,7 @@ import pytest
 
 from cope_tui import cli
 from cope_tui.service import pricing
+from engine.cost.cost_model import Fidelity
 from engine.replays.policy import Execution
 from probes.profile_cache import is_partial, load_cached, staging_path
 from probes.runner import cached_profile_complete, ensure_profile, profile_key
@@ -37,7 +38,7 @@ class Interrupting(FakeProber):
 
 
 def combined(req, root, prober, **kw):
-    return ensure_profile(req, "combined", budget_s=1000, root=root, candidates=candidates,
+    return ensure_profile(req, Fidelity.COMBINED, budget_s=1000, root=root, candidates=candidates,
                           make_prober=lambda: prober, **kw)
 
 

@@ -13,7 +13,7 @@ from engine.cost.analytic_cost import AnalyticCostModel
 from engine.cost.cost_model import StateCosts
 from engine.cost.measured_cost import AtomicCostModel, CombinedCostModel
 from engine.profiles.probe_plan import ScheduleState, plan_probes, reachable_states
-from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance
+from engine.profiles.profile import Measurement, ProbedModel, Profile, Provenance
 from engine.replays.policy import Execution
 from engine.replays.replay import ReplayStats
 
@@ -137,7 +137,7 @@ def analytic_profile(analytic: AnalyticCostModel, *, threads=(1, 8, 16), drop=()
     ms.append(Measurement("token_head", {}, analytic.token_overhead_s(), 0.0, 1))
     ms = [m for m in ms if (m.operator, m.key_dict) not in drop]
     provenance = Provenance("test", "analytic", "-", "-", "2025-01-01T00:00:00", 0.0, 0.0)
-    shape = ModelShape(model.name, analytic.expert_bytes, quant.name)
+    shape = ProbedModel(model.name, analytic.expert_bytes, quant.name)
     return Profile(provenance, shape, {"gpu": "analytic"}, tuple(ms))
 
 

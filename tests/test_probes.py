@@ -22,6 +22,7 @@ from engine.profiles.profile import Measurement  # noqa: E402
 from engine.profiles.profile_io import load_profile  # noqa: E402
 from engine.models.quant import get_quantization  # noqa: E402
 from engine.replays.replay import ReplayStats  # noqa: E402
+from engine.cost.cost_model import Fidelity
 from probes import operators as ops  # noqa: E402
 from probes import pool_size  # noqa: E402
 from probes.local_prober import GPU_OPERATORS, LocalProber, PresetGpu  # noqa: E402
@@ -116,7 +117,7 @@ def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_pat
     analytic = AnalyticCostModel(req.model, req.quant, req.platform, context_tokens=1024)
     prober = LocalProber(req.model, req.quant, PresetGpu(analytic), pool_bytes=TINY_POOL, cuda=False)
     out = ensure_profile(
-        req, "combined", budget_s=2.0, root=tmp_path, make_prober=lambda: prober,
+        req, Fidelity.COMBINED, budget_s=2.0, root=tmp_path, make_prober=lambda: prober,
         candidates=lambda: [(Execution.SEQUENTIAL, stats(2, 0)), (Execution.PARALLEL, stats(2, 1))],
     )
     profile = load_profile(out.source)
@@ -128,7 +129,7 @@ def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_pat
     assert seq.basis == "measured+preset" and seq.method == "composed"
     assert all(m.method == "composed" for m in profile.of("schedule"))  # no CUDA: no step timed whole
     assert "Q8_0" in dict(profile.provenance.kernel_stand_ins)
-    model = build_cost_model("combined", req, profile)
+    model = build_cost_model(Fidelity.COMBINED, req, profile)
     assert isinstance(model, CombinedCostModel)
     model.state_costs(Execution.SEQUENTIAL, 1, 2, 2)
     assert model.describe().details["states_partly_preset"] >= 1
@@ -137,13 +138,13 @@ def test_real_local_probe_run_measures_cpu_and_fills_gpu_from_the_preset(tmp_pat
 def test_a_second_run_reuses_the_cache_and_reprobe_ignores_it(tmp_path):
     req = tiny_request()
     first = FakeProber()
-    out = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: first)
+    out = ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, make_prober=lambda: first)
     assert out.ran is not None and out.ran.measured == len(first.calls) > 0
     second = FakeProber()
-    again = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: second)
+    again = ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, make_prober=lambda: second)
     assert again.ran is None and second.calls == []
     third = FakeProber()
-    redo = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, reprobe=True, make_prober=lambda: third)
+    redo = ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, reprobe=True, make_prober=lambda: third)
     assert redo.ran.skipped == 0 and len(third.calls) == len(first.calls)
 
 
@@ -151,11 +152,11 @@ def test_a_cancelled_run_keeps_what_it_measured_and_resumes(tmp_path):
     req = tiny_request()
     cancel = threading.Event()
     first = FakeProber(cancel_after=3, cancel=cancel)
-    out = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: first, cancel=cancel)
+    out = ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, make_prober=lambda: first, cancel=cancel)
     assert out.ran.stopped == "cancelled" and out.ran.measured == 3 and out.ran.left > 0
     assert len(load_cached(profile_key(req), tmp_path).measurements) == 3
     second = FakeProber()
-    done = ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=lambda: second)
+    done = ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, make_prober=lambda: second)
     assert done.ran.skipped == 3 and done.ran.left == 0
     assert not set(map(str, second.calls)) & set(map(str, first.calls))
 
@@ -170,7 +171,7 @@ def test_keyboard_interrupt_keeps_the_measurements_on_disk(tmp_path):
             return super().measure(operator, key, share_s)
 
     with pytest.raises(KeyboardInterrupt):
-        ensure_profile(req, "atomic", budget_s=5, root=tmp_path, make_prober=Interrupting)
+        ensure_profile(req, Fidelity.ATOMIC, budget_s=5, root=tmp_path, make_prober=Interrupting)
     assert len(load_cached(profile_key(req), tmp_path).measurements) == 2
 
 

@@ -10,13 +10,13 @@ import warnings
 import pytest
 
 from engine.core.errors import CopeInputError
-from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance
+from engine.profiles.profile import Measurement, ProbedModel, Profile, Provenance
 from engine.profiles.profile_io import load_profile, save_profile
 from engine.profiles.profile_keys import cache_key, measurement_id
 from probes.profile_cache import ProfileCacheWarning, ProfileWriter, load_cached, profile_path, store
 
 HARDWARE = {"gpu": "NVIDIA H200", "vram_bytes": 150_000_000_000, "cpu": "Xeon", "threads": 16}
-SHAPE = ModelShape(model_id="qwen3-30b-a3b", expert_bytes=1_769_472, quantization="Q4_K_M")
+SHAPE = ProbedModel(model_id="qwen3-30b-a3b", expert_bytes=1_769_472, quantization="Q4_K_M")
 
 
 def provenance(**kw) -> Provenance:

@@ -105,7 +105,7 @@ def test_no_fidelity_prices_analytically_until_a_complete_profile_is_cached(cach
     request = build_request(FAST)
     first = pricing.choose_cost_model(request)
     assert first.fidelity is Fidelity.ANALYTIC and first.probed is None and "no complete cached profile" in first.reason
-    probed = pricing.choose_cost_model(request, fidelity="combined", probe_budget_s=30)
+    probed = pricing.choose_cost_model(request, fidelity=Fidelity.COMBINED, probe_budget_s=30)
     assert probed.fidelity is Fidelity.COMBINED and probed.probed.measured > 0
     assert probed.cost_model.describe().profile.from_cache is False
     again = pricing.choose_cost_model(request)  # now complete in the cache: combined, nothing probed
@@ -132,7 +132,7 @@ def test_an_incomplete_cached_profile_is_not_used_without_asking(cache):
 
 def test_the_registry_builds_every_fidelity_and_describes_it(cache):
     request = build_request(FAST)
-    profile_pricing = pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)
+    profile_pricing = pricing.choose_cost_model(request, fidelity=Fidelity.ATOMIC, probe_budget_s=30)
     assert profile_pricing.fidelity is Fidelity.ATOMIC
     profile = profile_pricing.cost_model.profile
     calibration = a_calibration(request)
@@ -186,7 +186,7 @@ async def test_the_cli_and_the_app_give_the_same_tpot_for_the_same_inputs_and_pr
     from tests.test_app import make_app, make_services, settle
 
     # A complete profile in the cache: both front ends must price with it, unasked.
-    pricing.choose_cost_model(build_request(FAST), fidelity="combined", probe_budget_s=30)
+    pricing.choose_cost_model(build_request(FAST), fidelity=Fidelity.COMBINED, probe_budget_s=30)
     assert cli.main(["advise", "--json", "--tokens", "60", "--cpu", "desktop-ddr5", "--threads", "2"]) == 0
     doc = json.loads(capsys.readouterr().out)
     from_cli = {c["id"]: c["tpot_s"] for c in doc["candidates"]}
@@ -269,7 +269,7 @@ def test_no_gpu_or_one_without_figures_plans_for_the_default_preset_and_says_why
 
 def test_changing_threads_prices_from_the_nearest_measured_count_without_probing(cache, monkeypatch):
     request = build_request(FAST)  # 2 threads
-    pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)  # complete at 2 threads
+    pricing.choose_cost_model(request, fidelity=Fidelity.ATOMIC, probe_budget_s=30)  # complete at 2 threads
 
     def no_probing(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("probed unasked")
@@ -323,7 +323,7 @@ def test_an_interrupted_probe_run_is_never_the_nearest_thread_count_stand_in(cac
     from probes.runner import profile_key
 
     request = build_request(FAST)  # 2 threads
-    pricing.choose_cost_model(request, fidelity="atomic", probe_budget_s=30)  # complete at 2 threads
+    pricing.choose_cost_model(request, fidelity=Fidelity.ATOMIC, probe_budget_s=30)  # complete at 2 threads
     assert plan(FAST.with_(threads=5)).pricing.fidelity is Fidelity.COMBINED  # the complete one stands in
     partial_marker(profile_key(request)).write_text("an interrupted probe run\n")  # as an interrupted rerun leaves it
     for threads in (2, 5):

@@ -91,6 +91,12 @@ def test_validate_json_reports_every_configuration_and_fidelity(fakes, capsys):
         assert s["configurations"] == 4 and s["selection_accuracy"] is None and s["mape"] is not None
     target = doc["cpu_target"]
     assert len(target["rows"]) == 4 * 3 and set(target["by_fidelity"]) == {"analytic", "atomic", "combined"}
+    # the all-on-CPU candidate ran once a budget: two repeats a thread count, for each fidelity
+    assert sorted((g["threads"], g["fidelity"], g["n_executions"]) for g in target["repeats"]) == sorted(
+        (t, f, 2) for t in (1, 2) for f in ("analytic", "atomic", "combined"))
+    for g in target["repeats"]:
+        assert g["min_tpot_s"] <= g["median_tpot_s"] <= g["max_tpot_s"] and g["spread"] >= 0
+    assert target["noise"] is None or "identical executions" in target["noise"]
     assert doc["probing"]["total_s"] >= 0 and {p["fidelity"] for p in doc["probing"]["runs"]} == {"atomic", "combined"}
     # one executor per model; the weights budget set per configuration
     assert len(fakes) == 1 and {b for _, _, b in fakes[0].calls if b is not None}

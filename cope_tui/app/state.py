@@ -12,7 +12,6 @@ from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.traces import record_trace
 from cope_tui.sources.hub_imatrix import pull_entry_file
 from cope_tui.sources.hub_trace import plan_pull, pull_trace
-from engine.cost.cost_model import Fidelity
 from probes.detect import detect_platform
 from probes.gpu import UNLOADED, detect_gpu
 from probes.host import detect_cpu
@@ -34,7 +33,7 @@ def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
 
 
 def _run_probes(request, *, fidelity, budget_s, progress, cancel):  # type: ignore[no-untyped-def]
-    return probe_then_price(request, Fidelity(fidelity), budget_s=budget_s, progress=progress, cancel=cancel)
+    return probe_then_price(request, fidelity, budget_s=budget_s, progress=progress, cancel=cancel)
 
 
 def _scan_runtimes():  # type: ignore[no-untyped-def]

@@ -136,7 +136,7 @@ class Workers:
         self.post_message(GpuDetected(platform.gpu, platform.cpu))
 
     @work(thread=True, exclusive=True, group="probes", exit_on_error=False)
-    def probe(self, request, fidelity: str, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    def probe(self, request, fidelity: Fidelity, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
         def progress(done: int, total: int, label: str) -> None:
             self.post_message(Progress("probes", done, total, label))
 
@@ -144,7 +144,7 @@ class Workers:
             outcome = self.services.run_probes(request, fidelity=fidelity, budget_s=budget_s,
                                                progress=progress, cancel=cancel)
         except Exception as exc:  # noqa: BLE001 - what was measured is already in the cache
-            outcome = ProbeOutcome(Fidelity(fidelity), ProbeReport(stopped="failed"), None, error=why(exc))
+            outcome = ProbeOutcome(fidelity, ProbeReport(stopped="failed"), None, error=why(exc))
         self.post_message(ProbesFinished(outcome))
 
     @work(thread=True, exclusive=True, group="record", exit_on_error=False)

@@ -8,6 +8,7 @@ import sys
 
 from cope_tui.options import add_flags, choices_from_args
 from cope_tui.service.advice import Advice, plan
+from engine.cost.cost_model import Fidelity
 
 
 def add_plan_flags(p: argparse.ArgumentParser, *, with_context_threads: bool = True) -> None:
@@ -33,6 +34,6 @@ def advice_for(args: argparse.Namespace, choices) -> Advice:  # type: ignore[no-
     pricing = advice.pricing
     if pricing.probed is not None:
         print(f"cope: probes: {pricing.probed.summary()}; profile {pricing.profile_source}", file=sys.stderr)
-    if getattr(args, "fidelity", None) is None and (pricing.fidelity.value == "calibrated" or "moved to" in pricing.reason):
+    if getattr(args, "fidelity", None) is None and (pricing.fidelity is Fidelity.CALIBRATED or "moved to" in pricing.reason):
         print(f"cope: priced {pricing.reason} (--fidelity to choose another cost model)", file=sys.stderr)
     return advice

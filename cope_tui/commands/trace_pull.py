@@ -108,10 +108,16 @@ def _point_at_imatrix(model_id: str) -> None:
     """Without a trace, a published imatrix is the next best routing statistic: say where."""
     entries = hub_imatrix.imatrix_entries_for(model_id)
     if entries:
-        seen = sum(e.seen == "file" for e in entries)
         _say(f"the imatrix index lists {len(entries)} place{'s' if len(entries) > 1 else ''} for imatrix files of "
-             f"{model_id} ({seen} seen named on a page, the rest quantizers' usual repos; expert popularity, no "
-             f"routing order): cope trace pull --list --imatrix --model {model_id}")
+             f"{model_id} ({_seen_words(entries)}; expert popularity, no routing order): "
+             f"cope trace pull --list --imatrix --model {model_id}")
+
+
+def _seen_words(entries) -> str:  # type: ignore[no-untyped-def]
+    """How many entries were seen on a page (a file, or the repo alone) and how many follow a convention."""
+    n = {kind: sum(e.seen == kind for e in entries) for kind in ("file", "repo", "none")}
+    return (f"{n['file']} file{'s' if n['file'] != 1 else ''} and {n['repo']} repo{'s' if n['repo'] != 1 else ''} "
+            f"seen on a page, {n['none']} by quantizers' naming conventions")
 
 
 def _imatrix(args: argparse.Namespace) -> int:
@@ -154,9 +160,8 @@ def _list_imatrix(model_id: str) -> int:
         if not st.entry.file:  # what was downloaded from that repo, named
             for d in st.downloads:
                 print(f"  {d.repo_id}/{d.file}\tverified {d.verified_at[:10]} sha256 {d.sha256[:12]}")
-    seen = sum(st.entry.seen == "file" for st in states)
     if states:
-        _say(f"{len(states)} entries for {model_id}: {seen} files seen named on a page, "
+        _say(f"{len(states)} entries for {model_id}: {_seen_words([st.entry for st in states])}, "
              f"{sum(st.verified for st in states)} verified here; download one with "
              "cope trace pull --imatrix REPO/FILE (REPO alone lists its imatrix files)")
     return EXIT_OK

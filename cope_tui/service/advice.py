@@ -21,7 +21,7 @@ from engine.advice.command_estimate import CommandEstimate, command_settings, pr
 from engine.advice.workload import rank_workload
 from engine.core.errors import BudgetTooSmall, CopeInputError
 from engine.core.progress import Progress
-from engine.cost.cost_model import CostModel
+from engine.cost.cost_model import CostModel, Fidelity
 from engine.cost.request import AdviseRequest
 from engine.hardware.memory import GIB, SAFETY_MARGIN_FRACTION
 from engine.hardware.platform import plans_without_gpu, usable_threads
@@ -140,7 +140,7 @@ def parse_pasted(text: str) -> LlamaCommand:
     return parse_llama_command(words)
 
 
-def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | None = None,
+def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: Fidelity | None = None,
                      probe_budget_s: float = 60.0, progress: Progress | None = None,
                      cancel: threading.Event | None = None, builds=None) -> CommandEstimate:  # type: ignore[no-untyped-def]
     """Price `command` beside the ranking of `advice`; COPE's command is spelled for
@@ -164,8 +164,7 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
     moved = replace(request, **changes)
     # The same fidelity when it never probes (analytic, calibrated); else the default policy.
     # An asked-for measured fidelity is kept too: the person asked for it (its profile is usually cached).
-    kept = fidelity or (advice.pricing.fidelity.value
-                        if advice.pricing.fidelity.value in ("analytic", "calibrated") else None)
+    kept = fidelity or (advice.pricing.fidelity if not advice.pricing.fidelity.needs_profile else None)
     pricing = choose_cost_model(moved, fidelity=kept, probe_budget_s=probe_budget_s, progress=progress, cancel=cancel)
     try:
         redone = advise_with(moved, pricing, progress=progress, cancel=cancel)
@@ -182,7 +181,7 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: str | N
 
 
 def estimate_without_ranking(choices: PlanChoices, command: LlamaCommand, no_ranking: str, *,
-                             fidelity: str | None = None, probe_budget_s: float = 60.0) -> CommandEstimate:
+                             fidelity: Fidelity | None = None, probe_budget_s: float = 60.0) -> CommandEstimate:
     """`command` priced alone where no candidate can be ranked at its settings
     (`no_ranking` says why: the budget cannot hold its context's KV cache, ...)."""
     request = build_request(choices)

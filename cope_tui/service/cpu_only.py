@@ -54,8 +54,8 @@ class CpuOnlyPlan:
 def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # type: ignore[no-untyped-def]
     """The CPU-only plan of `choices` (whose --gpu is none)."""
     for flag, value in (("--vram-budget", choices.vram_budget_gib), ("--fidelity", choices.fidelity)):
-        if value is not None and not (flag == "--fidelity" and value in ("analytic", "calibrated")):
-            raise CopeInputError(f"{flag} {value}: --gpu none plans without a GPU (analytic or calibrated "
+        if value is not None and not (flag == "--fidelity" and not value.needs_profile):
+            raise CopeInputError(f"{flag} {getattr(value, 'value', value)}: --gpu none plans without a GPU (analytic or calibrated "
                                  "pricing, no VRAM)")
     request = build_request(choices, detect_cpu=detect_cpu)
     pricing = choose_cost_model(request, fidelity=choices.fidelity)
@@ -72,7 +72,7 @@ NO_RANKING = "--gpu none: no GPU, so there is no GPU/CPU split to rank against; 
 _GPU_BUFFER = re.compile(r"(?i)^(cuda|rocm|vulkan|sycl|metal|cann|musa|opencl)\d*")
 
 
-def estimate_without_gpu(choices: PlanChoices, command: LlamaCommand, *, fidelity: str | None = None,
+def estimate_without_gpu(choices: PlanChoices, command: LlamaCommand, *, fidelity: Fidelity | None = None,
                          detect_cpu=None) -> CommandEstimate:  # type: ignore[no-untyped-def]
     """`cope estimate --gpu none`: `command` priced on the CPU alone (llama.cpp runs every
     layer there without a GPU, whatever -ngl says), with nothing to rank beside it; a
@@ -84,8 +84,8 @@ def estimate_without_gpu(choices: PlanChoices, command: LlamaCommand, *, fidelit
     if gpu_flags:
         raise CopeInputError(f"--gpu none: the command puts tensors on a GPU ({'; '.join(gpu_flags)}), which needs "
                              "one; drop --gpu none (or give --gpu PRESET) to price it")
-    if fidelity is not None and fidelity not in ("analytic", "calibrated"):
-        raise CopeInputError(f"--fidelity {fidelity}: --gpu none prices without a GPU (analytic or calibrated)")
+    if fidelity is not None and fidelity.needs_profile:
+        raise CopeInputError(f"--fidelity {fidelity.value}: --gpu none prices without a GPU (analytic or calibrated)")
     if choices.vram_budget_gib is not None:
         raise CopeInputError(f"--vram-budget {choices.vram_budget_gib:g}: --gpu none prices without a GPU (no VRAM)")
     request = build_request(choices, detect_cpu=detect_cpu)

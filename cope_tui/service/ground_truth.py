@@ -35,6 +35,7 @@ from cope_tui.service import pricing
 from cope_tui.service.request import build_request
 from engine.advice.accuracy import config_accuracy, summarize
 from engine.advice.advise import sweep_budgets
+from engine.advice.repeat_noise import noise_verdict, repeat_groups
 from engine.advice.thread_speedup import SPEEDUP_TOLERANCE, describe, speedup_checks
 from engine.core.progress import check_cancel
 from engine.cost.cost_models import analytic_model
@@ -168,7 +169,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     for f in sorted(settings.fidelities, key=lambda x: {"combined": 0, "atomic": 1}.get(x.value, 2)):
         t0 = time.perf_counter()
         # The executor runs the probe's CPU kernel, so its estimates price that kernel too.
-        cm = pricing.choose_cost_model(request, fidelity=f.value, probe_budget_s=settings.probe_budget_s,
+        cm = pricing.choose_cost_model(request, fidelity=f, probe_budget_s=settings.probe_budget_s,
                                reprobe=reprobe and f.needs_profile, cancel=cancel, kernels="probe").cost_model
         if f.needs_profile:
             reprobe = False
@@ -294,10 +295,13 @@ def _report(settings: GroundTruthSettings, run: _Progress, device: str | None, e
             worst_experts = max(abs(r["experts_error"]) for r in rows)
             targets[f.value] = {"worst_abs_error": worst, "worst_abs_experts_error": worst_experts,
                                 "met": worst < CPU_TARGET and worst_experts < CPU_TARGET}
+    # The all-on-CPU candidate's executions at one thread count are repeats (one a budget).
+    repeats = repeat_groups(run.cpu_target)
     return GroundTruthReport(
         settings, device, datetime.now(timezone.utc).isoformat(timespec="seconds"), tuple(run.configurations),
         {f: summarize(accs) for f, accs in run.per_fidelity.items()},
-        {"rows": list(run.cpu_target), "by_fidelity": targets, "threshold": CPU_TARGET},
+        {"rows": list(run.cpu_target), "by_fidelity": targets, "threshold": CPU_TARGET,
+         "repeats": [g.to_dict() for g in repeats], "noise": noise_verdict(repeats, CPU_TARGET)},
         {"runs": list(run.probing), "total_s": sum(p["seconds"] for p in run.probing)},
         thread_scaling(run.configurations, [f.value for f in settings.fidelities]),
         elapsed_s, tuple(notes), complete,

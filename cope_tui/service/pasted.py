@@ -19,6 +19,7 @@ from cope_tui.service.command_model import command_context, command_model
 from cope_tui.service.cpu_only import estimate_without_gpu
 from engine.advice.command_estimate import CommandEstimate
 from engine.core.errors import BudgetTooSmall
+from engine.cost.cost_model import Fidelity
 from engine.hardware.platform import NO_GPU
 from engine.llamacpp.llama_args import LlamaCommand
 
@@ -50,7 +51,7 @@ def same_plan(planned: PlanChoices, advice: Advice, made_for: PlanChoices) -> bo
 
 
 def estimate_pasted(command: LlamaCommand, pasted: PastedChoices, make_advice: Callable[[PlanChoices], Advice], *,
-                    fidelity: str | None = None, probe_budget_s: float = 60.0, builds=None,  # type: ignore[no-untyped-def]
+                    fidelity: Fidelity | None = None, probe_budget_s: float = 60.0, builds=None,  # type: ignore[no-untyped-def]
                     cancel: threading.Event | None = None) -> CommandEstimate:
     """The command priced beside the ranking `make_advice` makes for the pasted choices (an
     app passes its own advice back when `same_plan`); the notes lead with how it was read."""

@@ -96,7 +96,7 @@ def analytic(request: AdviseRequest) -> Pricing:
 def choose_cost_model(
     request: AdviseRequest,
     *,
-    fidelity: str | None = None,
+    fidelity: Fidelity | None = None,
     probe_budget_s: float = 60.0,
     reprobe: bool = False,
     progress: Progress | None = None,
@@ -112,7 +112,7 @@ def choose_cost_model(
         if reprobe:
             return analytic(request)
         return _default_pricing(request)
-    wanted = Fidelity(fidelity)
+    wanted = fidelity
     if wanted is Fidelity.CALIBRATED:
         return _required_calibration(request)
     if not wanted.needs_profile:
@@ -240,7 +240,7 @@ def probe_then_price(
         rec = advise(request, analytic(request).cost_model)
         return [(e.candidate.execution, e.stats) for e in rec.estimates]
 
-    outcome = ensure_profile(request, fidelity.value, budget_s=budget_s, reprobe=reprobe, candidates=candidates,
+    outcome = ensure_profile(request, fidelity, budget_s=budget_s, reprobe=reprobe, candidates=candidates,
                              make_prober=PROBER_FACTORY, cancel=cancel, progress=progress)
     ran = outcome.ran
     report = ProbeReport() if ran is None else ProbeReport(ran.measured, ran.skipped, ran.left, ran.stopped,

@@ -23,6 +23,7 @@ from engine.models.quant import get_quantization
 from engine.replays.policy import Eviction
 from engine.traces import check_trace_fits_model, load_any_trace, load_trace
 from engine.traces.popularity import PopularityProfile, Profile
+from engine.core.input_limits import check_replay_slots, most_replay_tokens
 from engine.traces.synthetic import SyntheticSettings, synthetic_trace
 from engine.traces.trace import RoutingTrace
 from dataclasses import replace
@@ -245,6 +246,14 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
                 state = "" if match.entry.verified else "; the index entry is unverified (never downloaded to check)"
                 notes.append(f"run `{pull_command(match.entry, model.id)}` to use a published trace {whose} "
                              f"instead of synthetic routing{state}")
+    drawn = full is None and (args.trace is None or args.trace == "synthetic")
+    if drawn:
+        # The replay budget, before a synthetic trace is drawn (engine/core/input_limits.py): its
+        # second half is replayed, all of it beside an imatrix's popularity.
+        whole = 2 if isinstance(given, PopularityProfile) else 1
+        check_replay_slots(whole * args.tokens, model.n_moe_layers, model.top_k, what=f"--tokens {args.tokens}",
+                           remedy=f"lower --tokens (at most "
+                                  f"{most_replay_tokens(model.n_moe_layers, model.top_k) // whole:,} with this model)")
     if full is None and (args.trace is None or args.trace == "synthetic"):
         if isinstance(given, PopularityProfile):
             full = _fitted_synthetic(args, model, given, notes)
@@ -259,6 +268,10 @@ def _traces(args: PlanChoices, model, assumed: list[str]) -> tuple[RoutingTrace,
             )
     elif full is None:
         full = load_any_trace(user_path(args.trace, flag="--trace"), model=model)
+    if not drawn:  # a given or cached trace: the part replayed (all of it beside a profile)
+        check_replay_slots(full.n_tokens if given is not None else full.n_tokens // 2, full.n_layers, full.top_k,
+                           what=f"--trace {args.trace}" if args.trace else f"the cached trace of {model.id}",
+                           remedy="give a shorter trace (or raise COPE_MAX_REPLAY_SLOTS)")
     if given is not None:
         if isinstance(given, PopularityProfile):
             notes.append(f"popularity: real, from {given.label} ({given.n_tokens} tokens of prompt routing); "

@@ -137,7 +137,7 @@ def at_bench_depth(advice: "Advice") -> Recommendation:
     if request.attention_tokens == attended:
         return advice.rec
     request = replace(request, attention_tokens=attended)
-    return advise(request, choose_cost_model(request, fidelity=advice.pricing.fidelity.value).cost_model)
+    return advise(request, choose_cost_model(request, fidelity=advice.pricing.fidelity).cost_model)
 
 
 def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, runtime: str = "stock",
@@ -181,7 +181,7 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
             *flag_args("llama-bench", "repetitions", BENCH_REPETITIONS), *flag_args("llama-bench", "output", "json")]
     command = parse_llama_command(argv)
     request = replace(r, **command_settings(command, r))
-    cost_model = choose_cost_model(request, fidelity=plan.pricing.fidelity.value).cost_model
+    cost_model = choose_cost_model(request, fidelity=plan.pricing.fidelity).cost_model
     price = price_placement_command(request, cost_model, command)
     export = Export(CPU_ONLY, CPU_ONLY, "runs-on-stock", "every weight on the CPU (--gpu none)", tuple(argv),
                     binary="llama-bench")

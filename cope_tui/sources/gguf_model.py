@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from engine.core.errors import CopeInputError, shown
 from engine.models.exact_bytes import ExactBytes
-from engine.models.model import AttentionShape, LinearAttentionShape, ModelSpec
+from engine.models.model import AttentionShape, LinearAttentionShape, ModelSpec, model_read
 from engine.models.quant import Quantization
 
 from cope_tui.sources.gguf_header import ArrayLength, GGUFHeader, TensorInfo, read_local_header
@@ -279,35 +279,23 @@ def _build(fields: Mapping[str, Any], tensors: list[TensorInfo], where: str, *, 
     if not isinstance(name, str) or not name.strip():
         name = stem
     files = f" and its {n_files - 1} sibling shards" if n_files > 1 else ""
-    try:
-        return ModelSpec(
-            id=stem,
-            name=name.strip(),
-            arch=arch,
-            n_blocks=n_blocks,
-            moe_blocks=moe_blocks,
-            n_routed_experts=n_experts,
-            top_k=top_k,
-            n_shared_experts=n_shared,
-            hidden_size=hidden,
-            expert_ffn_size=expert_ffn,
-            shared_expert_ffn_size=shared_ffn,
-            dense_ffn_size=dense_ffn,
-            vocab_size=vocab,
-            tied_embeddings=tied,
-            attention=_attention(meta, hidden, blocks),
-            source=f"GGUF: {where}{files} (byte sizes exact from the tensor table)",
-            gated_experts=gated,
-            default_quant=exact.quant_name,
-            exact_bytes=exact,
-            linear_blocks=linear_blocks,
-            linear_attention=_linear_attention(meta) if linear_blocks else None,
-            nextn_blocks=nextn,
-            context_length=_context_length(meta),
-            merged_gate_up=any(role == "gate_up" for _, role in weights),
-        )
-    except CopeInputError as exc:
-        raise CopeInputError(str(exc), path=where) from None
+    return model_read(
+        where, n_blocks, moe_blocks, n_experts, top_k, n_shared, hidden, expert_ffn, shared_ffn, dense_ffn, vocab,
+        id=stem,
+        name=name.strip(),
+        arch=arch,
+        tied_embeddings=tied,
+        attention=_attention(meta, hidden, blocks),
+        source=f"GGUF: {where}{files} (byte sizes exact from the tensor table)",
+        gated_experts=gated,
+        default_quant=exact.quant_name,
+        exact_bytes=exact,
+        linear_blocks=linear_blocks,
+        linear_attention=_linear_attention(meta) if linear_blocks else None,
+        nextn_blocks=nextn,
+        context_length=_context_length(meta),
+        merged_gate_up=any(role == "gate_up" for _, role in weights),
+    )
 
 
 def _context_length(meta: _Meta) -> int | None:

@@ -33,6 +33,12 @@ INDEX_FILE = "imatrix_index.json"
 # unsloth's repos hold `imatrix_unsloth.gguf_file` (a discussion on unsloth/gemma-4-12B-it-qat-GGUF is titled by it).
 SUFFIXES = (".gguf", ".dat", ".imatrix", ".gguf_file")
 IMAT_WORD = re.compile(r"(?:^|[^a-z])imat(?:[^a-z]|$)")
+# A quantization type in a .gguf name (Q4_K_M, Q8_0, IQ3_XXS, ...): the file is a model. F16/BF16 are
+# not among them: imatrix files are named after the F16 model they were computed on.
+QUANT_WORD = re.compile(r"(?:^|[^a-z0-9])i?q[1-8]_(?:[01]|k(?:_[sml]|_xl)?|xxs|xs|s|m|nl)(?:[^a-z0-9]|$)")
+# More than any imatrix holds (DeepSeek-V3's, 256 experts x 58 layers of sums, is a little over 1 GB): a
+# file this large is a model, refused before it is downloaded.
+MAX_IMATRIX_BYTES = 8 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ def is_imatrix_name(filename: str) -> bool:
     name = PurePosixPath(filename).name.lower()
     if not name.endswith(SUFFIXES):
         return False
+    if name.endswith(".gguf") and QUANT_WORD.search(name):
+        return False  # ggml-model-q4_0_imatrix.gguf: a model quantized with an imatrix, not one
     return "imatrix" in name or (name.endswith(".dat") and IMAT_WORD.search(name) is not None)
 
 
@@ -106,6 +114,9 @@ def pull_imatrix(repo_id: str, filename: str, *, repo_type: str = "model", revis
     is recorded as having no per-expert counts, then refused with the reason."""
     where = f"{repo_id}/{filename}"
     size = hub_download.file_size(repo_id, filename, repo_type, revision)
+    if size is not None and size > MAX_IMATRIX_BYTES:
+        raise CopeInputError(f"is {size:,} bytes, more than any imatrix file ({MAX_IMATRIX_BYTES:,} at most): a model "
+                             "file? not downloaded", path=where)
     if log is not None:
         log(f"downloading {where}" + (f" ({size:,} bytes)" if size is not None else ""))
     local, commit = hub_download.download(repo_id, filename, repo_type, revision, progress=progress, cancel=cancel)

@@ -154,3 +154,51 @@ def check_model_shape(n_blocks: int, n_moe_layers: int, n_experts: int, where: s
         raise CopeInputError(f"declares {n_moe_layers:,} MoE layers x {n_experts:,} experts = "
                              f"{n_moe_layers * n_experts:,} experts in all, more than the {MAX_MODEL_EXPERT_SLOTS:,} "
                              "COPE sizes (the largest real model has 30,720)", path=where)
+
+
+# --- the work a request implies ----------------------------------------------------------
+# A replay walks tokens x MoE layers x top-k routed slots, and what it holds grows with
+# them: the synthetic trace's two halves (ids, predictions, router weights), the compiled
+# loops' copies of the replayed half, the hit curves' copy of the profile half. The shape
+# caps above bound each factor; this bounds their product, before anything is allocated,
+# so that no request a header or a flag can make needs more than about 1 GiB. The largest
+# catalog model, Qwen3-235B-A22B (94 MoE layers x top-8), replays 752 slots a token:
+# 16,000 tokens are 12.0 M slots, within the default. A longer real trace may raise it.
+MAX_REPLAY_SLOTS_ENV = "COPE_MAX_REPLAY_SLOTS"
+DEFAULT_MAX_REPLAY_SLOTS = 16_000_000
+
+
+def max_replay_slots() -> int:
+    """The most routed slots a replay may walk: COPE_MAX_REPLAY_SLOTS, else the default."""
+    raw = os.environ.get(MAX_REPLAY_SLOTS_ENV, "").strip().replace("_", "")
+    if not raw:
+        return DEFAULT_MAX_REPLAY_SLOTS
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_JSON_INT:
+        raise CopeInputError(f"{MAX_REPLAY_SLOTS_ENV}={raw[:40]!r}: expected a whole number >= 1 "
+                             "(the most routed slots, tokens x MoE layers x top-k, a replay may walk)")
+    return int(raw)
+
+
+def most_replay_tokens(n_moe_layers: int, top_k: int) -> int:
+    """The most tokens a replay of this shape may walk within the budget."""
+    return max_replay_slots() // max(n_moe_layers * top_k, 1)
+
+
+def check_replay_slots(tokens: int, n_moe_layers: int, top_k: int, *, what: str, remedy: str) -> None:
+    """CopeInputError when replaying `tokens` tokens of `n_moe_layers` MoE layers x `top_k`
+    would walk more routed slots than the budget: one line naming `what` (the flag or file
+    the tokens come from), the figures, the limit and `remedy` (what to lower)."""
+    slots, limit = int(tokens) * int(n_moe_layers) * int(top_k), max_replay_slots()
+    if slots > limit:
+        raise CopeInputError(
+            f"with {n_moe_layers:,} MoE layers x top-k {top_k} that would replay {_count(slots)} routed slots "
+            f"(tokens x layers x top-k), more than the {_count(limit)} a request may ({MAX_REPLAY_SLOTS_ENV}): "
+            f"{remedy}", path=what)
+
+
+def _count(n: int) -> str:
+    """A large count as a reader compares it: 655M, 16M, 12.5M, 950,000."""
+    if n < 1_000_000:
+        return f"{n:,}"
+    millions = n / 1e6
+    return f"{millions:,.0f}M" if millions >= 100 or millions == int(millions) else f"{millions:,.1f}M"

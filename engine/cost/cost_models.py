@@ -91,7 +91,7 @@ FACTORIES: dict[Fidelity, Factory] = {
 KERNELS = ("llama.cpp", "probe")
 
 
-def build_cost_model(fidelity: Fidelity | str, request: "AdviseRequest", profile: "Profile | None" = None,
+def build_cost_model(fidelity: Fidelity, request: "AdviseRequest", profile: "Profile | None" = None,
                      use: ProfileUse | None = None, *, calibration: "Calibration | None" = None,
                      kernels: str = "llama.cpp") -> CostModel:
     """The cost model of `fidelity` for `request`; atomic and combined need `profile`,
@@ -100,7 +100,7 @@ def build_cost_model(fidelity: Fidelity | str, request: "AdviseRequest", profile
     or the probe's own ("probe": validation against COPE's executor, which runs them)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
-    wanted = Fidelity(fidelity)
+    wanted = fidelity
     if wanted.needs_profile:
         return FACTORIES[wanted](request, profile, use, kernels)  # type: ignore[call-arg]
     basis = calibration if wanted is Fidelity.CALIBRATED else profile

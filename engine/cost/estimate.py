@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.core.records import record_dict
 from engine.cost.cost_model import StateCosts
 from engine.replays.policy import Candidate
 from engine.replays.replay import ReplaySetup, ReplayStats
@@ -30,7 +31,7 @@ class Breakdown:
     token_overhead_s: float  # embedding, output head, sampling
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return record_dict(self)
 
 
 # Two pricing paths of one placement (a command's blocks summed one by one, a candidate's

@@ -19,7 +19,7 @@ from typing import Protocol
 from engine.models.attention import AttentionShape, LinearAttentionShape
 
 
-class ModelShape(Protocol):
+class ModelLayout(Protocol):
     """What the tensor table and llama.cpp's quantization mix read of a model's shape
     (engine.models.model.ModelSpec has it; its byte sizes are built from these tables)."""
 
@@ -66,7 +66,7 @@ class TensorShape:
         return "_shexp." in self.name
 
 
-def gguf_tensors(model: ModelShape) -> list[TensorShape]:
+def gguf_tensors(model: ModelLayout) -> list[TensorShape]:
     """Every weight tensor of the model's GGUF, NextN blocks included (they come last)."""
     h = model.hidden_size
     out = [TensorShape("token_embd.weight", None, h, model.vocab_size),
@@ -78,7 +78,7 @@ def gguf_tensors(model: ModelShape) -> list[TensorShape]:
     return out
 
 
-def _block_tensors(model: ModelShape, b: int) -> list[TensorShape]:
+def _block_tensors(model: ModelLayout, b: int) -> list[TensorShape]:
     h = model.hidden_size
     nextn = b >= model.n_blocks
     tensors = [_t(b, "attn_norm", h, 1, f32=True), _t(b, "ffn_norm", h, 1, f32=True)]
@@ -104,7 +104,7 @@ def _block_tensors(model: ModelShape, b: int) -> list[TensorShape]:
     return tensors
 
 
-def _attention(model: ModelShape, b: int) -> list[TensorShape]:
+def _attention(model: ModelLayout, b: int) -> list[TensorShape]:
     a, h = model.attention, model.hidden_size
     if a.kind == "mla":
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -128,7 +128,7 @@ def _attention(model: ModelShape, b: int) -> list[TensorShape]:
     ]
 
 
-def _linear_attention(model: ModelShape, b: int) -> list[TensorShape]:
+def _linear_attention(model: ModelLayout, b: int) -> list[TensorShape]:
     la, h = model.linear_attention, model.hidden_size
     assert la is not None
     return [
@@ -141,7 +141,7 @@ def _linear_attention(model: ModelShape, b: int) -> list[TensorShape]:
     ]
 
 
-def _moe_ffn(model: ModelShape, b: int) -> list[TensorShape]:
+def _moe_ffn(model: ModelLayout, b: int) -> list[TensorShape]:
     h, f, e = model.hidden_size, model.expert_ffn_size, model.n_routed_experts
     tensors = [_t(b, "ffn_gate_inp", h, e, f32=True),
                _t(b, "ffn_up_exps", h, f, e), _t(b, "ffn_down_exps", f, h, e)]

@@ -51,7 +51,7 @@ from engine.models.hf_config_shape import (
     moe_blocks_of,
     shared_experts_of,
 )
-from engine.models.model import ModelSpec
+from engine.models.model import ModelSpec, model_read
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:
@@ -126,38 +126,26 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     source = f"config.json: {where}"
     if notes:
         source += " (" + "; ".join(notes) + ")"
-    try:
-        return ModelSpec(
-            id=model_id,
-            name=name,
-            arch=llama_cpp_arch(data, model_type),
-            n_blocks=n_blocks,
-            moe_blocks=moe_blocks,
-            n_routed_experts=n_experts,
-            top_k=top_k,
-            n_shared_experts=n_shared,
-            hidden_size=hidden,
-            expert_ffn_size=expert_ffn,
-            shared_expert_ffn_size=shared_ffn,
-            dense_ffn_size=dense_ffn,
-            vocab_size=vocab,
-            tied_embeddings=bool(data.get("tie_word_embeddings", True)),  # HF's default
-            attention=attention,
-            source=source,
-            caveats=tuple(notes),
-            gated_experts=gated,
-            hf_repo=hf_repo,
-            default_quant="MXFP4" if model_type == "gpt_oss" else "Q4_K_M",
-            linear_blocks=linear_blocks,
-            linear_attention=linear,
-            nextn_blocks=nextn_blocks(fields, model_type),
-            native_expert_type="MXFP4" if model_type == "gpt_oss" else "",
-            context_length=_context_length(data),
-            checkpoint_dtype=_checkpoint_dtype(raw, data),
-            checkpoint_quant=_checkpoint_quant(raw, data),
-        )
-    except CopeInputError as exc:
-        raise CopeInputError(str(exc), path=where) from None
+    return model_read(
+        where, n_blocks, moe_blocks, n_experts, top_k, n_shared, hidden, expert_ffn, shared_ffn, dense_ffn, vocab,
+        id=model_id,
+        name=name,
+        arch=llama_cpp_arch(data, model_type),
+        tied_embeddings=bool(data.get("tie_word_embeddings", True)),  # HF's default
+        attention=attention,
+        source=source,
+        caveats=tuple(notes),
+        gated_experts=gated,
+        hf_repo=hf_repo,
+        default_quant="MXFP4" if model_type == "gpt_oss" else "Q4_K_M",
+        linear_blocks=linear_blocks,
+        linear_attention=linear,
+        nextn_blocks=nextn_blocks(fields, model_type),
+        native_expert_type="MXFP4" if model_type == "gpt_oss" else "",
+        context_length=_context_length(data),
+        checkpoint_dtype=_checkpoint_dtype(raw, data),
+        checkpoint_quant=_checkpoint_quant(raw, data),
+    )
 
 
 def _checkpoint_dtype(raw: dict, data: dict) -> str:

@@ -26,7 +26,7 @@ from engine.models.exact_bytes import ExactBytes
 from engine.models.quant import Quantization
 from engine.models.quant_mix import mixed_sizes
 
-__all__ = ["AttentionShape", "ExactBytes", "LinearAttentionShape", "ModelSpec", "model_from_dict"]
+__all__ = ["AttentionShape", "ExactBytes", "LinearAttentionShape", "ModelSpec", "model_from_dict", "model_read"]
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # llama.cpp's default F16 KV cache
 BLOCK_KINDS = ("full_attention", "sliding_attention", "linear_attention")
@@ -287,6 +287,21 @@ class ModelSpec:
         return sum(self.recurrent_state_bytes_per_layer(b) for b in self.linear_blocks)
 
 
+def model_read(where: str, n_blocks: int, moe_blocks: tuple[int, ...], n_experts: int, top_k: int, n_shared: int,
+               hidden: int, expert_ffn: int, shared_ffn: int, dense_ffn: int, vocab: int, **fields: Any) -> ModelSpec:
+    """The one builder of a ModelSpec from what a file says of a model (a catalog entry,
+    a config.json, a GGUF's header): the shape every reader reads, in this order (blocks,
+    the MoE ones, routed experts and how many a token uses, shared experts; the hidden,
+    expert, shared-expert and dense FFN widths; the vocabulary), then ModelSpec's other
+    fields by name. ModelSpec's own checks answer in one line that names `where`."""
+    try:
+        return ModelSpec(n_blocks=n_blocks, moe_blocks=moe_blocks, n_routed_experts=n_experts, top_k=top_k,
+                         n_shared_experts=n_shared, hidden_size=hidden, expert_ffn_size=expert_ffn,
+                         shared_expert_ffn_size=shared_ffn, dense_ffn_size=dense_ffn, vocab_size=vocab, **fields)
+    except CopeInputError as exc:
+        raise CopeInputError(str(exc), path=exc.path or where) from None
+
+
 def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
     """Build a ModelSpec from one catalog entry; `origin` names the file for errors.
 
@@ -312,20 +327,13 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             linear_blocks = tuple(b for b in range(n_blocks) if (b + 1) % every)
         else:
             linear_blocks = ()
-        return ModelSpec(
+        return model_read(
+            origin, n_blocks, moe_blocks, int(entry["n_routed_experts"]), int(entry["top_k"]),
+            int(entry.get("n_shared_experts", 0)), int(entry["hidden_size"]), int(entry["expert_ffn_size"]),
+            int(entry.get("shared_expert_ffn_size", 0)), int(entry.get("dense_ffn_size", 0)), int(entry["vocab_size"]),
             id=str(entry["id"]),
             name=str(entry["name"]),
             arch=str(entry["arch"]),
-            n_blocks=n_blocks,
-            moe_blocks=moe_blocks,
-            n_routed_experts=int(entry["n_routed_experts"]),
-            top_k=int(entry["top_k"]),
-            n_shared_experts=int(entry.get("n_shared_experts", 0)),
-            hidden_size=int(entry["hidden_size"]),
-            expert_ffn_size=int(entry["expert_ffn_size"]),
-            shared_expert_ffn_size=int(entry.get("shared_expert_ffn_size", 0)),
-            dense_ffn_size=int(entry.get("dense_ffn_size", 0)),
-            vocab_size=int(entry["vocab_size"]),
             tied_embeddings=bool(entry.get("tied_embeddings", False)),
             attention=AttentionShape(**attn),
             source=str(entry["source"]),
@@ -341,9 +349,5 @@ def model_from_dict(entry: Mapping[str, Any], *, origin: str) -> ModelSpec:
             checkpoint_dtype=str(entry.get("checkpoint_dtype", "")),
             checkpoint_quant=str(entry.get("checkpoint_quant", "")),
         )
-    except CopeInputError as exc:
-        if exc.path is None:  # ModelSpec's own checks: name the file they came from
-            raise CopeInputError(str(exc), path=origin) from None
-        raise
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise CopeInputError(f"bad model entry {entry.get('id', '?')!r}: {exc!r}", path=origin) from None

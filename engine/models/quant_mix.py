@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from engine.models.exact_bytes import ExactBytes
-from engine.models.gguf_tensors import ModelShape, TensorShape, gguf_tensors
+from engine.models.gguf_tensors import ModelLayout, TensorShape, gguf_tensors
 from engine.models.quant import FILE_TYPES, Quantization
 
 # ggml-common.h: (bytes per block, weights per block).
@@ -189,7 +189,7 @@ def _fallback(type_name: str, cols: int) -> str:
     return fallback if cols % GGML_BLOCKS[fallback][1] == 0 else "F16"
 
 
-def context_for(model: ModelShape, file_type: str) -> MixContext:
+def context_for(model: ModelLayout, file_type: str) -> MixContext:
     a = model.attention
     n_gqa = 1 if a.kind == "mla" else a.n_heads // max(a.n_kv_heads, 1)
     return MixContext(file_type=file_type, n_expert=model.n_routed_experts, n_gqa=n_gqa,
@@ -197,7 +197,7 @@ def context_for(model: ModelShape, file_type: str) -> MixContext:
                       has_imatrix=file_type in _IMATRIX_FILE_TYPES, tied_embeddings=model.tied_embeddings)
 
 
-def tensor_types(model: ModelShape, file_type: str) -> list[tuple[TensorShape, str]]:
+def tensor_types(model: ModelLayout, file_type: str) -> list[tuple[TensorShape, str]]:
     """Each GGUF tensor of `model` with the type llama-quantize gives it for `file_type`."""
     ctx = context_for(model, file_type.upper())
     tensors = gguf_tensors(model)
@@ -214,7 +214,7 @@ def tensor_types(model: ModelShape, file_type: str) -> list[tuple[TensorShape, s
 
 
 @lru_cache(maxsize=128)
-def mixed_sizes(model: ModelShape, quant: Quantization) -> ExactBytes:
+def mixed_sizes(model: ModelLayout, quant: Quantization) -> ExactBytes:
     """The byte sizes of `model` under `quant`'s llama.cpp file type, tensor by tensor."""
     typed = tensor_types(model, quant.llama_ftype)
     n = model.n_blocks
@@ -251,7 +251,7 @@ def mixed_sizes(model: ModelShape, quant: Quantization) -> ExactBytes:
     )
 
 
-def mix_summary(typed: list[tuple[TensorShape, str]], model: ModelShape) -> str:
+def mix_summary(typed: list[tuple[TensorShape, str]], model: ModelLayout) -> str:
     """E.g. "experts: Q4_K (gate, up) / Q6_K (down, 24 of 48 layers) / ...; non-expert by bytes: ..."."""
     n_moe = model.n_moe_layers
     roles: dict[str, Counter] = defaultdict(Counter)

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any
 
 from engine.core.errors import shown
+from engine.core.records import record_dict
 from engine.profiles.profile_keys import (
     PROFILE_SCHEMA,
     PROFILE_SCHEMA_VERSION,
@@ -110,20 +111,11 @@ class Provenance:
             object.__setattr__(self, name, _seconds(getattr(self, name), name))
 
     def to_dict(self) -> dict:
-        return {
-            "host": self.host,
-            "gpu_name": self.gpu_name,
-            "driver": self.driver,
-            "torch_version": self.torch_version,
-            "date_iso": self.date_iso,
-            "probe_budget_s": self.probe_budget_s,
-            "probe_used_s": self.probe_used_s,
-            "kernel_stand_ins": dict(self.kernel_stand_ins),
-        }
+        return record_dict(self, kernel_stand_ins=dict(self.kernel_stand_ins))
 
 
 @dataclass(frozen=True)
-class ModelShape:
+class ProbedModel:
     """What the probes' tensors looked like: the model shape half of the cache key."""
 
     model_id: str
@@ -139,7 +131,7 @@ class ModelShape:
             raise ValueError(f"expert_bytes is {shown(self.expert_bytes)}, expected an integer >= 1")
 
     def to_dict(self) -> dict:
-        return {"model_id": self.model_id, "expert_bytes": self.expert_bytes, "quantization": self.quantization}
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
@@ -168,13 +160,13 @@ class Refusal:
         return m.operator == self.operator and tuple((k, v) for k, v in m.key if k != "n") == self.fixed
 
     def to_dict(self) -> dict:
-        return {"operator": self.operator, "fixed": dict(self.fixed), "note": self.note}
+        return record_dict(self, fixed=dict(self.fixed))
 
 
 @dataclass(frozen=True)
 class Profile:
     provenance: Provenance
-    model_shape: ModelShape
+    model_shape: ProbedModel
     hardware: tuple[tuple[str, Any], ...]  # a dict is accepted; str/int/float/bool values
     measurements: tuple[Measurement, ...] = ()
     schema_version: int = PROFILE_SCHEMA_VERSION

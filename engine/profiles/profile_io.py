@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.core.errors import CopeInputError, shown
 from engine.core.files import atomic_write_text, open_regular
-from engine.profiles.profile import Measurement, ModelShape, Profile, Provenance, Refusal, check_hardware
+from engine.profiles.profile import Measurement, ProbedModel, Profile, Provenance, Refusal, check_hardware
 from engine.profiles.profile_keys import PROFILE_SCHEMA, PROFILE_SCHEMA_VERSION
 
 # A profile is a few hundred measurements; anything far larger is not one (and is not read whole).
@@ -109,7 +109,7 @@ def _profile_from_doc(doc: Any, where: str) -> Profile:
     shape = r.obj(doc["model_shape"], "model_shape")
     r.exact_fields(shape, {"model_id", "expert_bytes", "quantization"}, "model_shape.")
     model_shape = r.build(
-        ModelShape, "model_shape",
+        ProbedModel, "model_shape",
         model_id=r.text(shape["model_id"], "model_shape.model_id"),
         expert_bytes=r.integer(shape["expert_bytes"], "model_shape.expert_bytes"),
         quantization=r.text(shape["quantization"], "model_shape.quantization"),

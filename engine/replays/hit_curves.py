@@ -70,32 +70,76 @@ def popularity_ranks(popularity: np.ndarray) -> np.ndarray:
     return ranks
 
 
+# int64 counters a pass over a group of layers fills at once ([layers, E+1, k+2]: 32 MiB):
+# every catalog model is one group (Qwen3-235B-A22B: 94 x 129 x 10); a forged 64 layers x
+# 4,096 experts x top-64 is 5 groups of 15 layers, not 139 MiB held three times over.
+_STATIC_CELLS = 2**22
+_STATIC_NUMPY_SLOTS = 2**22  # routed slots the numpy pass sorts at once (without numba)
+
+
+def _layer_groups(n_layers: int, n_experts: int, k: int) -> list[tuple[int, int]]:
+    per = max(1, _STATIC_CELLS // ((n_experts + 1) * (k + 2)))
+    return [(l0, min(l0 + per, n_layers)) for l0 in range(0, n_layers, per)]
+
+
+def _group_counts(ids: np.ndarray, ranks: np.ndarray, l0: int, l1: int, n_experts: int,
+                  use_compiled: bool) -> np.ndarray:
+    """int64 [l1 - l0, E+1, k+1]: `static_step_counts` of layers l0..l1-1."""
+    n_tokens, _, k = ids.shape
+    n_layers = l1 - l0
+    group_ranks = np.ascontiguousarray(ranks[l0:l1])
+    # starts[l, C, h]: steps whose h-th smallest depth (rank + 1) is C (h = 1..k); h = 0
+    # starts at 0 for every step. A step has h hits for C in [d_h, d_{h+1}): it leaves
+    # h where it enters h + 1.
+    if use_compiled:
+        starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
+        routed = np.ascontiguousarray(ids[:, l0:l1], dtype=np.int32)
+        count = compiled.kernels().static_starts
+        compiled.in_parallel(lambda layers: count(layers, routed, group_ranks, starts), np.arange(n_layers))
+    else:
+        size = n_layers * (n_experts + 1) * (k + 2)
+        starts = np.zeros(size, dtype=np.int64)
+        cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
+                + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
+        step = max(1, _STATIC_NUMPY_SLOTS // max(n_layers * k, 1))
+        for t0 in range(0, n_tokens, step):
+            part = ids[t0:t0 + step, l0:l1]
+            depth = np.sort(group_ranks[np.arange(n_layers)[None, :, None], part] + 1, axis=2)  # [T, L, k]
+            starts += np.bincount((cell + depth * (k + 2)).ravel(), minlength=size)
+        starts = starts.reshape(n_layers, n_experts + 1, k + 2)
+    starts[:, 0, 0] = n_tokens
+    return np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
+
+
 def static_step_counts(ids: np.ndarray, popularity: np.ndarray) -> np.ndarray:
     """int64 [L, E+1, k+1]: steps of each layer with h hits when the layer holds its C
     most popular experts, for every C in 0..E. Exact (a lookup in a set that never
     changes); out[l, C] is what a replay of a fixed residency with C slots in layer l
-    counts."""
+    counts. (`static_counts_at` keeps only the capacities asked for.)"""
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
     ranks = popularity_ranks(popularity).astype(np.int32)
-    # starts[l, C, h]: steps whose h-th smallest depth (rank + 1) is C (h = 1..k); h = 0
-    # starts at 0 for every step. A step has h hits for C in [d_h, d_{h+1}): it leaves
-    # h where it enters h + 1.
-    if compiled.available() and _valid_ids(ids, n_experts):
-        starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
-        routed = np.ascontiguousarray(ids, dtype=np.int32)
-        count = compiled.kernels().static_starts
-        compiled.in_parallel(lambda layers: count(layers, routed, ranks, starts), np.arange(n_layers))
-    else:
-        depth = np.sort(ranks[np.arange(n_layers)[None, :, None], ids] + 1, axis=2)  # [T, L, k]
-        cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
-                + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
-        size = n_layers * (n_experts + 1) * (k + 2)
-        starts = np.bincount((cell + depth * (k + 2)).ravel(), minlength=size).reshape(n_layers, n_experts + 1,
-                                                                                        k + 2)
-    starts[:, 0, 0] = n_tokens
-    counts = np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
-    return counts.astype(np.int64)
+    use_compiled = compiled.available() and _valid_ids(ids, n_experts)
+    groups = [_group_counts(ids, ranks, l0, l1, n_experts, use_compiled)
+              for l0, l1 in _layer_groups(n_layers, n_experts, k)]
+    return np.concatenate(groups).astype(np.int64) if groups else np.zeros((0, n_experts + 1, k + 1), np.int64)
+
+
+def static_counts_at(ids: np.ndarray, popularity: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """int64 [P, L, k+1]: `static_step_counts(ids, popularity)[l, capacities[p, l]]` for
+    every row p of `capacities` [P, L] (a capacity above E counts as E), computed a
+    group of layers at a time: the [L, E+1, k+1] counts of every capacity are never held
+    whole, only the rows every budget and candidate of a sweep ask for."""
+    n_tokens, n_layers, k = ids.shape
+    n_experts = popularity.shape[1]
+    capacities = np.minimum(np.asarray(capacities, dtype=np.int64).reshape(-1, n_layers), n_experts)
+    ranks = popularity_ranks(popularity).astype(np.int32)
+    use_compiled = compiled.available() and _valid_ids(ids, n_experts)
+    out = np.zeros((capacities.shape[0], n_layers, k + 1), dtype=np.int64)
+    for l0, l1 in _layer_groups(n_layers, n_experts, k):
+        every = _group_counts(ids, ranks, l0, l1, n_experts, use_compiled)
+        out[:, l0:l1] = every[np.arange(l1 - l0)[None, :], capacities[:, l0:l1]]
+    return out
 
 
 def _valid_ids(ids: np.ndarray, n_experts: int) -> bool:
@@ -144,15 +188,16 @@ def lru_hit_curves(ids: np.ndarray, popularity: np.ndarray, *, tokens: int | Non
     # recency (the popularity order at first, most popular newest), then E + t * k + j
     # for the j-th expert the chunk's t-th step routed: small enough for int16, whose
     # compares take a quarter of int64's time.
-    ids = ids.astype(np.intp)
-    chunk = 128
+    # 128 tokens, fewer where the [chunk, L, k, E] comparisons would pass 8 M cells (a forged
+    # shape's would be gigabytes); the depths are exact whatever the chunk.
+    chunk = max(1, min(128, 2**23 // max(n_layers * k * n_experts, 1)))
     dtype = np.int16 if n_experts + chunk * k < 2**15 else np.int32
     last = (n_experts - 1 - popularity_ranks(popularity)).astype(dtype)  # [L, E]
     depth_counts = np.zeros(n_layers * (n_experts + 1), dtype=np.int64)
     cell = (np.arange(n_layers) * (n_experts + 1))[None, :, None]
     layer_index = np.arange(n_layers)[None, :, None]
     for start in range(0, n_tokens, chunk):  # [chunk, L, k, E] comparisons
-        part = ids[start:start + chunk]
+        part = ids[start:start + chunk].astype(np.intp)
         t_index = np.arange(len(part))[:, None, None]
         stamps = np.full((len(part), n_layers, n_experts), -1, dtype=dtype)
         stamps[t_index, layer_index, part] = n_experts + t_index * k + np.arange(k)[None, None, :]

@@ -28,7 +28,7 @@ experts, the least popular the least recent (in a pool: least routed of any laye
 How the work is done, fastest first:
 - a cache that never changes (fixed residency, or nothing that could change it) and a
   cache holding every expert are lookups, in state counts computed for every capacity
-  at once (`engine.replays.hit_curves.static_step_counts`): every budget of a sweep reads them;
+  at once (`engine.replays.hit_curves.static_counts_at`): every budget of a sweep reads them;
 - LRU caches, per-layer and pooled, run step by step in compiled loops (numba,
   `engine.replays.replay_kernels`, driven by `engine.replays.replay_compiled`) when numba is there and
   COPE_NO_NUMBA is not set: the step rules above, one O(1) linked-list operation per
@@ -66,8 +66,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from engine.core.input_limits import check_replay_slots
 from engine.replays import compiled, replay_compiled
-from engine.replays.hit_curves import static_step_counts
+from engine.replays.hit_curves import static_counts_at
 from engine.replays.policy import Candidate, Eviction, Kind
 from engine.replays.replay_common import Histograms, ReplayPlan, Ticks, TraceArrays
 from engine.replays.replay_layer_lru import LayerLru
@@ -163,7 +164,11 @@ def replay_many(
     replayed together. `progress(done, total, label)` is called every few tokens
     (it may raise to stop).
     """
-    n_tokens = ids.shape[0]
+    n_tokens, n_layers, k = ids.shape
+    # The request checked its own figures (--tokens, the trace) before building anything;
+    # this is the same budget for any other caller, before the replay's own copies.
+    check_replay_slots(n_tokens, n_layers, k, what=f"a replay of {n_tokens:,} tokens",
+                       remedy="replay fewer tokens")
     plans = [_plan(ids, predicted, candidate, setup) for candidate, setup in jobs]
     distinct: dict[tuple, ReplayPlan] = {}
     for plan in plans:
@@ -219,22 +224,23 @@ def _run_plans(ids, predicted, plans: list[ReplayPlan], progress) -> dict[tuple,
     results: dict[tuple, tuple] = {}
     stepwise: list[ReplayPlan] = []
     batches: dict[tuple, list[ReplayPlan]] = {}
-    curves: dict[int, np.ndarray] = {}  # static state counts at every capacity, by popularity
+    static: dict[int, list[ReplayPlan]] = {}  # the caches that never change, by popularity
     for plan in plans:
         if plan.static:
-            # One pass gives every capacity (engine.replays.hit_curves): the plans of every budget
-            # index it.
-            if id(plan.popularity) not in curves:
-                curves[id(plan.popularity)] = static_step_counts(ids, plan.popularity)
-            every = curves[id(plan.popularity)]
-            counts = every[np.arange(every.shape[0]), np.minimum(plan.slots, every.shape[1] - 1)][:, :, None]
-            if plan.width:
-                counts = np.pad(counts, ((0, 0), (0, 0), (0, plan.width)))
-            results[plan.key] = (counts, 0, 0)
+            static.setdefault(id(plan.popularity), []).append(plan)
         elif plan.eviction is Eviction.SCORE:
             stepwise.append(plan)
         else:
             batches.setdefault((plan.pooled, plan.width), []).append(plan)
+    for group in static.values():
+        # One pass gives every capacity (engine.replays.hit_curves), a group of layers at a
+        # time: the capacities the plans of every budget ask for are kept.
+        at = static_counts_at(ids, group[0].popularity, np.stack([plan.slots for plan in group]))
+        for plan, rows in zip(group, at):
+            counts = rows[:, :, None].copy()
+            if plan.width:
+                counts = np.pad(counts, ((0, 0), (0, 0), (0, plan.width)))
+            results[plan.key] = (counts, 0, 0)
     n_layers, k = ids.shape[1:]
     lru = [plan for batch in batches.values() for plan in batch]
     if lru and _use_compiled(ids, predicted, lru):

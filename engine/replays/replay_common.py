@@ -105,18 +105,24 @@ class TraceArrays:
     """Routing and predictions as index arrays, for one prediction width P (the
     predictions a step uses): pred[t, l] are layer l's guesses for layer l + 1, and
     `first` marks the first occurrence of each (a step drops later duplicates).
+
+    int32 (keys are below layers x experts, at most 262,144: engine/core/input_limits.py),
+    and the pairwise comparisons ([T, L, P, P], [T, L, k, P]) made a chunk of tokens at a
+    time: whole, they cost P or k bytes a routed slot (64 at top-k 64).
     """
 
     def __init__(self, ids: np.ndarray, predicted: np.ndarray | None, width: int):
         self.n_tokens, self.n_layers, self.k = ids.shape
         self.width = width
-        self.ids = ids.astype(np.intp)
+        self.ids = ids.astype(np.int32)
         self.pred = self.first = self.route_keys = None
         if width:
-            pred = predicted[:, :, :width].astype(np.intp)
+            pred = predicted[:, :, :width].astype(np.int32)
             # Duplicates within a row: only the first occurrence takes part.
-            same = pred[:, :, :, None] == pred[:, :, None, :]  # [T, L, P, P]
-            self.first = ~np.tril(same, -1).any(axis=3)
+            self.first = np.empty(pred.shape, dtype=bool)
+            for t0, t1 in _token_chunks(self.n_tokens, self.n_layers * width * width):
+                same = pred[t0:t1, :, :, None] == pred[t0:t1, :, None, :]  # [chunk, L, P, P]
+                self.first[t0:t1] = ~np.tril(same, -1).any(axis=3)
             self.pred = pred
 
     def add_keys(self, n_experts: int) -> None:
@@ -125,17 +131,18 @@ class TraceArrays:
         if self.route_keys is not None:
             return
         n_layers, width = self.n_layers, self.width
-        layer_base = (np.arange(n_layers, dtype=np.intp) * n_experts)[None, :, None]
+        layer_base = (np.arange(n_layers, dtype=np.int32) * n_experts)[None, :, None]
         self.route_keys = self.ids + layer_base  # [T, L, k]
         if width:
             self.pred_keys = self.pred[:, : n_layers - 1] + layer_base[:, 1:]  # [T, L-1, P]
             self.pred_first = self.first[:, : n_layers - 1]
             # Routed keys that the previous layer predicted: resident by the time they
             # are routed (kept or copied; copies are never cut short in a fast pool).
-            routed = self.route_keys[:, 1:, :, None]
-            predicted = np.where(self.pred_first, self.pred_keys, -1)[:, :, None, :]
             self.was_predicted = np.zeros(self.route_keys.shape, dtype=bool)
-            self.was_predicted[:, 1:] = (routed == predicted).any(axis=3)
+            for t0, t1 in _token_chunks(self.n_tokens, n_layers * self.k * width):
+                routed = self.route_keys[t0:t1, 1:, :, None]
+                predicted = np.where(self.pred_first[t0:t1], self.pred_keys[t0:t1], -1)[:, :, None, :]
+                self.was_predicted[t0:t1, 1:] = (routed == predicted).any(axis=3)
 
     def step_keys(self, t: int) -> tuple[list[list[int]], list[list[int]] | None]:
         """Token t as lists (after `add_keys`): the keys each layer is routed to, and
@@ -145,3 +152,11 @@ class TraceArrays:
             return route, None
         predicted = np.where(self.pred_first[t], self.pred_keys[t], -1).tolist()
         return route, [[key for key in row if key >= 0] for row in predicted]
+
+
+_CHUNK_CELLS = 2**22  # elements of a chunk's comparison (4 MiB of booleans)
+
+
+def _token_chunks(n_tokens: int, cells_per_token: int) -> list[tuple[int, int]]:
+    step = max(1, _CHUNK_CELLS // max(cells_per_token, 1))
+    return [(t0, min(t0 + step, n_tokens)) for t0 in range(0, n_tokens, step)]

@@ -80,8 +80,12 @@ class DecayedScores:
         self._value, self._time = value.copy(), np.zeros(value.size, dtype=np.int64)
         self._powers = np.array(self.powers)
         self._chunk_start, self._rows = 0, []
-        ordered_keys = np.sort(route_keys, axis=2)
-        self._distinct = ~(ordered_keys[:, :, 1:] == ordered_keys[:, :, :-1]).any(axis=(1, 2))
+        # Whether a token's keys are distinct in every layer, from a sorted copy a few MiB at a time
+        self._distinct = np.empty(n_tokens, dtype=bool)
+        step = max(1, 2**21 // max(route_keys.shape[1] * route_keys.shape[2], 1))
+        for t0 in range(0, n_tokens, step):
+            ordered_keys = np.sort(route_keys[t0:t0 + step], axis=2)
+            self._distinct[t0:t0 + step] = ~(ordered_keys[:, :, 1:] == ordered_keys[:, :, :-1]).any(axis=(1, 2))
         # The rank order is the order of the scores as computed only while no positive
         # score underflows; past that (very long traces of rarely routed experts),
         # evictions scan the resident set.

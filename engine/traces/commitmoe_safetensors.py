@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.core.input_limits import max_replay_slots
 from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, check_file_size, missing_reader
 from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import assemble, build_trace, check_cells
@@ -111,6 +112,8 @@ def read_commitmoe_safetensors(path, *, model_moe_blocks, n_experts: int, top_k:
         if k != top_k:
             raise CopeInputError(f"top_indices lists {k} experts per row, the model routes top-{top_k}", path=where)
         prompt = np.asarray(handle.get_tensor("prompt_idx"), dtype=np.int64)
+        # no more tokens than two halves of the replay budget take (engine/core/input_limits.py)
+        limit = max(min(limit, 2 * max_replay_slots() // max(len(model_moe_blocks) * top_k, 1)), 1)
         mask, cut = _keep_rows(prompt, len(model_moe_blocks), limit)
         ids = np.asarray(handle.get_tensor("top_indices"), dtype=np.int64)
         tok = np.asarray(handle.get_tensor("tok"), dtype=np.int64)

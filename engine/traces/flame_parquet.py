@@ -8,7 +8,8 @@ Row i of every layer file is the same token. NN is the 1-based transformer layer
 
 A single file reads as a one-layer trace; a folder of layer files reads as the whole
 model. The tokens are one pretraining stream, so the trace is one sequence; only the
-first MAX_IMPORT_TOKENS tokens are kept (a capture holds 52,428,800). `scores` become
+first MAX_IMPORT_TOKENS tokens are kept (a capture holds 52,428,800), fewer where
+the replay budget takes fewer (engine/core/input_limits.py). `scores` become
 the trace's router weights. pyarrow is imported only when such a file is read (the
 optional extra cope[parquet]).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.core.input_limits import max_replay_slots
 from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, check_file_size, missing_reader
 from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import build_trace
@@ -60,8 +62,10 @@ def _list_column(where: str, batch, name: str, k: int | None) -> np.ndarray:
     return values.reshape(-1, width)
 
 
-def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """(expert ids [n, k], scores [n, k] or None, rows in the file) of the first `limit` rows."""
+def _read_layer(where: str, limit: int, n_experts: int) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(expert ids [n, k] int16, scores [n, k] or None, rows in the file) of the first `limit`
+    rows; each batch checked as it comes (ids in 0..n_experts-1, distinct in a row), so a
+    file of zeros is refused at its first batch, not after a million rows."""
     check_file_size(where)  # first: a FIFO member is refused whether or not pyarrow is installed
     pq = _pyarrow(where)
     try:
@@ -78,7 +82,8 @@ def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, 
             batch = batch.slice(0, limit - kept)
             ids = _list_column(where, batch, "indices", k)
             k = ids.shape[1]
-            ids_parts.append(ids.astype(np.int64))
+            _check_batch(ids, n_experts, kept, where)
+            ids_parts.append(ids.astype(np.int16))
             if "scores" in columns:
                 score_parts.append(_list_column(where, batch, "scores", k).astype(np.float32))
             kept += ids.shape[0]
@@ -94,6 +99,32 @@ def _read_layer(where: str, limit: int) -> tuple[np.ndarray, np.ndarray | None, 
     if scores is not None and not np.all(np.isfinite(scores)):
         raise CopeInputError("column 'scores' holds a value that is not a finite number", path=where)
     return np.concatenate(ids_parts), scores, total
+
+
+def _check_batch(ids: np.ndarray, n_experts: int, first_row: int, where: str) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= n_experts):
+        raise CopeInputError(f"expert id out of range 0..{n_experts - 1}", path=where)
+    if ids.shape[1] > 1:
+        ordered = np.sort(ids, axis=1)
+        twice = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+        if twice.size:
+            raise CopeInputError(f"row {first_row + int(twice[0]):,}: a token routes to the same expert twice",
+                                 path=where)
+
+
+def _declared_width(where: str) -> int:
+    """Values a row of 'indices' holds, from the first row group's metadata (1 when unknown)."""
+    check_file_size(where)
+    pq = _pyarrow(where)
+    try:
+        metadata = pq.ParquetFile(where).metadata
+        group = metadata.row_group(0) if metadata.num_row_groups else None
+        leaves = [j for j in range(metadata.num_columns) if metadata.schema.column(j).path.split(".")[0] == "indices"]
+        if group is None or not leaves or group.num_rows < 1:
+            return 1
+        return max(1, min(int(group.column(leaves[0]).num_values) // int(group.num_rows), MAX_VALUES_PER_ROW))
+    except Exception:  # noqa: BLE001 - unreadable: _read_layer says why in one line
+        return 1
 
 
 def _check_declared_values(metadata, columns: list[str], limit: int, where: str) -> None:
@@ -132,9 +163,14 @@ def read_flame_parquet(path, *, n_experts: int, model_name: str = "", limit: int
     """Read one layer file or a folder of them as a RoutingTrace (see the module doc)."""
     where = str(path)
     layers = _layer_files(Path(path))
+    # No more tokens than a replay of them could take, two halves of the replay budget
+    # (engine/core/input_limits.py): a million tokens of 48 layers would be 3 GB read for a
+    # refusal. FLAME-MoE's 8 MoE layers x top-8 keep 500,000 tokens.
+    budget = 2 * max_replay_slots() // (len(layers) * _declared_width(str(layers[0][1])))
+    limit = max(min(limit, budget), 1)
     ids, scores, totals = [], [], []
     for _, file in layers:
-        i, s, total = _read_layer(str(file), limit)
+        i, s, total = _read_layer(str(file), limit, int(n_experts))
         ids.append(i)
         scores.append(s)
         totals.append(total)
@@ -145,7 +181,8 @@ def read_flame_parquet(path, *, n_experts: int, model_name: str = "", limit: int
     weights = None if any(s is None for s in scores) else np.stack(scores, axis=1)
     notes = []
     if totals[0] > expert_ids.shape[0]:
-        notes.append(f"kept the first {expert_ids.shape[0]:,} of {totals[0]:,} tokens of {Path(where).name}")
+        why = " (what the replay budget, COPE_MAX_REPLAY_SLOTS, takes)" if limit == budget else ""
+        notes.append(f"kept the first {expert_ids.shape[0]:,} of {totals[0]:,} tokens of {Path(where).name}{why}")
     if expert_ids.size and (expert_ids.min() < 0 or expert_ids.max() >= n_experts):
         raise CopeInputError(f"expert id out of range 0..{n_experts - 1}", path=where)
     meta = TraceMeta(

@@ -20,10 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.core.input_limits import check_replay_slots
 from engine.models.model import ModelSpec
 from engine.traces.trace import RoutingTrace, TraceMeta
 
 _CHUNK_TOKENS = 256  # tokens whose random draws are made in one numpy call
+# ...and the most float32 numbers such a call draws: 256 tokens of the catalog's widest model
+# (Qwen3.5-397B-A17B, 60 MoE layers x 512 experts: 7.9 M) fit, so real models draw exactly
+# as they always did; a forged 64 x 4,096 draws 32 tokens at a time (32 MiB), not 256 (268
+# MiB, held three times over before).
+_CHUNK_DRAWS = 2**23
 _FLOOR_PROBABILITY = 1e-12  # experts never seen in a given popularity stay drawable
 
 
@@ -97,37 +103,67 @@ def _log_probabilities(model: ModelSpec, settings: SyntheticSettings, rng: np.ra
     return base[ranks]
 
 
+def _chunk_tokens(n_layers: int, n_experts: int) -> int:
+    """Tokens whose [tokens, layers, experts] random draws are made in one numpy call."""
+    return max(1, min(_CHUNK_TOKENS, _CHUNK_DRAWS // max(n_layers * n_experts, 1)))
+
+
 def _predictions(ids: np.ndarray, n_experts: int, accuracy: float, rng: np.random.Generator) -> np.ndarray:
     """predicted[t, l] = ids[t, l+1] with each entry, with probability 1 - accuracy,
-    replaced by a distinct expert outside ids[t, l+1]; the last layer's row is -1."""
+    replaced by a distinct expert outside ids[t, l+1]; the last layer's row is -1.
+
+    The draws are those of one [T, L-1, k] uniform draw, then [T, L-1, E] float32 keys; both
+    are made in pieces (the same numbers in the same order: nothing else draws between
+    them), the first kept as booleans, and the ids are widened a chunk at a time, so
+    nothing [T, L, k] is held at 8 bytes a slot."""
     t, n_layers, k = ids.shape
     pred = np.full((t, n_layers, k), -1, dtype=np.int16)
     if n_layers < 2:
         return pred
-    real = ids[:, 1:, :].astype(np.int64)
-    wrong = rng.random(real.shape) >= accuracy
+    wrong = np.empty((t, n_layers - 1, k), dtype=bool)
+    piece = max(1, _CHUNK_DRAWS // ((n_layers - 1) * k))
+    for c in range(0, t, piece):
+        np.greater_equal(rng.random((min(piece, t - c), n_layers - 1, k)), accuracy, out=wrong[c : c + piece])
+    pred[:, :-1, :] = ids[:, 1:, :]
     n_spare = min(k, n_experts - k)  # replacements available outside the real list
-    out = real.copy()
-    if n_spare > 0 and wrong.any():
-        for c in range(0, t, _CHUNK_TOKENS):
-            r = real[c : c + _CHUNK_TOKENS]
-            w = wrong[c : c + _CHUNK_TOKENS]
-            keys = rng.random(r.shape[:2] + (n_experts,), dtype=np.float32)
-            np.put_along_axis(keys, r, 2.0, axis=2)  # real ids sort last
-            cand = np.argpartition(keys, n_spare - 1, axis=2)[..., :n_spare]
-            nth = np.cumsum(w, axis=2) - 1  # this slot is the nth replaced one of its row
-            use = w & (nth < n_spare)
-            repl = np.take_along_axis(cand, np.clip(nth, 0, n_spare - 1), axis=2)
-            out[c : c + _CHUNK_TOKENS] = np.where(use, repl, r)
-    pred[:, :-1, :] = out
+    if n_spare <= 0 or not wrong.any():
+        return pred
+    # Nothing else draws between these, so the chunk does not change the numbers: 2 M float32
+    # keys at a time (8 MiB, their int64 partition 16 MiB), whatever the shape.
+    chunk = max(1, min(_CHUNK_TOKENS, _CHUNK_DRAWS // 4 // ((n_layers - 1) * n_experts)))
+    for c in range(0, t, chunk):
+        r = ids[c : c + chunk, 1:, :].astype(np.int64)
+        w = wrong[c : c + chunk]
+        keys = rng.random(r.shape[:2] + (n_experts,), dtype=np.float32)
+        np.put_along_axis(keys, r, 2.0, axis=2)  # real ids sort last
+        cand = np.argpartition(keys, n_spare - 1, axis=2)[..., :n_spare]
+        nth = np.cumsum(w, axis=2) - 1  # this slot is the nth replaced one of its row
+        use = w & (nth < n_spare)
+        repl = np.take_along_axis(cand, np.clip(nth, 0, n_spare - 1), axis=2)
+        pred[c : c + chunk, :-1, :] = np.where(use, repl, r)
     return pred
 
 
+def _softmax_into(out: np.ndarray, scores: np.ndarray) -> None:
+    """Router weights: a softmax over each step's selected scores (descending, so the
+    weights are too), in float64, stored as float32."""
+    e = np.exp(scores.astype(np.float64) - scores[..., :1])
+    out[...] = (e / e.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
 def synthetic_trace(model: ModelSpec, settings: SyntheticSettings) -> RoutingTrace:
-    """Generate a routing trace for `model`; deterministic for a given seed."""
+    """Generate a routing trace for `model`; deterministic for a given seed.
+
+    Memory: the trace's own arrays (int16 ids and predictions, float32 weights: 8 bytes
+    a routed slot) and a chunk's draws (at most _CHUNK_DRAWS float32 numbers); router
+    scores and weights are made a chunk at a time. A trace of more slots than two halves
+    of the replay budget is refused before anything is drawn."""
     rng = np.random.default_rng(settings.seed)
     n_tokens = int(settings.tokens)
     n_layers, n_experts, k = model.n_moe_layers, model.n_routed_experts, model.top_k
+    # advise replays half of it (the other half is the profile): the budget is the half's
+    check_replay_slots(-(-n_tokens // 2), n_layers, k, what=f"a synthetic trace of {n_tokens:,} tokens of {model.id}",
+                       remedy="ask for fewer tokens")
     logp = _log_probabilities(model, settings, rng)
 
     seq_starts = np.unique(np.floor(np.linspace(0, n_tokens, settings.sequences + 1)[:-1]).astype(np.int64))
@@ -135,50 +171,53 @@ def synthetic_trace(model: ModelSpec, settings: SyntheticSettings) -> RoutingTra
     is_start[seq_starts] = True
 
     ids = np.empty((n_tokens, n_layers, k), dtype=np.int16)
-    scores = np.empty((n_tokens, n_layers, k), dtype=np.float32)
+    weights = np.empty((n_tokens, n_layers, k), dtype=np.float32) if settings.with_weights else None
     layer_rows = np.arange(n_layers)[:, None]
     logp32 = logp.astype(np.float32)
     locality = float(settings.locality)
     cut = n_experts - k  # argpartition at this index puts the k largest last
+    tiny = np.finfo(np.float32).tiny
+    chunk = _chunk_tokens(n_layers, n_experts)
     prev: np.ndarray | None = None
-    for c in range(0, n_tokens, _CHUNK_TOKENS):
-        m = min(_CHUNK_TOKENS, n_tokens - c)
+    for c in range(0, n_tokens, chunk):
+        m = min(chunk, n_tokens - c)
         # Gumbel-top-k: the k largest of log p + Gumbel noise are k distinct experts
-        # drawn without replacement in proportion to p.
-        expo = rng.standard_exponential((m, n_layers, n_experts), dtype=np.float32)
-        gumbel = -np.log(np.maximum(expo, np.finfo(np.float32).tiny, out=expo))
-        g_chunk = logp32[None] + gumbel
+        # drawn without replacement in proportion to p. In place: one [m, L, E] array.
+        g_chunk = rng.standard_exponential((m, n_layers, n_experts), dtype=np.float32)
+        np.maximum(g_chunk, tiny, out=g_chunk)
+        np.log(g_chunk, out=g_chunk)
+        np.negative(g_chunk, out=g_chunk)
+        g_chunk += logp32
+        scores = np.empty((m, n_layers, k), dtype=np.float32)
         if locality <= 0:
             # No locality: tokens are independent, so the whole chunk is one call.
             top = np.argpartition(g_chunk, cut, axis=2)[..., cut:]
             val = np.take_along_axis(g_chunk, top, axis=2)
             order = np.argsort(-val, axis=2)
             ids[c : c + m] = np.take_along_axis(top, order, axis=2)
-            scores[c : c + m] = np.take_along_axis(val, order, axis=2)
-            continue
-        reuse_chunk = rng.random((m, n_layers, k)) < locality
-        for i in range(m):
-            t = c + i
-            g = g_chunk[i]
-            sel = g
-            if prev is not None and not is_start[t]:
-                reuse = reuse_chunk[i]
-                if reuse.any():
-                    sel = g.copy()
-                    li, slot = np.nonzero(reuse)
-                    sel[li, prev[li, slot]] = np.inf  # forced in; ordered by g below
-            top = np.argpartition(sel, cut, axis=1)[:, cut:]
-            val = g[layer_rows, top]
-            order = np.argsort(-val, axis=1)
-            prev = top[layer_rows, order]
-            ids[t] = prev
-            scores[t] = val[layer_rows, order]
+            scores[:] = np.take_along_axis(val, order, axis=2)
+        else:
+            reuse_chunk = rng.random((m, n_layers, k)) < locality
+            for i in range(m):
+                t = c + i
+                g = g_chunk[i]
+                sel = g
+                if prev is not None and not is_start[t]:
+                    reuse = reuse_chunk[i]
+                    if reuse.any():
+                        sel = g.copy()
+                        li, slot = np.nonzero(reuse)
+                        sel[li, prev[li, slot]] = np.inf  # forced in; ordered by g below
+                top = np.argpartition(sel, cut, axis=1)[:, cut:]
+                val = g[layer_rows, top]
+                order = np.argsort(-val, axis=1)
+                prev = top[layer_rows, order]
+                ids[t] = prev
+                scores[i] = val[layer_rows, order]
+        if weights is not None:
+            _softmax_into(weights[c : c + m], scores)
+        del g_chunk
 
-    weights = None
-    if settings.with_weights:
-        # Softmax over the selected scores; scores are descending, so weights are too.
-        e = np.exp(scores.astype(np.float64) - scores[..., :1])
-        weights = (e / e.sum(axis=2, keepdims=True)).astype(np.float32)
     predicted = None
     if settings.predictor_accuracy is not None:
         predicted = _predictions(ids, n_experts, float(settings.predictor_accuracy), rng)

@@ -117,9 +117,13 @@ class RoutingTrace:
                 f"expert id out of range 0..{self.meta.n_experts - 1}", path=where
             )
         if k > 1:
-            sorted_ids = np.sort(ids, axis=2)
-            if np.any(sorted_ids[:, :, 1:] == sorted_ids[:, :, :-1]):
-                raise CopeInputError("a token routes to the same expert twice", path=where)
+            # A sorted copy a few MiB at a time: a whole one (and its comparison) would be
+            # another 3 bytes a routed slot beside the trace.
+            step = max(1, 2**21 // (n_layers * k))
+            for start in range(0, t, step):
+                sorted_ids = np.sort(ids[start:start + step], axis=2)
+                if np.any(sorted_ids[:, :, 1:] == sorted_ids[:, :, :-1]):
+                    raise CopeInputError("a token routes to the same expert twice", path=where)
         if self.weights is not None and self.weights.shape != ids.shape:
             raise CopeInputError("router weights do not match the expert ids' shape", path=where)
         if self.predicted_ids is not None:

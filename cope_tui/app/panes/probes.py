@@ -6,6 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 
+from engine.cost.cost_model import Fidelity
+
 
 class ProbesPane(VerticalScroll):
     DEFAULT_CSS = """
@@ -33,8 +35,8 @@ class ProbesPane(VerticalScroll):
         yield Static("", id="cost-model")
 
     @property
-    def fidelity(self) -> str:
-        return str(self.query_one("#fidelity", Select).value)
+    def fidelity(self) -> Fidelity:
+        return Fidelity(str(self.query_one("#fidelity", Select).value))  # the select's text, as the enum
 
     @property
     def budget_s(self) -> float:
