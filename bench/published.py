@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
+from bench.published_multi_gpu import MULTI_GPU_INDEXES, MULTI_GPU_ROWS, MULTI_GPU_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
@@ -340,14 +341,35 @@ def report(priced: list[Priced], skipped_rows: dict[str, str], total_rows: int) 
     return summary
 
 
+def report_multi_gpu(priced: list[Priced]) -> dict:
+    """Each two-GPU row and the MAPE of those priced (hardware stated apart from assumed)."""
+    for p in priced:
+        shown = f"COPE {p.price.tokens_per_s:.2f}, ratio {p.ratio:.2f}" if p.ratio is not None else p.problem
+        mark = "" if p.row.stated else f" (assumed: {p.row.assumed})"
+        print(f"{p.key:>3}  {p.row.runtime:<12} {p.row.gpu:<14} published {p.published_tps:.2f}: {shown}{mark}")
+    stated = [p.ratio for p in priced if p.ratio is not None and p.row.stated]
+    assumed = [p.ratio for p in priced if p.ratio is not None and not p.row.stated]
+    out = {"rows": {p.key: (round(p.ratio, 3) if p.ratio is not None else p.problem) for p in priced},
+           "mape_stated": mape(stated), "mape_assumed": mape(assumed)}
+    print(f"two GPUs: MAPE {out['mape_stated']:.1%} over {len(stated)} rows with the hardware stated, "
+          f"{out['mape_assumed']:.1%} over {len(assumed)} on an assumed file")
+    return out
+
+
 def main() -> int:
     given = rows_from_args("published.py")
     if given is None:
         return 2
     rows_csv, json_out = given
-    skipped = {**{str(i): why for i, why in sorted(SKIPPED.items())},
+    skipped = {**{str(i): MULTI_GPU_SKIPPED.get(i, why) for i, why in sorted(SKIPPED.items())
+                  if i not in MULTI_GPU_INDEXES},
                **{f"x{i}": why for i, why in sorted(EXTRA_SKIPPED.items())}}
     summary = report(price_all(rows_csv), skipped, len(rows_csv) + len(published_rows(EXTRA_CSV)))
+    # Two GPUs (bench/published_multi_gpu.py): checks of engine/llamacpp/card_price.py, reported
+    # apart and never fitted on.
+    print("\nTwo or more GPUs (checks, not fitted):")
+    summary["multi_gpu"] = report_multi_gpu(
+        [price_row(row, _checked(rows_csv, row, "bench/published_multi_gpu.py")) for row in MULTI_GPU_ROWS])
     # The prompt-processing figures of the rows that publish one (bench/published_prefill.py).
     from bench.published_prefill import price_all as price_prompts, report as report_prompts
 

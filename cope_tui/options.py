@@ -198,6 +198,7 @@ class PlanChoices:
     gpu: str | None = _option(
         None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(), hint="this machine's",
         help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one); "
+             "several cards as 'A,B' or '2x A', a llama.cpp backend after '@' (rx-7900-xtx@vulkan); "
              "none: plan for the CPU alone (llama.cpp with -ngl 0)")
     cpu: str | None = _option(
         None, flag="--cpu", label="CPU", group="hardware", app_choices=lambda: _cpu_presets(), hint="this machine",

@@ -105,11 +105,14 @@ def test_a_context_no_candidate_fits_still_prices_the_command_alone(capsys):
     assert "Command for COPE's best" not in out
 
 
-def test_more_than_one_gpu_is_refused_not_mispriced():
-    for line in ("llama-server -m q.gguf -ts 1,1", "llama-server -m q.gguf -sm row",
-                 r"llama-server -m q.gguf -ot 'blk\.[0-9]\.=CUDA0' -ot 'blk\.1[0-9]\.=CUDA1'"):
-        est = priced(line)
-        assert not est.yours.runs and est.yours.refusal.startswith("not modelled: the command uses more than one GPU")
+def test_a_second_gpu_on_a_one_gpu_plan_is_refused_not_mispriced():
+    # llama.cpp ignores -ts values past its devices: one card priced as without -ts
+    assert priced("llama-server -m q.gguf -ts 1,1").yours.tpot_s == priced("llama-server -m q.gguf").yours.tpot_s
+    est = priced("llama-server -m q.gguf -sm row")
+    assert not est.yours.runs and est.yours.refusal.startswith("not modelled: --split-mode row")
+    est = priced(r"llama-server -m q.gguf -ot 'blk\.[0-9]\.=CUDA0' -ot 'blk\.1[0-9]\.=CUDA1'")
+    assert est.yours.verdict == "would_not_run" and "'unknown buffer type'" in est.yours.refusal
+    assert "the plan's CUDA devices are CUDA0" in est.yours.refusal
 
 
 def test_one_projection_on_the_cpu_is_a_third_of_the_layer():

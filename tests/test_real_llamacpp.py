@@ -20,6 +20,7 @@ does on a machine without a GPU: every argument is parsed and the model runs.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import subprocess
 from pathlib import Path
 
@@ -168,3 +169,45 @@ def test_the_shipped_manifest_is_this_build(found_build):
         removed = set(manifest("llama.cpp")["programs"][binary]["rejected"])  # listed by --help to refuse them
         assert helped - listed <= removed, (binary, sorted(helped - listed))
         assert listed - helped <= COMPILED_OUT, (binary, sorted(listed - helped))
+
+
+def _two_card_export(path: Path, binary: str, builds):  # type: ignore[no-untyped-def]
+    """The partition-first export of a plan over two RTX 3090s (issue 33): -ts and an -ot a card."""
+    from engine.cost.request import AdviseRequest
+    from engine.hardware.cpu_presets import get_cpu_preset
+    from engine.hardware.platform import Platform
+    from engine.hardware.presets import get_gpu_preset
+    from engine.models.quant import get_quantization
+
+    model = model_from_gguf(path)
+    request = AdviseRequest(model, get_quantization(model.default_quant),
+                            Platform(get_gpu_preset("2x rtx-3090"), get_cpu_preset("desktop-ddr5")),
+                            0, CONTEXT, THREADS, None, None)  # type: ignore[arg-type]
+    plan = replace(_plan(model, "partial"), request=request)
+    return export_candidate(parse_candidate_id("partition-first"), model, plan, binary=binary, model_path=str(path),
+                            context=CONTEXT, threads=THREADS, builds=builds)
+
+
+def test_a_two_card_export_parses_its_split_and_names_cards_at_the_buffer_lookup(ggufs, found_build):
+    """What a CPU build can check of a two-card command: its -ts value is taken (llama.cpp
+    warns that a CPU build ignores it) and the rest runs once the per-card -ot buffers are
+    left out; with them, the build stops at the buffer lookup (common/arg.cpp
+    parse_tensor_buffer_overrides; llama-bench's own -ot parser says 'unrecognized buffer
+    type' and lists the build's) since it has no CUDA0. That CUDA0 and CUDA1 are the names a CUDA build registers is read from the
+    source (engine/hardware/gpu_backends.py), not run here."""
+    path = ggufs["qwen3moe"]
+    export = _two_card_export(path, "llama-server", {"llama.cpp": found_build})
+    argv = list(export.argv)
+    assert "-ts" in argv and any(a.endswith("=CUDA0") for a in argv), argv
+    assert found_build.rejected("llama-server", export.argv) == []
+    no_cards = [a for i, a in enumerate(argv) if not (a.endswith(("=CUDA0", "=CUDA1")) or
+                                                       (a == "-ot" and argv[i + 1].endswith(("=CUDA0", "=CUDA1"))))]
+    with run_server([os.path.join(BIN, "llama-server"), *no_cards[1:]], export.env_dict) as server:
+        body = complete(server.base_url)
+    assert body.get("tokens_predicted", 0) > 0 or body.get("content"), body
+    bench = _two_card_export(path, "llama-bench", {"llama.cpp": found_build})
+    assert "/" in bench.argv[list(bench.argv).index("-ts") + 1]  # llama-bench's ',' separates test configurations
+    assert sum(a == "-ot" for a in bench.argv) == 1  # one test configuration: its overrides joined by ';'
+    done = _run_bench(bench.argv, bench.env_dict)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "unrecognized buffer type 'CUDA0'" in out and "Available buffer types:" in out

@@ -9,6 +9,7 @@ from cope_tui.commands.detect_runtimes import add_runtime_flags, render_runtimes
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.service.hardware import remember_cpu_bandwidth
 from probes import detect
+from probes.gpu_list import GpuList, detect_gpus
 from dataclasses import fields
 from cope_tui.commands.output import write_json
 from engine.hardware.platform import Fact
@@ -34,12 +35,15 @@ def run(args: argparse.Namespace) -> int:
     warnings = platform_warnings(platform)
     for line in warnings:
         say(f"warning: {line}")
+    say("listing every GPU (NVML, /sys/class/drm, amd-smi/rocm-smi)")
+    gpus = detect_gpus()
     scan = scan_for(args)
     if args.json:
-        write_json({"platform": platform.to_dict(), "warnings": warnings, "runtimes": scan.to_dict()})
+        write_json({"platform": platform.to_dict(), "gpus": gpus.to_dict(), "warnings": warnings,
+                    "runtimes": scan.to_dict()})
     else:
         sys.stdout.write("".join(f"warning: {line}\n" for line in warnings) + _render_platform(platform)
-                         + render_runtimes(scan))
+                         + render_gpu_list(gpus) + render_runtimes(scan))
     return EXIT_OK
 
 
@@ -83,4 +87,36 @@ def _render_platform(platform) -> str:  # type: ignore[no-untyped-def]
             continue
         for name, fact in facts:
             lines.append(f"  {name:<{width}} {_format_fact(name, fact.value):>12}  {fact.basis:<8}  {fact.note}")
+    return "\n".join(lines) + "\n"
+
+
+def _gib(fact: Fact) -> str:
+    return f"{float(fact.value) / 1024**3:.1f} GiB" if fact.known else "memory unknown"  # type: ignore[arg-type]
+
+
+def _link_text(gen: Fact, lanes: Fact) -> str:
+    if not gen.known and not lanes.known:
+        return "link unknown"
+    return f"gen{gen.value if gen.known else '?'} x{lanes.value if lanes.known else '?'}"
+
+
+def render_gpu_list(found: GpuList) -> str:
+    """Every GPU, one line each (memory, PCIe link at most and now, the buffer llama.cpp
+    names it by), then what could not be read and the cards that share a PCIe switch."""
+    lines = [f"GPUs on this machine: {len(found.gpus)}"]
+    index: dict[str, int] = {}
+    for i, g in enumerate(found.gpus):
+        n = index.get(g.backend, 0)
+        index[g.backend] = n + 1
+        free = f", {_gib(g.vram_free_bytes)} free" if g.vram_free_bytes.known else ""
+        matched = f", spec sheet: preset {g.matched_preset_id}" if g.matched_preset_id else ""
+        lines.append(f"  GPU {i}: {g.name} ({g.vendor}; llama.cpp {g.backend}{n}) {_gib(g.vram_bytes)}{free}; PCIe "
+                     f"{_link_text(g.pcie_gen, g.pcie_lanes)} at most, {_link_text(g.pcie_gen_current, g.pcie_lanes_current)}"
+                     f" now{f'; {g.pci_address}' if g.pci_address else ''}{matched}")
+        if not g.vram_bytes.known:
+            lines.append(f"    memory not read: {g.vram_bytes.note}")
+        if not g.pcie_gen.known:
+            lines.append(f"    link not read: {g.pcie_gen.note}")
+    lines += [f"  not read: {note}" for note in found.notes]
+    lines += [f"  {line}" for line in found.shared_links]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,9 @@ from engine.core.progress import Progress, with_cancel
 from engine.cost.cost_model import CostModel, CostModelDescription, StateCosts
 from engine.cost.estimate import Estimate, price
 from engine.cost.request import AdviseRequest
+from engine.cost.multi_gpu import multi_card_notes, plan_handovers_s
 from engine.hardware.memory import GIB, MemoryPlan, plan_memory
+from engine.llamacpp.device_split import split_rounding_bytes
 from engine.replays.hit_curves import lru_hit_curves
 from engine.replays.policy import Candidate, Execution, Kind, parse_candidate_id, policy_matrix, standalone_candidates
 from engine.replays.replay import ReplaySetup, ReplayStats, replay, replay_many
@@ -201,6 +203,7 @@ def _setup(request, cost_model, budgets_bytes):  # type: ignore[no-untyped-def]
     notes = list(request.notes)
     if trace.predicted_ids is None:
         notes.append("the trace has no next-layer predictions: mutable caches run without prefetch")
+    notes += multi_card_notes(request)
     popularity = request.profile.popularity()
     ordered = request.profile.expert_ids is not None
     if not ordered:
@@ -213,7 +216,8 @@ def _setup(request, cost_model, budgets_bytes):  # type: ignore[no-untyped-def]
         prefetch_budget=prefetch_budget,
         costs={ex: cost_model.state_costs(ex, request.threads, k, prefetch_budget) for ex in Execution},
         shared_s=cost_model.shared_per_token_s(),
-        overhead_s=cost_model.token_overhead_s(),
+        # two or more cards: a hand-over at each boundary between them (engine/cost/multi_gpu.py)
+        overhead_s=cost_model.token_overhead_s() + plan_handovers_s(request),
         notes=tuple(notes),
         moe_blocks=tuple(model.moe_blocks),
     )
@@ -271,7 +275,7 @@ class _BudgetPlan:
 
 def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
     memory = plan_memory(
-        request.model, request.quant, vram_budget_bytes=request.vram_budget_bytes,
+        request.model, request.quant, vram_budget_bytes=max(request.vram_budget_bytes - split_rounding_bytes(request), 0),
         context_tokens=request.context_tokens,
     )
     if not memory.fits_at_all:

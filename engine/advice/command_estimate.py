@@ -5,7 +5,10 @@ The command's placement (engine/llamacpp/llama_placement.py: `-ngl`, `-ot`, `--n
 same cost model as the ranking, at the command's own settings (`command_settings`:
 threads, context, and for llama-bench the depth it decodes from), and checked against the
 GPU's VRAM and the machine's RAM: a command that would not fit is reported as such, with
-the arithmetic, never with a speed. More than one GPU is not modelled: refused.
+the arithmetic, never with a speed. Two or more cards (`--gpu 2x ...`, -ts, -dev, =CUDA1,
+CUDA_VISIBLE_DEVICES): each card's share by llama.cpp's layer split and overrides,
+checked against its own memory and priced with its own bandwidth and the hand-overs
+between cards (engine/llamacpp/card_price.py); `-sm row` is refused as not modelled.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from engine.cost.cost_model import CostModel
 from engine.cost.estimate import Estimate, compare, faster
 from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
 from engine.cost.request import AdviseRequest
+from engine.hardware.gpu_set import cards_of
 from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.card_price import card_cost, place_on_cards
+from engine.llamacpp.device_split import NotPriced
 from engine.llamacpp.llama_args import LlamaCommand, buffer_problem, command_notes
 from engine.llamacpp.llama_fit import FitOutcome, fit_outcome
 from engine.llamacpp.llama_placement import (
@@ -203,7 +209,8 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand)
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     placement = placement_of(command, model, has_gpu=has_gpu)
     notes = list(command_notes(command, model)) + list(placement.notes)
-    fit = fit_outcome(request, command, placement) if has_gpu and not command.multi_gpu else None
+    one_card = len(cards_of(request.platform.gpu)) == 1
+    fit = fit_outcome(request, command, placement) if has_gpu and one_card else None
     if fit is not None:  # no -ngl: llama.cpp's --fit decides (engine/llamacpp/llama_fit.py)
         placement = fit.placement
         notes.append(fit.note)
@@ -228,9 +235,14 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
     if fit is not None and fit.moved:
         detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
-    if command.multi_gpu:
-        return CommandPrice(detail, None, None, cost_model.fidelity,
-                            f"not modelled: the command uses more than one GPU ({command.multi_gpu})")
+    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    cards = None
+    if has_gpu and (len(cards_of(request.platform.gpu)) > 1 or command.multi_gpu):
+        try:  # two or more cards, or a command that names another (engine/llamacpp/card_price.py)
+            cards = place_on_cards(request, command, kv_offload=not command.no_kv_offload,
+                                   extra_buffer_bytes=_extra_buffer_bytes(model, command))
+        except NotPriced as why:
+            return CommandPrice(detail, None, None, cost_model.fidelity, str(why), fit=fit)
     memory = with_compute_buffer(placement_memory(request, placement, mapped=not command.no_mmap,
                                                   kv_offload=not command.no_kv_offload), model, command)
     refused = buffer_problem(command)
@@ -238,11 +250,17 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
     if fit is not None and fit.unpriced is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
-    problem = memory.problem()
+    if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
+        problem = memory.problem()
+    else:  # each card against its own memory
+        problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload)
-    has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
+    if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
+        cost, card_note = card_cost(request, command, cards, cost,
+                                    float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]
+        detail += f"; {card_note}"
     prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
     return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
 

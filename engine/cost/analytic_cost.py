@@ -40,6 +40,7 @@ from engine.core.assets_io import load_asset_json
 from engine.core.errors import CopeInputError
 from engine.cost.cost_model import CostModelDescription, Lanes, StateCosts, compose_state_costs, compose_step
 from engine.hardware.cpu_compute import core_compute, cores_used
+from engine.hardware.gpu_backends import uses_graphs
 from engine.hardware.platform import CpuSpec, GpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 from engine.models.quant import Quantization
@@ -231,7 +232,8 @@ class AnalyticCostModel:
         if cuda_graphs is None:
             cuda_graphs = plans_without_gpu(platform.gpu) or uses_cuda_graphs(
                 "llama.cpp", compute_capability=gpu_compute_capability(platform.gpu))
-        self.cuda_graphs = cuda_graphs
+        # a backend without graphs launches each kernel (engine/hardware/gpu_backends.py: Vulkan, SYCL)
+        self.cuda_graphs = cuda_graphs = cuda_graphs and uses_graphs(platform.gpu.backend)
         reference_block_s = self.a.gpu_block_overhead_s + (0.0 if cuda_graphs else self.a.gpu_block_no_graph_s)
         self._gpu_block_fixed_s = tuple(reference_block_s * block_kernels(model, b) / REFERENCE_BLOCK_KERNELS
                                         for b in range(model.n_blocks))

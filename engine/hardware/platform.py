@@ -81,7 +81,10 @@ def _spec_to_dict(spec: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(spec):
         v = getattr(spec, f.name)
-        out[f.name] = v.to_dict() if hasattr(v, "to_dict") else v
+        if isinstance(v, tuple) and v and hasattr(v[0], "to_dict"):
+            out[f.name] = [x.to_dict() for x in v]  # a GPU set's cards
+        else:
+            out[f.name] = v.to_dict() if hasattr(v, "to_dict") else v
     return out
 
 
@@ -127,6 +130,16 @@ class GpuSpec:
     matched_preset_id: str | None = None
     cuda_problem: CudaProblem | None = None
     device_names: tuple[str, ...] = ()  # presets: the names NVML and torch report for this card
+    # Who makes the card and the llama.cpp backend a plan for it uses (engine.hardware.gpu_backends:
+    # the backend names the card's buffers, CUDA0, ROCm0, Vulkan0, SYCL0).
+    vendor: str = "NVIDIA"
+    backend: str = "CUDA"
+    backends: tuple[str, ...] = ("CUDA", "Vulkan")  # the backends that run this card, the default first
+    # More than one card (engine.hardware.gpu_set): this spec is the set as the planner sees it
+    # (memory summed, bandwidth as the cards' shares of the work see it) and `cards` holds each
+    # card in llama.cpp's device order (CUDA0, CUDA1, ...). Empty for one card.
+    cards: tuple["GpuSpec", ...] = ()
+    pci_address: str | None = None  # detected: the PCI address ("0000:01:00.0"), where the system says
 
     def to_dict(self) -> dict[str, Any]:
         return _spec_to_dict(self)

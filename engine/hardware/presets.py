@@ -15,6 +15,8 @@ from engine.core.assets_io import load_asset_json
 from engine.core.errors import CopeInputError
 from engine.hardware.asset_rows import Rows
 from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.gpu_backends import BACKENDS
+from engine.hardware.gpu_set import gpu_choice
 from engine.hardware.platform import (
     DEFAULT_CPU_PRESET,
     GPU_ASSET,
@@ -73,8 +75,19 @@ def gpu_presets() -> dict[str, GpuSpec]:
             h2d_bytes_per_s=h2d,
             sm_count=Fact.preset(sms, cites["sm_count"]),
             device_names=r.texts(i, "device_names"),
+            **_vendor_fields(r, i),
         )
     return out
+
+
+def _vendor_fields(r: Rows, i: int) -> dict[str, object]:
+    """vendor, backend and backends of row `i` (NVIDIA and CUDA where the row says none)."""
+    vendor = r.text(i, "vendor") if r.has(i, "vendor") else "NVIDIA"
+    backends = r.texts(i, "backends") if r.has(i, "backends") else ("CUDA", "Vulkan")
+    for name in backends:
+        if name not in BACKENDS:
+            r.fail(f"{r._where(i, 'backends')}: {name!r} is not one of {', '.join(BACKENDS)}")
+    return {"vendor": vendor, "backend": backends[0], "backends": backends}
 
 
 # --- lookup by name (engine.hardware.preset_names) -----------------------------------------
@@ -84,7 +97,13 @@ _SIZE = re.compile(r"(?i)[\s_-]*\d+\s*gb\b")
 
 
 def get_gpu_preset(name: str) -> GpuSpec:
-    """A GPU preset by id or name: "rtx-4090", "RTX 4090", "rtx4090", "4090"."""
+    """A GPU preset by id or name: "rtx-4090", "RTX 4090", "rtx4090", "4090"; several cards
+    as "rtx-3090,rtx-3090" or "2x rtx-3090" (engine.hardware.gpu_set), a backend after '@'
+    ("rx-7900-xtx@vulkan")."""
+    return gpu_choice(name, _one_gpu_preset)
+
+
+def _one_gpu_preset(name: str) -> GpuSpec:
     table = gpu_presets()
     names = {k: v.name for k, v in table.items()}
     # The name with the card's memory, as people write it: "RTX 4090 24GB", "RTX 5070 (12GB)".

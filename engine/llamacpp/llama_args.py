@@ -79,10 +79,12 @@ ARG_TABLE: tuple[ArgSpec, ...] = (
     ArgSpec("kv_offload", ("-kvo", "--kv-offload"), False),
     ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
     ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
-    # More than one GPU: not modelled (common/arg.cpp: --split-mode, --tensor-split, --device).
+    # More than one GPU (common/arg.cpp at 0c1e570: -sm/--split-mode, -ts/--tensor-split,
+    # -dev/--device, -mg/--main-gpu), placed by engine/llamacpp/device_split.py.
     ArgSpec("split_mode", ("-sm", "--split-mode"), True),
     ArgSpec("tensor_split", ("-ts", "--tensor-split"), True),
     ArgSpec("device", ("-dev", "--device"), True),
+    ArgSpec("main_gpu", ("-mg", "--main-gpu"), True),
 )
 # Programs of llama.cpp and its forks that take these flags -> the one whose flags they share
 # (tools/; ik_llama.cpp adds llama-sweep-bench; `main` and `server` are the names before 2024).
@@ -136,6 +138,12 @@ class LlamaCommand:
     # say the model and quantization, engine/models/model_names.py), and those flags as typed.
     model_name: str | None = None
     model_source: str = ""
+    # Two or more GPUs, as typed (engine/llamacpp/device_split.py reads them).
+    tensor_split: str | None = None  # -ts
+    split_mode: str | None = None  # -sm
+    devices: str | None = None  # -dev
+    main_gpu: int | None = None  # -mg
+    visible_env: tuple[tuple[str, str], ...] = ()  # CUDA_VISIBLE_DEVICES and its kin, as set for the command
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -253,6 +261,10 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         else None, kv_bytes_per_element=_kv_bytes(values), multi_gpu=_multi_gpu(values, overrides, environ),
         unknown=tuple(unknown), notes=tuple(notes), **prompt, args=tuple(groups), env_words=tuple(env_words),
         no_kv_offload=_no_kv_offload(values, groups),
+        tensor_split=values.get("tensor_split"), split_mode=values.get("split_mode"), devices=values.get("device"),
+        main_gpu=_first_int(values.get("main_gpu"), "-mg", tool, notes) if tool == "llama-bench"
+        else (stoi(values["main_gpu"], "-mg") if "main_gpu" in values else None),
+        visible_env=tuple((k, environ[k]) for k in VISIBLE_DEVICES if k in environ),
     )
 
 

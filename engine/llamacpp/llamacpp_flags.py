@@ -95,6 +95,11 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("cpu_moe", _server(Spelling("--cpu-moe", switch=True)),
          "arg.cpp {-cmoe,--cpu-moe}; llama-bench has none: -ncmoe <blocks> instead"),
     Flag("override_tensor", _all("-ot"), "arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot"),
+    # Two or more cards (0c1e570): arg.cpp {-ts,--tensor-split} N0,N1 (',' or '/' between
+    # devices); llama-bench.cpp {-ts,--tensor-split} ts0/ts1 (',' separates test configurations)
+    Flag("tensor_split", _all("-ts"), "arg.cpp {-ts,--tensor-split}; llama-bench.cpp -ts <ts0/ts1/..>"),
+    # arg.cpp {-dev,--device} <dev1,dev2,..>; llama-bench.cpp {-dev,--device} <dev0/dev1/...>
+    Flag("device", _all("-dev"), "arg.cpp {-dev,--device}; llama-bench.cpp -dev"),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
     # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334).
     Flag("no_mmap", {**_server(Spelling("-lm", "none"), Spelling("--no-mmap", switch=True)),

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.cost.request import AdviseRequest
 from engine.hardware.memory import MemoryPlan
 from engine.llamacpp.builds import LlamaBuild
 from engine.models.model import ModelSpec
@@ -87,6 +88,10 @@ class ExportPlan:
     checkpoint: Checkpoint | None = None
     cpu_amx: bool | None = None
     cpu_amx_note: str = ""
+    # The request the plan answers: two or more cards split the layers by it
+    # (engine/llamacpp/device_split.py plan_split); None: one card, nothing to split.
+    request: "AdviseRequest | None" = None
+    gpu_backend: str = "CUDA"  # the llama.cpp backend the plan's GPU runs on (engine/hardware/gpu_backends.py)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,8 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         gpu_vram_bytes=int(gpu.vram_bytes.value) if gpu.vram_bytes.known else None,
         cpu_amx=amx,
         cpu_amx_note=amx_note,
+        request=req if gpu.cards else None,
+        gpu_backend=gpu.backend,
     )
 
 

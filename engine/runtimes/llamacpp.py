@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.hardware.gpu_set import cards_of
 from engine.llamacpp.builds import LlamaBuild, shipped_build
+from engine.llamacpp.device_split import plan_split
 from engine.llamacpp.llamacpp_flags import (
     BINARIES,
     MIN_GPU_LAYERS_FLAG,
@@ -96,6 +98,16 @@ class LlamaShape:
     fork_slots: int = 0  # NEEDS_FORK: slots per layer
 
 
+def multi_card_blocker(stock: bool, placement: Placement) -> str | None:
+    """Why a runtime cannot run `placement` over two or more cards as COPE spells it (None: it can)."""
+    if not stock:
+        return ("two or more cards are exported for stock llama.cpp only (its -ts and per-card -ot buffers, "
+                "read at 0c1e570)")
+    if placement.layout is not Layout.LAYERS:
+        return "over two or more cards COPE exports whole layers a card (no staged copies, no expert cache)"
+    return None
+
+
 def fork_blocker(placement: Placement, model: ModelSpec) -> str | None:
     """Why the fork cannot hold this per-expert placement at all, or None."""
     if model.arch not in FORK_ARCHS:
@@ -152,6 +164,13 @@ class LlamaFamily:
     def support(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan) -> Support:
         shape = llama_shape(candidate, placement, model)
         name = self.info.name
+        if plan.request is not None:  # two or more cards (engine/llamacpp/device_split.py)
+            why = multi_card_blocker(self is STOCK, placement)
+            if why:
+                return Support(name, NOT_RUN, why)
+        if plan.gpu_backend != "CUDA" and self is not STOCK:
+            return Support(name, NOT_RUN, f"{self.info.title} is exported for CUDA only; llama.cpp's "
+                           f"{plan.gpu_backend} backend is stock llama.cpp's")
         if placement.layout is Layout.STAGED and self.stage_flag:
             return Support(name, EXACT, IK_STAGING)
         if placement.layout is Layout.STAGED and not self.stage_env:
@@ -230,6 +249,14 @@ class LlamaFamily:
             argv += self._moe_cache_args(placement, model, plan, opts, env, side, notes)
         elif placement.cpu_layers.any():  # type: ignore[union-attr]
             argv += self._layer_args(placement.cpu_layers, model, binary, build)  # type: ignore[arg-type]
+        if plan.request is not None and placement.cpu_layers is not None:
+            argv = self._card_args(argv, plan, placement.cpu_layers, binary, build, notes)
+        elif plan.gpu_backend != "CUDA" and not placement.all_on_cpu:
+            # a build with several backends sees one card once a backend: name the plan's
+            # (src/llama.cpp: -dev picks the devices; ggml-vulkan.cpp, ggml-cuda.cu name them)
+            argv += flag_args(binary, "device", f"{plan.gpu_backend}0", build)
+            notes.append(f"-dev {plan.gpu_backend}0: llama.cpp's {plan.gpu_backend} backend (buffer names as "
+                         "ggml registers them at 0c1e570)")
         experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
         if experts_on_cpu and not mapped:
             argv += flag_args(binary, "no_mmap", None, build)
@@ -270,6 +297,41 @@ class LlamaFamily:
             # --n-cpu-moe counts blocks, dense leading blocks included.
             return flag_args(binary, "n_cpu_moe", blocks[-1] + 1, build)
         return flag_args(binary, "override_tensor", layer_set_regex(blocks) + "=CPU", build)
+
+    def _card_args(self, argv: list[str], plan: ExportPlan, cpu_layers: np.ndarray, binary: str,
+                   build: LlamaBuild, notes: list[str]) -> list[str]:
+        """`argv` with -ts (each card's blocks) and an -ot a card for the experts it holds.
+        llama-bench reads each -ot as test configurations (',' between them, ';' between
+        overrides: tools/llama-bench/llama-bench.cpp), so there the overrides join the
+        command's one -ot with ';'; llama-server and llama-cli take one -ot each."""
+        split = plan_split(plan.request, cpu_layers)  # type: ignore[arg-type]
+        bench = binary == "llama-bench"
+        args = list(argv) + flag_args(binary, "tensor_split",
+                                      ("/" if bench else ",").join(str(c) for c in split.layer_counts), build)
+        pinned = [layer_set_regex(list(blocks)) + f"={name}" for name, blocks in zip(split.names, split.expert_blocks)
+                  if blocks]
+        option = flag_args(binary, "override_tensor", "x", build)[0]
+        if bench and pinned and option in args:
+            at = args.index(option) + 1
+            args[at] = ";".join([args[at], *pinned])
+        elif bench and pinned:
+            args += flag_args(binary, "override_tensor", ";".join(pinned), build)
+        else:
+            for override in pinned:
+                args += flag_args(binary, "override_tensor", override, build)
+        cards = cards_of(plan.request.platform.gpu)  # type: ignore[union-attr]
+        held = "; ".join(f"{name} ({card.name}) {n} blocks, {used / 2**30:.1f} GiB of "
+                         f"{int(card.vram_bytes.value) / 2**30:.1f}"  # type: ignore[arg-type]
+                         for name, card, n, used in zip(split.names, cards, split.layer_counts, split.card_bytes))
+        notes.append(f"layers over {len(cards)} cards (-ts counts each card's layers, the output layer with the last "
+                     f"block's card where it has room; "
+                     f"src/llama-model.cpp load_tensors at 0c1e570): {held}")
+        over = [name for name, card, used in zip(split.names, cards, split.card_bytes)
+                if card.vram_bytes.known and used > int(card.vram_bytes.value)]  # type: ignore[arg-type]
+        if over:
+            notes.append(f"{', '.join(over)} would hold more than its memory: lower -c or move a layer's experts to "
+                         "the CPU")
+        return args
 
     def _moe_cache_args(self, placement: Placement, model: ModelSpec, plan: ExportPlan, opts: LaunchOptions,
                         env: list, side: list, notes: list) -> list[str]:

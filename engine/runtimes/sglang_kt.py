@@ -205,6 +205,9 @@ class SglangKt:
         name = self.info.name
         if placement.layout is Layout.STAGED:
             return Support(name, NOT_RUN, "kt-kernel computes CPU experts on the CPU; it never stages them")
+        if plan.request is not None or plan.gpu_backend != "CUDA":
+            return Support(name, NOT_RUN, "SGLang + kt-kernel is exported for one CUDA card (several cards need "
+                           "its tensor parallelism, which COPE does not size)")
         memory = kt_memory(model, plan)
         if placement.all_on_gpu and memory.all_fit:
             return Support(name, NOT_RUN, "every expert fits on the GPU by SGLang's arithmetic "
