@@ -176,6 +176,8 @@ def describe(problems: dict[str, list[str]]) -> str:
 CASES = [(rt, b) for rt in FILES for b in runtime_named(rt).info.binaries]
 
 
+# The slowest of the file (nearest_runnable places every other candidate, for each one refused).
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.parametrize("model_id", MODELS)
 @pytest.mark.parametrize("runtime,binary", CASES, ids=[f"{rt}-{b}" for rt, b in CASES])
