@@ -158,9 +158,11 @@ class RoutingTrace:
         offsets = (np.arange(n_layers, dtype=np.int64) * n_experts)[None, :, None]
         counts = np.zeros(n_layers * n_experts, dtype=np.int64)
         # 4,096 tokens at a time: one flat int64 copy of a long trace (50 MB for 16,000
-        # tokens of 48 layers x top-8) cost about 0.1 s in page faults inside advise.
-        for start in range(0, self.expert_ids.shape[0], 4096):
-            flat = self.expert_ids[start:start + 4096] + offsets
+        # tokens of 48 layers x top-8) cost about 0.1 s in page faults inside advise; fewer
+        # where a token holds more slots (4,096 of 1,024 layers x top-64 would be 2 GiB).
+        step = max(1, min(4096, 2**21 // max(n_layers * self.expert_ids.shape[2], 1)))
+        for start in range(0, self.expert_ids.shape[0], step):
+            flat = self.expert_ids[start:start + step] + offsets
             counts += np.bincount(flat.ravel(), minlength=n_layers * n_experts)
         return counts.reshape(n_layers, n_experts)
 
