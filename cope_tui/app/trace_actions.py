@@ -9,11 +9,10 @@ import threading
 from textual import work
 from textual.message import Message
 
-from cope_tui.app.messages import Progress, PullPlanned, TraceRecorded
+from cope_tui.app.messages import PullPlanned, TraceRecorded
 from cope_tui.app.panes.trace import TracePane
-from cope_tui.app.workers import why
+from cope_tui.app.workers import fetch_in_worker
 from cope_tui.sources.hub_trace import entries_for, entry_label
-from engine.core.progress import Cancelled
 
 
 class ImatrixPulled(Message):
@@ -96,19 +95,11 @@ class TraceActions:
     @work(thread=True, exclusive=True, group="record", exit_on_error=False)
     def pull_imatrix_file(self, repo_id: str, filename: str | None, repo_type: str,
                           cancel: threading.Event) -> None:
-        def progress(done: int, total: int, label: str) -> None:
-            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
-                self.post_message(Progress("record", done, total, label))
-
         where = f"{repo_id}/{filename}" if filename else repo_id
-        try:
-            path = self.services.pull_imatrix(repo_id, filename, repo_type=repo_type, progress=progress,
-                                              cancel=cancel)
-        except Exception as exc:  # noqa: BLE001 - Cancelled included: one line either way
-            if cancel.is_set() or isinstance(exc, Cancelled):
-                self.post_message(ImatrixPulled(None, "Imatrix download cancelled; nothing was kept."))
-            else:
-                self.post_message(ImatrixPulled(None, f"Imatrix download failed: {why(exc)}"))
+        path = fetch_in_worker(self.post_message, cancel, ImatrixPulled, "Imatrix download",
+                               lambda progress: self.services.pull_imatrix(repo_id, filename, repo_type=repo_type,
+                                                                           progress=progress, cancel=cancel))
+        if path is None:
             return
         self.post_message(ImatrixPulled(path, f"Downloaded {where} to {path}; its per-expert counts are now the "
                                               "popularity (as --profile-trace)."))

@@ -43,6 +43,25 @@ def why(exc: BaseException) -> str:
     return f"internal error ({type(exc).__name__}: {exc})"
 
 
+def fetch_in_worker(post: Callable[[Message], Any], cancel: threading.Event, done: Callable[[Any, str], Message],
+                    what: str, fetch: Callable[[Callable[[int, int, str], None]], Any]) -> Any:
+    """Run `fetch(progress)` on a worker thread: its progress goes to the Trace pane until
+    Escape is pressed (then "Cancelling..." stays), a cancel or a failure is posted as
+    `done(None, one line)`; returns what it fetched, or None after posting why not."""
+    def progress(n_done: int, total: int, label: str) -> None:
+        if not cancel.is_set():
+            post(Progress("record", n_done, total, label))
+
+    try:
+        return fetch(progress)
+    except Exception as exc:  # noqa: BLE001 - Cancelled included: one line either way
+        if cancel.is_set() or isinstance(exc, Cancelled):
+            post(done(None, f"{what} cancelled; nothing was kept."))
+        else:
+            post(done(None, f"{what} failed: {why(exc)}"))
+        return None
+
+
 class Workers:
     """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`."""
 
@@ -191,16 +210,7 @@ class Workers:
             if not cancel.is_set():
                 self.post_message(Progress("record", 0, 1, line))
 
-        def progress(done: int, total: int, label: str) -> None:
-            if not cancel.is_set():  # keep "Cancelling..." in the pane once Escape is pressed
-                self.post_message(Progress("record", done, total, label))
-
-        try:
-            path = self.services.pull(spec, model_id, log, progress, cancel)
-        except Exception as exc:  # noqa: BLE001 - Cancelled included: one line either way
-            if cancel.is_set() or isinstance(exc, Cancelled):
-                self.post_message(TraceRecorded(None, "Pull cancelled; nothing was kept."))
-            else:
-                self.post_message(TraceRecorded(None, f"Pull failed: {why(exc)}"))
-            return
-        self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))
+        path = fetch_in_worker(self.post_message, cancel, TraceRecorded, "Pull",
+                               lambda progress: self.services.pull(spec, model_id, log, progress, cancel))
+        if path is not None:
+            self.post_message(TraceRecorded(path, f"Pulled {spec} to {path}; it is now the trace in use."))
