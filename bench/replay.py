@@ -71,7 +71,10 @@ MODEL = "qwen3-30b-a3b"
 GPU = "rtx-4060-ti-16gb"
 CPU = "desktop-ddr5"
 SWEEP_GIB = tuple(range(6, 22))  # 16 budgets
-TARGETS_S = {1000: (0.3, 1.0), 16000: (1.0, 2.0)}  # tokens replayed: (advise, sweep)
+# tokens replayed: (advise, sweep). The 16k sweep's 6 s is issue 30's decision (its step-wise,
+# capped caches have no one-pass curve; the chart draws the rest first): 2 s is out of reach
+# on 2 cores for the present candidate set (see --breakdown).
+TARGETS_S = {1000: (0.3, 1.0), 16000: (1.0, 6.0)}
 CHART_SERIES = 4  # the app's chart: the best four at the request's budget and the baseline
 
 
