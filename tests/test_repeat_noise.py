@@ -39,7 +39,7 @@ def test_a_single_execution_is_no_repeat_and_fidelities_stay_apart():
 
 def test_the_verdict_names_the_worst_spread_only_when_it_exceeds_the_target():
     verdict = noise_verdict(repeat_groups(NOISY), 0.10)
-    assert verdict is not None and "1 threads" in verdict and "spread 25%" in verdict and "180.3 to 233.3" in verdict
+    assert verdict is not None and "1 thread," in verdict and "spread 25%" in verdict and "180.3 to 233.3" in verdict
     quiet = [row(1, m) for m in (235.33, 244.03, 247.66, 243.56)]
     assert noise_verdict(repeat_groups(quiet), 0.10) is None
 

@@ -71,7 +71,7 @@ def noise_verdict(groups: list[RepeatGroup], target: float) -> str | None:
     if not noisy:
         return None
     worst = max(noisy, key=lambda g: g.spread)
-    return (f"identical executions of the all-on-CPU candidate ({worst.model}, {worst.threads} threads, one per "
+    return (f"identical executions of the all-on-CPU candidate ({worst.model}, {worst.threads} thread{'' if worst.threads == 1 else 's'}, one per "
             f"VRAM budget) spread {worst.spread:.0%} ({worst.min_tpot_s * 1e3:.1f} to {worst.max_tpot_s * 1e3:.1f} ms):"
             f" more than the {target:.0%} target, so this run cannot show the target met or missed; rerun on a "
             f"quieter machine")
