@@ -140,15 +140,9 @@ def read_commitmoe_safetensors(path, *, model_moe_blocks, n_experts: int, top_k:
         row = f"row {exc.line}: " if exc.line else ""
         raise CopeInputError(row + exc.message.replace(" at line ", " at row "), path=where) from None
     notes = [n.replace(" at line ", " at row ") for n in notes]
-    meta = TraceMeta(
-        model=model_name,
-        source=where,
-        origin="imported",
-        n_experts=int(n_experts),
-        moe_blocks=tuple(int(b) for b in model_moe_blocks),
-        recorded_with=f"CommitMoE routing labels (one sequence per prompt_idx); weights: {how}",
-        notes=tuple(([cut] if cut else []) + notes),
-    )
+    meta = TraceMeta.imported(model_name, where, n_experts, model_moe_blocks,
+                              f"CommitMoE routing labels (one sequence per prompt_idx); weights: {how}",
+                              ([cut] if cut else []) + notes)
     return build_trace(where, expert_ids=expert_ids, meta=meta, weights=w, seq_starts=seq_starts)
 
 

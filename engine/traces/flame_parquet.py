@@ -185,15 +185,9 @@ def read_flame_parquet(path, *, n_experts: int, model_name: str = "", limit: int
         notes.append(f"kept the first {expert_ids.shape[0]:,} of {totals[0]:,} tokens of {Path(where).name}{why}")
     if expert_ids.size and (expert_ids.min() < 0 or expert_ids.max() >= n_experts):
         raise CopeInputError(f"expert id out of range 0..{n_experts - 1}", path=where)
-    meta = TraceMeta(
-        model=model_name,
-        source=where,
-        origin="imported",
-        n_experts=int(n_experts),
-        moe_blocks=tuple(b for b, _ in layers),
-        recorded_with="FLAME-MoE routing capture (pretraining tokens, one stream); weights: router softmax scores",
-        notes=tuple(notes),
-    )
+    meta = TraceMeta.imported(
+        model_name, where, n_experts, [b for b, _ in layers],
+        "FLAME-MoE routing capture (pretraining tokens, one stream); weights: router softmax scores", notes)
     return build_trace(where, expert_ids=expert_ids.astype(np.int16), meta=meta, weights=weights,
                        seq_starts=np.zeros(1, dtype=np.int64))
 

@@ -160,15 +160,8 @@ def read_jsonl_trace(
         moe_blocks=model_moe_blocks,
         seq_labels=[s if s is not None else "(none)" for s in recs.seq_codes],
     )
-    meta = TraceMeta(
-        model=model_name,
-        source=where,
-        origin="imported",
-        n_experts=int(n_experts),
-        moe_blocks=tuple(int(b) for b in model_moe_blocks),
-        recorded_with="generic JSONL, one record per (token, layer)",
-        notes=tuple(notes),
-    )
+    meta = TraceMeta.imported(model_name, where, n_experts, model_moe_blocks,
+                              "generic JSONL, one record per (token, layer)", notes)
     return build_trace(where, expert_ids=ids, meta=meta, weights=w, seq_starts=seq_starts)
 
 

@@ -159,16 +159,10 @@ def read_llama_moe_trace_csv(
         where, seq=seq, pos=d[:, 0], layer=layer, ids=d[:, 2:], weights=None, line_of=dline,
         moe_blocks=model_moe_blocks,
     )
-    meta = TraceMeta(
-        model=model_name,
-        source=where,
-        origin="imported",
-        n_experts=int(n_experts),
-        moe_blocks=tuple(int(b) for b in model_moe_blocks),
-        recorded_with="llama-moe-trace CSV (llama.cpp fork): decode rows, ids in descending router score",
-        notes=("no router weights in this format",) + (("its header line was skipped",) if header else ())
-        + tuple(notes),
-    )
+    meta = TraceMeta.imported(
+        model_name, where, n_experts, model_moe_blocks,
+        "llama-moe-trace CSV (llama.cpp fork): decode rows, ids in descending router score",
+        ("no router weights in this format",) + (("its header line was skipped",) if header else ()) + tuple(notes))
     return build_trace(where, expert_ids=ids, meta=meta, seq_starts=seq_starts)
 
 

@@ -173,15 +173,7 @@ def _read_file_ids(path: str) -> tuple[np.ndarray, list[str]]:
 
 
 def _meta(where: str, recorded_with: str, notes: tuple[str, ...]) -> TraceMeta:
-    return TraceMeta(
-        model=MOE_BEYOND_MODEL,
-        source=where,
-        origin="imported",
-        n_experts=MOE_BEYOND_EXPERTS,
-        moe_blocks=MOE_BEYOND_BLOCKS,
-        recorded_with=recorded_with,
-        notes=notes,
-    )
+    return TraceMeta.imported(MOE_BEYOND_MODEL, where, MOE_BEYOND_EXPERTS, MOE_BEYOND_BLOCKS, recorded_with, notes)
 
 
 def read_moe_beyond_file(path: str | os.PathLike) -> RoutingTrace:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -25,6 +26,13 @@ class TraceMeta:
     @property
     def synthetic(self) -> bool:
         return self.origin == "synthetic"
+
+    @classmethod
+    def imported(cls, model: str, source: str, n_experts: int, moe_blocks: Sequence[int], recorded_with: str,
+                 notes: Sequence[str] = ()) -> "TraceMeta":
+        """What every reader of a file format says of the routing it read."""
+        return cls(model=model, source=source, origin="imported", n_experts=int(n_experts),
+                   moe_blocks=tuple(int(b) for b in moe_blocks), recorded_with=recorded_with, notes=tuple(notes))
 
     def to_dict(self) -> dict:
         return {
