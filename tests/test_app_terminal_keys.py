@@ -166,6 +166,20 @@ class Tmux:
             time.sleep(0.2)
         raise AssertionError(f"{text!r} never appeared{' ' + step if step else ''}; the screen:\n{self.screen()}")
 
+    def wait_settled(self, step: str, seconds: float = 30.0) -> str:
+        """Two captures in a row alike: the app has handled what it was sent and repainted
+        (e places the paste field's focus a refresh after Export is drawn; a key sent
+        before that is "from the tab bar", not from inside the field)."""
+        deadline = time.monotonic() + seconds
+        last = self.screen()
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            screen = self.screen()
+            if screen == last:
+                return screen
+            last = screen
+        raise AssertionError(f"the screen never settled {step}; the screen:\n{last}")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
@@ -181,6 +195,7 @@ def test_in_tmux_the_raw_keys_switch_tabs_from_the_paste_field(tmp_path):
         for key, tab in (("f2", "hardware"), ("ctrl+pagedown", "hardware"), ("ctrl+pageup", "results")):
             tmux.send_hex("e")  # the paste field of Export takes the focus
             tmux.wait_for(SHOWN["export"], step=f"after e (before {key})")
+            tmux.wait_settled(f"after e (before {key})")
             tmux.send_hex({**F_KEYS, **CTRL_PAGE}[key])
             screen = tmux.wait_for(SHOWN[tab], step=f"after e then {key}")
             assert SHOWN["export"] not in screen
