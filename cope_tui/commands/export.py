@@ -21,7 +21,8 @@ from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import output_path
-from engine.runtimes import ALIASES, RUNTIME_NAMES
+from engine.llamacpp.llamacpp_flags import BINARIES
+from engine.runtimes import ALIASES, RUNTIME_NAMES, SGLANG_KT_NAME, STOCK_NAME
 
 RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the earlier spellings
 
@@ -29,10 +30,10 @@ RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the ea
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="the command line (and artefacts) that runs one candidate")
     p.add_argument("--candidate", required=True, metavar="ID", help="candidate id, as `cope advise` lists it")
-    p.add_argument("--runtime", choices=RUNTIME_CHOICES, default="llama.cpp",
+    p.add_argument("--runtime", choices=RUNTIME_CHOICES, default=STOCK_NAME,
                    help="llama.cpp (stock, the default; 'stock' says the same), ik_llama.cpp, fork (the llama.cpp "
                         "MoE expert-cache fork, --moe-cache-profile) or sglang-kt (SGLang + kt-kernel)")
-    p.add_argument("--binary", choices=("llama-server", "llama-cli", "llama-bench"), default=None,
+    p.add_argument("--binary", choices=BINARIES, default=None,
                    help="the llama.cpp program (default llama-server; sglang-kt launches python -m sglang.launch_server)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file (default: <model id>.gguf)")
     p.add_argument("--hf-model", metavar="REPO|DIR",
@@ -44,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runtime == "sglang-kt" and args.binary is not None:
-        raise CopeInputError("--binary names a llama.cpp program; sglang-kt runs python -m sglang.launch_server")
+    if args.runtime == SGLANG_KT_NAME and args.binary is not None:
+        raise CopeInputError(f"--binary names a llama.cpp program; {SGLANG_KT_NAME} runs python -m sglang.launch_server")
     if args.out:  # the target checked before any work or any side file (a FIFO there leaves the .pt alone)
         args.out = str(output_path(args.out, flag="--out"))
     workload = workload_of(choices_from_args(args))

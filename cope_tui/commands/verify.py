@@ -17,7 +17,7 @@ from cope_tui.service.cpu_only import plan_cpu_only
 from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
 from engine.core.errors import CopeInputError
 from engine.hardware.platform import NO_GPU
-from engine.runtimes import ALIASES, REGISTRY
+from engine.runtimes import ALIASES, REGISTRY, STOCK_NAME
 
 # The runtimes whose builds ship llama-bench, what verify runs, and their earlier spellings.
 BENCH_RUNTIMES = tuple(r.info.name for r in REGISTRY if "llama-bench" in r.info.binaries)
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="candidate id, as `cope advise` lists it (with --gpu none: cpu-only)")
     p.add_argument("--llama-bench", metavar="PATH", help="the llama-bench binary (default: from PATH)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file to benchmark")
-    p.add_argument("--runtime", choices=VERIFY_CHOICES, default="llama.cpp",
+    p.add_argument("--runtime", choices=VERIFY_CHOICES, default=STOCK_NAME,
                    help="llama.cpp's llama-bench (stock means the same) or the MoE expert-cache fork's")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                    help="seconds for all benchmark runs together (default 600)")

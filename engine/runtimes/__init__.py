@@ -38,6 +38,7 @@ RUNTIME_NAMES = tuple(r.info.name for r in REGISTRY)
 # Earlier spellings of `cope export --runtime` (DESIGN.md §7): still accepted.
 ALIASES = {"stock": "llama.cpp"}
 STOCK_NAME = STOCK.info.name
+SGLANG_KT_NAME = SGLANG_KT.info.name
 
 
 def runtime_named(name: str) -> RuntimeImpl:
@@ -54,7 +55,7 @@ def supports(candidate, placement: Placement, model, plan: ExportPlan) -> tuple[
 
 
 __all__ = [
-    "ALIASES", "APPROXIMATE", "EXACT", "NOT_RUN", "REGISTRY", "RUNTIME_NAMES", "STOCK_NAME", "ExportPlan", "HostUse",
+    "ALIASES", "APPROXIMATE", "EXACT", "NOT_RUN", "REGISTRY", "RUNTIME_NAMES", "SGLANG_KT_NAME", "STOCK_NAME", "ExportPlan", "HostUse",
     "Launch", "LaunchOptions", "Layout", "Placement", "Runtime", "Support", "placement_of", "runtime_named",
     "supports",
 ]
