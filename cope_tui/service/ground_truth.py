@@ -183,8 +183,7 @@ def _configurations(settings, model_id, threads, run, executors, out_of_time, ca
     analytic = analytic_model(request, as_probed=True)  # the executor attends to half the context, F16 cache
     for i, budget in enumerate(fits):
         memory = recs[split_from][i].memory
-        executor.budget = (memory.vram_budget_bytes - memory.non_expert_bytes - memory.kv_cache_bytes
-                           - memory.runtime_reserve_bytes)
+        executor.budget = memory.runtime_expert_room_bytes()
         estimates = {f: {e.candidate.id: e for e in recs[f][i].estimates} for f in recs}
         rows, measured = [], {}
         for est in recs[split_from][i].estimates:

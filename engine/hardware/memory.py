@@ -59,6 +59,11 @@ class MemoryPlan:
     def fits_at_all(self) -> bool:
         return self.vram_budget_bytes >= self.fixed_bytes
 
+    def runtime_expert_room_bytes(self) -> int:
+        """What a runtime may allocate for experts: the budget less everything else it
+        allocates (the safety margin is headroom a plan keeps, not an allocation)."""
+        return self.vram_budget_bytes - self.vram_used_bytes(0, staging=False)
+
     def vram_used_bytes(self, slots: int, *, staging: bool) -> int:
         """What the runtime allocates for `slots` experts: the headroom a plan keeps (the
         safety margin) is not used, so it is not counted; `cope estimate` counts the same."""
