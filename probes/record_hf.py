@@ -269,16 +269,8 @@ def record_hf(
     return HFRecording(trace, used_prompts, generated, cancelled=cancelled, notes=notes)
 
 
-def record_with_transformers(
-    model_or_path,
-    prompts: Sequence[str | Sequence[int]],
-    tokens_per_prompt: int,
-    *,
-    device: str = "cpu",
-    progress: Progress | None = None,
-    cancel: threading.Event | None = None,
-    **options,
-) -> RoutingTrace:
+def record_with_transformers(model_or_path, prompts: Sequence[str | Sequence[int]], tokens_per_prompt: int,
+                             **options) -> RoutingTrace:
     """Decode `tokens_per_prompt` tokens after each prompt and return their routing.
 
     model_or_path: a transformers CausalLM object, a local folder or a Hub repo id.
@@ -286,12 +278,11 @@ def record_with_transformers(
     lists of token ids. One sequence per prompt. progress(done, total, label) is
     called after each token; when `cancel` is set the recording stops after the
     current token and returns what was recorded so far (RecordingCancelled when
-    nothing was). Other options: tokenizer, dtype, sample, temperature, seed,
-    stop_at_eos, model_name, domain, source (see `record_hf`).
+    nothing was). Options, keyword only, as `record_hf` takes them: device ("cpu"),
+    progress, cancel, tokenizer, dtype, sample, temperature, seed, stop_at_eos,
+    model_name, domain, source.
     """
-    return record_hf(
-        model_or_path, prompts, tokens_per_prompt, device=device, progress=progress, cancel=cancel, **options
-    ).trace
+    return record_hf(model_or_path, prompts, tokens_per_prompt, **options).trace
 
 
 __all__ = ["HFRecording", "RecordingCancelled", "record_hf", "record_with_transformers"]
