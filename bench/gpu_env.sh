@@ -2,6 +2,8 @@
 # gpu_validate.sh, gpu_probe_check.sh), so they all find the same Python, install the
 # same wheels and refuse the same way. Not to be run on its own.
 #
+#   gpu_env_args DRY ARGS...  reads [--dry-run] OUT_DIR: sets $dry (1 with --dry-run, else
+#                             DRY) and $out_arg; else the usage line on stderr, exit 2
 #   gpu_env_python            sets $py: $PYTHON, else the checkout's .venv, else python3
 #   gpu_env_cuda NAME DRY     no usable CUDA and DRY != 1: one line on stderr, exit 2
 #   gpu_env_install NAME DIR  COPE and bench/wheels (bench/offline_wheels.sh) unpacked into
@@ -15,6 +17,16 @@
 # estimate and an execution compare the same card (tests/test_gpu_scripts.py checks).
 
 gpu_env_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+gpu_env_args() {
+  dry=$1; shift
+  if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+  if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
+    echo "usage: $0 [--dry-run] OUT_DIR" >&2
+    exit 2
+  fi
+  out_arg=$1
+}
 
 gpu_env_python() {
   if [ -n "${PYTHON:-}" ]; then py=$PYTHON

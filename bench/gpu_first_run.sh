@@ -24,19 +24,14 @@
 # CUDA device without --dry-run, or no wheels (one line, before any step).
 set -u -o pipefail
 
-dry=${FIRST_RUN_DRY_RUN:-0}
-if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
-if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
-  echo "usage: $0 [--dry-run] OUT_DIR" >&2
-  exit 2
-fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/gpu_env.sh
 . "$root/bench/gpu_env.sh"
+gpu_env_args "${FIRST_RUN_DRY_RUN:-0}" "$@"
 gpu_env_python gpu_first_run
 gpu_env_cuda gpu_first_run "$dry"
 
-out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_first_run: cannot create $1" >&2; exit 2; }
+out=$(mkdir -p "$out_arg" && cd "$out_arg" && pwd) || { echo "gpu_first_run: cannot create $out_arg" >&2; exit 2; }
 work="$out/first-run"
 rm -rf "$work" && mkdir -p "$work" || { echo "gpu_first_run: cannot create $work" >&2; exit 2; }
 private=$(mktemp -d "${TMPDIR:-/tmp}/cope-first-run.XXXXXX") || { echo "gpu_first_run: no temporary folder" >&2; exit 2; }

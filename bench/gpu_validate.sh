@@ -19,18 +19,13 @@
 # script on a CPU-only machine) or no wheels.
 set -u -o pipefail
 
-dry=0
-if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
-if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
-  echo "usage: $0 [--dry-run] OUT_DIR" >&2
-  exit 2
-fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/gpu_env.sh
 . "$root/bench/gpu_env.sh"
+gpu_env_args "0" "$@"
 gpu_env_python gpu_validate
 gpu_env_cuda gpu_validate "$dry"
-out=$1
+out=$out_arg
 mkdir -p "$out/traces" || { echo "gpu_validate: cannot create $out" >&2; exit 2; }
 out=$(cd "$out" && pwd)
 private=$(mktemp -d "${TMPDIR:-/tmp}/cope-validate.XXXXXX") || { echo "gpu_validate: no temporary folder" >&2; exit 2; }
