@@ -123,6 +123,36 @@ NAMES = [
     ("AMD EPYC 7453 28-Core Processor", "epyc-7453"),
     ("AMD EPYC 7773X 64-Core Processor", "epyc-7773x"),
     ("AMD EPYC 9184X 16-Core Processor", "epyc-9184x"),
+    # laptops (Tiger Lake to Arrow and Lunar Lake; Ryzen 5000 to 9000 HX), Xeon E, EPYC 4004/4005
+    ("Intel(R) Core(TM) i7-12700H CPU @ 2.30GHz", "core-i7-12700h"),
+    ("12th Gen Intel(R) Core(TM) i7-1260P", "core-i7-1260p"),
+    ("12th Gen Intel(R) Core(TM) i9-12900HX", "core-i9-12900hx"),
+    ("13th Gen Intel(R) Core(TM) i7-13700H", "core-i7-13700h"),
+    ("13th Gen Intel(R) Core(TM) i9-13980HX", "core-i9-13980hx"),
+    ("13th Gen Intel(R) Core(TM) i5-1335U", "core-i5-1335u"),
+    ("Intel(R) Core(TM) i9-14900HX", "core-i9-14900hx"),
+    ("11th Gen Intel(R) Core(TM) i5-1135G7 @ 2.40GHz", "core-i5-1135g7"),
+    ("11th Gen Intel(R) Core(TM) i7-11800H @ 2.30GHz", "core-i7-11800h"),
+    ("Intel(R) Core(TM) Ultra 7 155H", "core-ultra-7-155h"),
+    ("Intel(R) Core(TM) Ultra 5 125U", "core-ultra-5-125u"),
+    ("Intel(R) Core(TM) Ultra 9 285H", "core-ultra-9-285h"),
+    ("Intel(R) Core(TM) Ultra 9 275HX", "core-ultra-9-275hx"),
+    ("Intel(R) Core(TM) Ultra 7 258V", "core-ultra-7-258v"),
+    ("Intel(R) Core(TM) Ultra 7 265", "core-ultra-7-265"),
+    ("Intel(R) Xeon(R) E-2288G CPU @ 3.70GHz", "xeon-e-2288g"),
+    ("Intel(R) Xeon(R) E-2388G CPU @ 3.20GHz", "xeon-e-2388g"),
+    ("Intel(R) Xeon(R) E-2488", "xeon-e-2488"),
+    ("AMD EPYC 4564P 16-Core Processor", "epyc-4564p"),
+    ("AMD EPYC 4585PX 16-Core Processor", "epyc-4585px"),
+    ("AMD EPYC 9845 160-Core Processor", "epyc-9845"),
+    ("AMD Ryzen 7 7840HS w/ Radeon 780M Graphics", "ryzen-7-7840hs"),
+    ("AMD Ryzen 7 5800H with Radeon Graphics", "ryzen-7-5800h"),
+    ("AMD Ryzen 7 6800H with Radeon Graphics", "ryzen-7-6800h"),
+    ("AMD Ryzen 9 7945HX with Radeon Graphics", "ryzen-9-7945hx"),
+    ("AMD Ryzen 9 9955HX3D 16-Core Processor", "ryzen-9-9955hx3d"),
+    ("AMD Ryzen 5 8645HS w/ Radeon 760M Graphics", "ryzen-5-8645hs"),
+    ("AMD Ryzen AI 5 340 w/ Radeon 840M", "ryzen-ai-5-340"),
+    ("AMD Ryzen 9 5900XT 16-Core Processor", "ryzen-9-5900xt"),
 ]
 TYPED = [
     # an F part by its name finds the part without graphics (detection keeps to exact names)
@@ -148,6 +178,10 @@ TYPED = [
     ("w5-2455X", "xeon-w5-2455x"),
     ("5600x3d", "ryzen-5-5600x3d"),
     ("7500F", "ryzen-5-7500f"),  # AMD's F: the same part's id
+    ("EPYC 4564P", "epyc-4564p"), ("4124P", "epyc-4124p"), ("Xeon E-2288G", "xeon-e-2288g"), ("E-2414", "xeon-e-2414"),
+    ("i7-12700H", "core-i7-12700h"), ("Core i5-1135G7", "core-i5-1135g7"), ("Ultra 7 155H", "core-ultra-7-155h"),
+    ("Core Ultra 7 255HX", "core-ultra-7-255hx"), ("Core Ultra 5 225F", "core-ultra-5-225"),  # F: without graphics
+    ("Core Ultra 7 265KF", "core-ultra-7-265k"), ("Ryzen 9 7945HX3D", "ryzen-9-7945hx3d"), ("5800H", "ryzen-7-5800h"),
 ]
 
 

@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass, replace
 
 from engine.core.errors import CopeInputError
-from engine.core.names import did_you_mean
 from engine.hardware.bandwidth_store import StoredBandwidth
 from engine.hardware.cpu_presets import (
     cpu_model_of,
@@ -40,7 +39,7 @@ from engine.hardware.cpu_presets import (
 )
 from engine.hardware.memory_spec import MemorySpec
 from engine.hardware.platform import DEFAULT_CPU_PRESET, CpuSpec, Fact, assumed_cpu_bandwidth_bytes_per_s
-from engine.hardware.preset_names import match_preset, presets_named_in
+from engine.hardware.preset_names import match_preset, presets_named_in, suggestion
 
 MAX_SOCKETS = 8
 SOCKETS_WHY = ("llama.cpp's weights sit in one node's memory unless --numa distribute spreads them, and "
@@ -93,14 +92,15 @@ def _given_bandwidth(cpu: CpuSpec, gbps: float) -> CpuSpec:
 
 def _custom_cpu(name: str, sockets: int, memory: MemorySpec | None, gbps: float | None, threads: int | None) -> CpuSpec:
     """A CPU that is no preset: the person says its memory, and its cores (or a preset the name contains)."""
-    named = presets_named_in({pid: m.name for pid, m in cpu_models().items()}, name)
+    names = {pid: m.name for pid, m in cpu_models().items()}
+    named = presets_named_in(names, name)
     missing = []  # everything the person still has to say, in one message
     if memory is None and gbps is None:
         missing.append("its memory with --memory TYPE-SPEEDxCHANNELS (e.g. ddr5-4800x2) or --ram-bandwidth GBPS")
     if threads is None and len(named) != 1:
         missing.append("how many cores it has with --threads N")
     if missing:
-        guess = did_you_mean(name, [*cpu_models(), *machines()])
+        guess = suggestion(names, name, extra_ids=machines())
         raise CopeInputError(f"--cpu {name!r} is not a CPU preset{guess} (`cope presets` lists them): say "
                              + " and ".join(missing))
     if threads is not None:

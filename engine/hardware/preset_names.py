@@ -14,6 +14,7 @@ dropped first. An alias that several presets share ("a100") is reported as ambig
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -62,9 +63,9 @@ def aliases(preset_id: str, name: str) -> set[str]:
     out = {squash(x) for x in ids}
     out |= {without_vendor(squash(x)) for x in names}  # vendor words only off names
     out |= {a.replace("pcie", "").replace("sxm", "") for a in out}  # "h100" is either form factor
-    # "Threadripper 7980X", "i9-13900K", "Gold 6248R", and a Xeon W by its number as Intel writes it
-    # ("w9-3495X", "W-2295")
-    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d)|xeon(?=w\d|platinum|gold|silver|bronze))", "", a)
+    # "Threadripper 7980X", "i9-13900K", "Ultra 7 155H", "Gold 6248R", and a Xeon W by its number as
+    # Intel writes it ("w9-3495X", "W-2295")
+    out |= {re.sub(r"^(ryzen(?=threadripper)|core(?=i\d|ultra\d)|xeon(?=w\d|platinum|gold|silver|bronze))", "", a)
             for a in out}
     numbers = {model_number(a) for a in out}
     out |= numbers  # "4090", "7950x", "13900k", "9654"
@@ -90,8 +91,26 @@ def find_preset(kind: str, asset: str, names: Mapping[str, str], query: str, *,
     if len(found) > 1:
         raise CopeInputError(f"{kind} preset {query!r} is ambiguous: it could be {', '.join(found)}")
     known = ", ".join([*extra_ids, *names])
-    raise CopeInputError(f"unknown {kind} preset {query!r}{did_you_mean(query, [*extra_ids, *names])}; "
+    raise CopeInputError(f"unknown {kind} preset {query!r}{suggestion(names, query, extra_ids=extra_ids)}; "
                          f"`cope presets` lists them: {known} (assets/{asset})")
+
+
+def suggestion(names: Mapping[str, str], query: str, *, extra_ids: Iterable[str] = ()) -> str:
+    """" (did you mean X?)" for a name no preset answers to: the ids closest to the name as
+    typed, else to it as /proc/cpuinfo writes it without marks, core counts and vendor
+    ("AMD EPYC 7B13 64-Core Processor" is compared as "epyc7b13"), else its model number
+    to the presets' model numbers ("7B13": epyc-7713, ...); "" when none is close."""
+    ids = [*extra_ids, *names]
+    model = without_vendor(squash(cpu_model_text(query)))
+    for text in (query, model):
+        guess = did_you_mean(text, ids)
+        if guess:
+            return guess
+    by_number: dict[str, str] = {}
+    for preset_id, name in names.items():
+        by_number.setdefault(model_number(without_vendor(squash(name))), preset_id)
+    close = difflib.get_close_matches(model_number(model), list(by_number), n=3, cutoff=0.75) if model else []
+    return f" (did you mean {' or '.join(by_number[c] for c in close)}?)" if close else ""
 
 
 def match_preset(names: Mapping[str, str], query: str, *, extra_ids: Iterable[str] = (),
