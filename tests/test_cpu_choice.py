@@ -107,7 +107,7 @@ def test_a_name_that_is_no_preset_takes_cores_from_threads_or_the_preset_it_name
     assert not c.ram_bytes.known and "--ram-gib" in c.ram_bytes.note
     vm = plan_cpu("AMD EPYC 9355 (VM with 56 of 64 threads)", None, 500.0, None, detected=None).cpu
     assert (vm.physical_cores.value, vm.physical_cores.basis) == (32, "assumed") and "epyc-9355" in vm.physical_cores.note
-    with pytest.raises(CopeInputError, match="say how many cores it has with --threads"):
+    with pytest.raises(CopeInputError, match=r"Say its cores \(--threads N; -t N in a command to estimate\)"):
         plan_cpu("Apple M3 Max", None, 400.0, None, detected=None)
 
 

@@ -96,12 +96,12 @@ def _custom_cpu(name: str, sockets: int, memory: MemorySpec | None, gbps: float 
     named = presets_named_in(names, name)
     missing = []  # everything the person still has to say, in one message
     if memory is None and gbps is None:
-        missing.append("its memory with --memory TYPE-SPEEDxCHANNELS (e.g. ddr5-4800x2) or --ram-bandwidth GBPS")
+        missing.append("its memory (--memory TYPE-SPEEDxCHANNELS such as ddr5-4800x2, or --ram-bandwidth GBPS)")
     if threads is None and len(named) != 1:
-        missing.append("how many cores it has with --threads N")
+        missing.append("its cores (--threads N; -t N in a command to estimate)")
     if missing:
         guess = suggestion(names, name, extra_ids=machines())
-        raise CopeInputError(f"--cpu {name!r} is not a CPU preset{guess} (`cope presets` lists them): say "
+        raise CopeInputError(f"--cpu {name!r} is not a CPU preset{guess}; `cope presets` lists them. Say "
                              + " and ".join(missing))
     if threads is not None:
         cores = Fact.given(threads, f"--threads {threads}: a CPU that is not a preset has the cores it is asked to use")
