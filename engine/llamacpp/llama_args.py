@@ -140,6 +140,8 @@ def read_command_line(line: CommandLine) -> LlamaCommand:
 
 
 def _read_args(line: CommandLine, tool: str) -> Iterator[_Read]:
+    """Each Arg of a command's value as a flag read: its setting's entry by its key, its
+    value the word after the option (the switches and missing values as typed ones)."""
     for arg in line.args:
         flag = _READ_SETTINGS.get(arg.key)
         name, given = arg.words[0], arg.words[1:]

@@ -1,5 +1,5 @@
 """The values every runtime works with: what a runtime is, whether it runs a candidate,
-the plan it exports from, and the launch it builds (an argument list, never a shell
+the plan it exports from, and the launch it builds (a command value, never a shell
 string)."""
 
 from __future__ import annotations
@@ -115,15 +115,7 @@ class Launch:
     side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
-    spelled_for: str = ""  # the build whose flags argv uses (engine/llamacpp/builds.py LlamaBuild.origin)
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return self.command.argv
-
-    @property
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return self.command.env
+    spelled_for: str = ""  # the build whose flags the command uses (engine/llamacpp/builds.py LlamaBuild.origin)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The command that runs a candidate on a runtime (DESIGN.md §7, §7b).
 
 The runtime registry (engine/runtimes/) says whether a runtime runs the candidate
-exactly, approximately or not at all, and builds its argument list (never a shell
+exactly, approximately or not at all, and builds its command as a value
+(engine/llamacpp/command_line.py: each setting's words and the environment, never a shell
 string; `Export.display()` quotes it for copying) and artefacts. Every candidate keeps
 its llama.cpp label (DESIGN.md §7):
 
