@@ -11,6 +11,7 @@ import pytest
 
 from cope_tui.cli import EXIT_OK, main
 from engine.advice.command_flags import carry_over
+from engine.llamacpp.command_line import Arg, CommandLine
 from engine.llamacpp.llama_args import parse_llama_command
 from engine.runtimes.export import Export
 from engine.runtimes.host import MAPPED_NOTE
@@ -21,8 +22,11 @@ USERS = ("llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -c 65536 -ctk q8_0 -
 
 
 def _export(argv: str, env: tuple[tuple[str, str], ...] = (), notes: tuple[str, ...] = ()) -> Export:
-    return Export("partition-first", "partition-first", "runs-on-stock", "", tuple(shlex.split(argv)), env=env,
-                  notes=notes)
+    """COPE's command `argv` as the value an export holds: each flag an Arg keyed by its setting
+    (the grouping COPE spells them with; the reader's grouping of the same words)."""
+    args = tuple(Arg(key, words) for key, words in parse_llama_command(shlex.split(argv)).args)
+    return Export("partition-first", "partition-first", "runs-on-stock", "",
+                  CommandLine(shlex.split(argv)[0], args, env), notes=notes)
 
 
 def test_placement_and_what_cope_sets_are_replaced_the_rest_kept_in_order():

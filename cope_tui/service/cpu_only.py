@@ -28,7 +28,8 @@ from engine.core.errors import CopeInputError
 from engine.core.spans import count_of
 from engine.cost.request import AdviseRequest
 from engine.hardware.memory import GIB
-from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
+from engine.llamacpp.command_line import CommandLine, spell
+from engine.llamacpp.llama_args import LlamaCommand, read_command_line
 import shlex
 
 
@@ -36,8 +37,12 @@ import shlex
 class CpuOnlyPlan:
     request: AdviseRequest
     pricing: Pricing
-    argv: tuple[str, ...]
+    line: CommandLine  # the command: `llama-server -m FILE -ngl 0 -c C -t T`
     price: CommandPrice
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.line.argv
 
     def to_dict(self) -> dict:
         p = self.price
@@ -60,12 +65,13 @@ def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # t
     request = build_request(choices, detect_cpu=detect_cpu)
     pricing = choose_cost_model(request, fidelity=choices.fidelity)
     model_file = request.model.gguf_path or f"{request.model.id}.gguf"  # as engine.runtimes.export names it
-    argv = ("llama-server", "-m", model_file, "-ngl", "0", "-c", str(request.context_tokens),
-            "-t", str(request.threads))
-    price = price_placement_command(request, pricing.cost_model, parse_llama_command(argv))
+    line = CommandLine("llama-server", spell("llama-server", [("model", model_file), ("gpu_layers", 0),
+                                                              ("context", request.context_tokens),
+                                                              ("threads", request.threads)]))
+    price = price_placement_command(request, pricing.cost_model, read_command_line(line))
     if price.runs and not math.isfinite(price.tpot_s):  # a GPU term reached a CPU-only price: a bug, not input
         raise RuntimeError(f"CPU-only price is not finite: {price.cost}")
-    return CpuOnlyPlan(request, pricing, argv, price)
+    return CpuOnlyPlan(request, pricing, line, price)
 
 
 NO_RANKING = "--gpu none: no GPU, so there is no GPU/CPU split to rank against; your command is priced on the CPU alone"

@@ -22,9 +22,10 @@ from engine.advice.run_advice import compose_export
 from engine.core.errors import CopeInputError, shown
 from engine.core.input_limits import RUNTIME_OUTPUT_MAX_BYTES, parse_json, size_text
 from engine.llamacpp.builds import LlamaBuild
-from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.command_line import CommandLine, bench_decode_test, spell
+from engine.llamacpp.llama_args import read_command_line
 from engine.runtimes import runtime_named
-from engine.runtimes.export import Export, flag_args
+from engine.runtimes.export import Export
 from probes.bounded_run import run_capped
 from probes.runtimes import bench_build
 
@@ -146,8 +147,7 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     within `time_limit_s` for both; each beside its estimate as llama-bench runs it."""
     rec = advice.rec
     chosen = rec.estimate_of(candidate_id)
-    extra = (flag_args("llama-bench", "n_prompt", 0) + flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS)
-             + flag_args("llama-bench", "repetitions", BENCH_REPETITIONS) + flag_args("llama-bench", "output", "json"))
+    decode_test = bench_decode_test(BENCH_GEN_TOKENS, BENCH_REPETITIONS)
     builds = bench_builds(bench, runtime)
     exported = compose_export(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds)
     jobs = [("exported", exported)]
@@ -159,11 +159,10 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     deadline = time.monotonic() + time_limit_s
     rows = []
     for role, export in jobs:
-        argv = [*export.argv, *extra]
-        result = run_bench(bench, argv, export.env_dict, deadline - time.monotonic())
+        line = export.command.plus(*decode_test)
+        result = run_bench(bench, list(line.argv), dict(line.env), deadline - time.monotonic())
         predicted = priced.estimate_of(export.exported_id).tokens_per_s
-        shown = replace(export, argv=(bench, *argv[1:])).display()
-        rows.append(VerifyRow(role, export.exported_id, predicted, result, shown))
+        rows.append(VerifyRow(role, export.exported_id, predicted, result, replace(line, binary=bench).display()))
     return VerifyReport(exported, tuple(rows), (depth_note(priced.cost_model.fidelity),))
 
 
@@ -175,20 +174,19 @@ def verify_cpu_only(plan, *, bench: str, model_path: str, time_limit_s: float = 
     threads) on llama-bench, priced as that llama-bench command runs: `cope estimate`'s
     pricing of it, decoding from an empty context, with the cost model the plan chose."""
     r = plan.request
-    argv = ["llama-bench", *flag_args("llama-bench", "model", model_path), *flag_args("llama-bench", "gpu_layers", 0),
-            *flag_args("llama-bench", "threads", r.threads), *flag_args("llama-bench", "n_prompt", 0),
-            *flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS),
-            *flag_args("llama-bench", "repetitions", BENCH_REPETITIONS), *flag_args("llama-bench", "output", "json")]
-    command = parse_llama_command(argv)
+    line = CommandLine("llama-bench", spell("llama-bench", [("model", model_path), ("gpu_layers", 0),
+                                                            ("threads", r.threads)])
+                       + bench_decode_test(BENCH_GEN_TOKENS, BENCH_REPETITIONS))
+    command = read_command_line(line)
     request = replace(r, **command_settings(command, r))
     cost_model = choose_cost_model(request, fidelity=plan.pricing.fidelity).cost_model
     price = price_placement_command(request, cost_model, command)
-    export = Export(CPU_ONLY, CPU_ONLY, "runs-on-stock", "every weight on the CPU (--gpu none)", tuple(argv),
+    export = Export(CPU_ONLY, CPU_ONLY, "runs-on-stock", "every weight on the CPU (--gpu none)", line,
                     binary="llama-bench")
     if not price.runs:  # COPE says it would not run: nothing to measure
         raise CopeInputError(f"the CPU-only plan {price.refusal}")
-    result = run_bench(bench, argv, {}, time_limit_s)
+    result = run_bench(bench, list(line.argv), {}, time_limit_s)
     predicted = price.tokens_per_s
-    shown = " ".join([bench, *argv[1:]])
+    shown = " ".join([bench, *line.argv[1:]])
     return VerifyReport(export, (VerifyRow("exported", CPU_ONLY, predicted, result, shown),),
                         (depth_note(cost_model.fidelity),))

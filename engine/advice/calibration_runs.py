@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from engine.advice.command_estimate import command_settings, price_placement_command
 from engine.cost.cost_models import analytic_model
 from engine.cost.request import AdviseRequest
-from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
-from engine.runtimes.export import flag_args
+from engine.llamacpp.command_line import Arg, CommandLine, bench_decode_test, spelled
+from engine.llamacpp.llama_args import LlamaCommand, read_command_line
 
 BENCH_GEN_TOKENS = 32
 BENCH_REPETITIONS = 2
@@ -34,16 +34,21 @@ ALL_LAYERS = 99  # llama-bench's usual "-ngl 99" (more when a model has more blo
 
 @dataclass(frozen=True)
 class CalibrationRun:
-    """One llama-bench run: its name, what it places where, its words (binary first)."""
+    """One llama-bench run: its name, what it places where, its command."""
 
     name: str
     what: str
-    argv: tuple[str, ...]
+    line: CommandLine
     threads: int
     uses_gpu: bool
 
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """Its words, the binary first (as "llama-bench")."""
+        return self.line.argv
+
     def command(self) -> LlamaCommand:
-        return parse_llama_command(self.argv)
+        return read_command_line(self.line)
 
 
 @dataclass(frozen=True)
@@ -59,13 +64,11 @@ def run_request(request: AdviseRequest, command: LlamaCommand) -> AdviseRequest:
     return replace(request, **command_settings(command, request))
 
 
-def bench_argv(model_path: str, threads: int, placement: list[str],
-               repetitions: int = BENCH_REPETITIONS) -> tuple[str, ...]:
-    words = ["llama-bench", *flag_args("llama-bench", "model", model_path),
-             *flag_args("llama-bench", "n_prompt", 0), *flag_args("llama-bench", "n_gen", BENCH_GEN_TOKENS),
-             *flag_args("llama-bench", "repetitions", repetitions), *flag_args("llama-bench", "output", "json"),
-             *flag_args("llama-bench", "threads", threads), *placement]
-    return tuple(words)
+def bench_line(model_path: str, threads: int, placement: tuple[Arg, ...],
+               repetitions: int = BENCH_REPETITIONS) -> CommandLine:
+    args = (spelled("llama-bench", "model", model_path) + bench_decode_test(BENCH_GEN_TOKENS, repetitions)
+            + spelled("llama-bench", "threads", threads) + placement)
+    return CommandLine("llama-bench", args)
 
 
 def cpu_thread_counts(threads: int) -> list[int]:
@@ -77,28 +80,28 @@ def cpu_thread_counts(threads: int) -> list[int]:
 def cpu_runs(model_path: str, threads: int, repetitions: int = BENCH_REPETITIONS) -> list[CalibrationRun]:
     if threads < 1:
         raise ValueError(f"threads must be positive, got {threads}")
-    cpu_only = flag_args("llama-bench", "gpu_layers", 0)
+    cpu_only = spelled("llama-bench", "gpu_layers", 0)
     return [CalibrationRun("cpu-only" if t == threads else f"cpu-only-{t}t", f"everything on the CPU, {t} thread{'s' if t > 1 else ''}",
-                           bench_argv(model_path, t, cpu_only, repetitions), t, False)
+                           bench_line(model_path, t, cpu_only, repetitions), t, False)
             for t in cpu_thread_counts(threads)]
 
 
 def gpu_runs(request: AdviseRequest, model_path: str, threads: int,
              repetitions: int = BENCH_REPETITIONS) -> list[CalibrationRun]:
     model = request.model
-    ngl = flag_args("llama-bench", "gpu_layers", max(ALL_LAYERS, model.n_blocks + 1))
-    runs = [CalibrationRun("all-on-gpu", "every block and expert on the GPU", bench_argv(model_path, threads, ngl, repetitions),
+    ngl = spelled("llama-bench", "gpu_layers", max(ALL_LAYERS, model.n_blocks + 1))
+    runs = [CalibrationRun("all-on-gpu", "every block and expert on the GPU", bench_line(model_path, threads, ngl, repetitions),
                            threads, True)]
     half = model.n_moe_layers // 2
     if half >= 1:
         below = model.moe_blocks[half - 1] + 1  # -ncmoe N: the experts of blocks i < N
         runs.append(CalibrationRun(
             "half-experts-on-cpu", f"the experts of {half} of {model.n_moe_layers} MoE layers on the CPU",
-            bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", below), repetitions), threads,
+            bench_line(model_path, threads, ngl + spelled("llama-bench", "n_cpu_moe", below), repetitions), threads,
             True))
     runs.append(CalibrationRun(
         "experts-on-cpu", "every routed expert on the CPU, the rest on the GPU",
-        bench_argv(model_path, threads, ngl + flag_args("llama-bench", "n_cpu_moe", model.n_blocks), repetitions),
+        bench_line(model_path, threads, ngl + spelled("llama-bench", "n_cpu_moe", model.n_blocks), repetitions),
         threads, True))
     return runs
 

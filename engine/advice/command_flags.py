@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.llamacpp.llama_args import LlamaCommand, parse_llama_command
+from engine.llamacpp.command_line import Arg, CommandLine
+from engine.llamacpp.llama_args import LlamaCommand
 from engine.llamacpp.llamacpp_flags import OFFLOAD_ENV
 from engine.runtimes.export import Export
 from engine.runtimes.host import MAPPED_NOTE
@@ -41,24 +42,19 @@ KEPT_UNPRICED = {"no_kv_offload": "your -nkvo is kept: the candidates were price
 
 def carry_over(export: Export, command: LlamaCommand) -> Export:
     """`export` with the user's non-placement arguments and environment kept."""
-    cope = parse_llama_command(export.argv)
-    cope_keys = {key for key, _ in cope.args}
-    drop = set(PLACEMENT) | cope_keys
-    if cope_keys & MMAP_FAMILY or any(n.startswith(MAPPED_NOTE) for n in export.notes):
+    cope = export.command  # its arguments keyed as the reader keys the user's (Arg.key)
+    drop = set(PLACEMENT) | cope.keys
+    if cope.keys & MMAP_FAMILY or any(n.startswith(MAPPED_NOTE) for n in export.notes):
         drop |= MMAP_FAMILY
     if OFFLOAD_ENV in export.env_dict:
         drop |= STAGING
-    theirs = {key: [w for k, words in command.args if k == key for w in words] for key in USER_VALUE}
+    theirs = {key: tuple(w for k, words in command.args if k == key for w in words) for key in USER_VALUE}
     user_keys = {key for key, _ in command.args}
     # The user's -hf/-hff/-mu name the model: COPE's -m (a placeholder file name) gives way.
     hub_model = "model" not in user_keys and bool(user_keys & MODEL_SOURCES)
-    argv = [export.argv[0]]
-    for key, words in cope.args:
-        if key == "model" and hub_model:
-            continue
-        argv += theirs[key] if key in USER_VALUE and theirs[key] else words
-    kept = [w for key, words in command.args if key not in drop for w in words]
-    env = export.env + tuple((k, v) for k, v in command.env_words if k != OFFLOAD_ENV and k not in export.env_dict)
-    kept_keys = {key for key, _ in command.args if key not in drop}
-    notes = tuple(note for key, note in KEPT_UNPRICED.items() if key in kept_keys)
-    return replace(export, argv=tuple(argv + kept), env=env, notes=export.notes + notes)
+    args = tuple(Arg(arg.key, theirs[arg.key]) if arg.key in USER_VALUE and theirs[arg.key] else arg
+                 for arg in cope.args if not (arg.key == "model" and hub_model))
+    kept = tuple(Arg(key, words) for key, words in command.args if key not in drop)
+    env = cope.env + tuple((k, v) for k, v in command.env_words if k != OFFLOAD_ENV and k not in export.env_dict)
+    notes = tuple(note for key, note in KEPT_UNPRICED.items() if key in {arg.key for arg in kept})
+    return replace(export, command=CommandLine(cope.binary, args + kept, env), notes=export.notes + notes)

@@ -34,6 +34,7 @@ from engine.cost.analytic_cost import AnalyticCostModel
 from engine.cost.cost_models import analytic_model
 from engine.cost.estimate import Estimate
 from engine.cost.prefill_cost import DOUBLE_BUFFERED, LLAMA_CPP, PrefillCost, PrefillModel, request_time_s
+from engine.llamacpp.command_line import spell
 from engine.llamacpp.llama_placement import LlamaPlacement
 from engine.replays.policy import Kind
 from engine.runtimes.export import Export
@@ -183,8 +184,9 @@ def export_with_batch(export: Export, ranking: WorkloadRanking) -> Export:
     chosen = ranking.of(export.exported_id)
     if chosen is None or not export.binary.startswith("llama-"):
         return export
-    argv = tuple(export.argv) + ("-b", str(chosen.prefill.batch), "-ub", str(chosen.prefill.ubatch))
+    command = export.command.plus(*spell(export.binary, [("batch", chosen.prefill.batch),
+                                                         ("ubatch", chosen.prefill.ubatch)]))
     note = (f"-b {chosen.prefill.batch} -ub {chosen.prefill.ubatch}: the micro-batch whose compute buffer fits the "
             f"VRAM this placement leaves, for {ranking.workload.describe()} "
             f"(TTFT {chosen.prefill.ttft_s:.1f} s, {chosen.prefill.tokens_per_s:.0f} prompt tok/s)")
-    return replace(export, argv=argv, notes=tuple(export.notes) + (note,))
+    return replace(export, command=command, notes=tuple(export.notes) + (note,))

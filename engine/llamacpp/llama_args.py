@@ -3,7 +3,9 @@
 Only the flags that decide where experts live and how decode runs are understood; every
 other flag is listed back, never silently dropped. Both `--flag value` and
 `--flag=value` are accepted, and long flags with '_' for '-' (llama.cpp folds them too).
-Flag spellings: common/arg.cpp and tools/llama-bench/llama-bench.cpp (see engine/runtimes/export.py).
+Flag names: common/arg.cpp and tools/llama-bench/llama-bench.cpp, in the one flag table
+(engine/llamacpp/llamacpp_flags.py) COPE's own commands are spelled from too. A command COPE
+built is read from its value (`read_command_line`), never from its printed words.
 
 The expert placement follows llama.cpp: `-ot`, `--cpu-moe` and `--n-cpu-moe` append
 tensor-buffer overrides in the order given, the first pattern that matches a tensor name
@@ -17,13 +19,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from engine.core.errors import CopeInputError
 from engine.cost.analytic_cost import KV_TYPE_BYTES
+from engine.llamacpp.command_line import CommandLine
 from engine.llamacpp.ecma_regex import RegexError, compile_pattern
 from engine.llamacpp.llama_repeats import resolve_values
-from engine.llamacpp.llamacpp_flags import EXPS_REGEX_TAIL, OFFLOAD_ENV
+from engine.llamacpp.llamacpp_flags import EXPS_REGEX_TAIL, FLAG_TABLE, OFFLOAD_ENV, READ_NAMES, Flag
 from engine.models.model import ModelSpec
 
 WHERE = "the llama.cpp command"
@@ -32,60 +35,9 @@ INT_MAX = 2**31 - 1  # llama.cpp reads numbers with std::stoi: a 32-bit int
 MAX_OVERRIDE_STATES = 8_000  # every -ot pattern's matcher together (engine/llamacpp/ecma_regex.py)
 
 
-@dataclass(frozen=True)
-class ArgSpec:
-    setting: str
-    names: tuple[str, ...]
-    takes_value: bool
-
-
-# Declarative: what we understand. Value-less switches have takes_value False.
-ARG_TABLE: tuple[ArgSpec, ...] = (
-    ArgSpec("model", ("-m", "--model"), True),
-    # The model from the Hub or a URL instead of a file (common/arg.cpp: -hf <user>/<model>[:quant],
-    # the quant tag Q4_K_M when left out; -hff a file of that repo; -mu a URL).
-    ArgSpec("hf_repo", ("-hf", "-hfr", "--hf-repo"), True),
-    ArgSpec("hf_file", ("-hff", "--hf-file"), True),
-    ArgSpec("model_url", ("-mu", "--model-url"), True),
-    ArgSpec("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), True),
-    ArgSpec("override_tensor", ("-ot", "--override-tensor"), True),
-    ArgSpec("cpu_moe", ("-cmoe", "--cpu-moe"), False),
-    ArgSpec("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), True),
-    ArgSpec("threads", ("-t", "--threads"), True),
-    ArgSpec("context", ("-c", "--ctx-size"), True),
-    ArgSpec("flash_attn", ("-fa", "--flash-attn"), True),  # older builds: a switch (handled below)
-    ArgSpec("no_op_offload", ("--no-op-offload",), False),
-    ArgSpec("op_offload", ("--op-offload",), False),
-    ArgSpec("bench_no_op_offload", ("-nopo",), True),  # llama-bench: -nopo <0|1>
-    ArgSpec("fit", ("-fit", "--fit"), True),
-    ArgSpec("no_mmap", ("--no-mmap",), False),
-    ArgSpec("bench_mmap", ("-mmp",), True),  # llama-bench: -mmp <0|1>
-    # Builds since 2026-07-23 (#20834): -lm/--load-mode auto|none|mmap|mlock|mmap+mlock|dio
-    # (common/arg.cpp, llama-bench.cpp); none and dio read the weights into memory, the rest map them.
-    ArgSpec("load_mode", ("-lm", "--load-mode"), True),
-    # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
-    ArgSpec("n_depth", ("-d", "--n-depth"), True),
-    ArgSpec("n_gen", ("-n", "--n-gen", "--n-predict"), True),
-    # Prompt processing: llama-bench's -p (prompt tokens of its pp test; llama-cli's -p is the
-    # prompt text, not read), the micro-batch and the logical batch (common/arg.cpp
-    # --ubatch-size/--batch-size), the batch threads, and ik_llama.cpp's run-time repack.
-    ArgSpec("n_prompt", ("-p", "--n-prompt"), True),
-    ArgSpec("ubatch", ("-ub", "--ubatch-size"), True),
-    ArgSpec("batch", ("-b", "--batch-size"), True),
-    ArgSpec("threads_batch", ("-tb", "--threads-batch"), True),
-    ArgSpec("repack", ("-rtr", "--run-time-repack"), True),  # a switch in the server, -rtr <0|1> in llama-bench
-    # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
-    ArgSpec("no_kv_offload", ("-nkvo", "--no-kv-offload"), True),  # a switch in the server, <0|1> in llama-bench
-    ArgSpec("kv_offload", ("-kvo", "--kv-offload"), False),
-    ArgSpec("cache_type_k", ("-ctk", "--cache-type-k"), True),
-    ArgSpec("cache_type_v", ("-ctv", "--cache-type-v"), True),
-    # More than one GPU (common/arg.cpp at 0c1e570: -sm/--split-mode, -ts/--tensor-split,
-    # -dev/--device, -mg/--main-gpu), placed by engine/llamacpp/device_split.py.
-    ArgSpec("split_mode", ("-sm", "--split-mode"), True),
-    ArgSpec("tensor_split", ("-ts", "--tensor-split"), True),
-    ArgSpec("device", ("-dev", "--device"), True),
-    ArgSpec("main_gpu", ("-mg", "--main-gpu"), True),
-)
+# What we understand: the flag table's settings that have names (switches: takes_value False).
+ARG_TABLE: tuple[Flag, ...] = tuple(f for f in FLAG_TABLE if f.names)
+_READ_SETTINGS = {f.setting: f for f in ARG_TABLE}
 # Programs of llama.cpp and its forks that take these flags -> the one whose flags they share
 # (tools/; ik_llama.cpp adds llama-sweep-bench; `main` and `server` are the names before 2024).
 LLAMA_PROGRAMS = {
@@ -93,7 +45,6 @@ LLAMA_PROGRAMS = {
     "llama-mtmd-cli": "llama-cli", "llama-run": "llama-cli", "llama-completion": "llama-cli",
     "llama-sweep-bench": "llama-server", "main": "llama-cli", "server": "llama-server",
 }
-_BY_NAME = {name: spec for spec in ARG_TABLE for name in spec.names}
 COPYING_LOAD_MODES = ("none", "dio")  # -lm values that do not map the file
 _OPTIONAL_VALUE = ("flash_attn", "repack", "no_kv_offload")  # a switch in some tools, a value in others
 _FLAG_SHAPE = re.compile(r"^--?[A-Za-z]")
@@ -129,7 +80,7 @@ class LlamaCommand:
     repack: bool = False  # ik_llama.cpp -rtr: CPU experts repacked into CPU-only types
     no_kv_offload: bool = False  # -nkvo: the KV cache in host memory (attention on the CPU)
     # Every argument as typed, grouped by flag in order: (key, words), the key the setting
-    # (ARG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
+    # (FLAG_TABLE) of a flag COPE reads, else the flag's name, "" for a stray word; and the
     # VAR=value words before the program. What a command of COPE's keeps of the user's
     # (engine/advice/command_flags.py: carry_over).
     args: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -151,6 +102,17 @@ class LlamaCommand:
         return self.op_offload_min_batch is not None and self.op_offload_min_batch <= 1 and not self.no_op_offload
 
 
+@dataclass(frozen=True)
+class _Read:
+    """One flag as read: its table entry (None: not one COPE reads, or a stray word), its
+    name as typed (long flags folded), its value (None: a switch, or not read) and words."""
+
+    flag: Flag | None
+    name: str
+    value: str | None
+    words: tuple[str, ...]
+
+
 def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaCommand:
     """Parse a command as a list of words (what shlex.split gives)."""
     words = list(tokens)
@@ -166,66 +128,112 @@ def parse_llama_command(tokens: Sequence[str], env: Mapping[str, str] | None = N
         raise CopeInputError(f"{WHERE} is empty: give it after --, e.g. cope estimate -- llama-server -m model.gguf")
     binary = words.pop(0)
     tool = llama_tool(binary)
-    notes: list[str] = []
+    return _command(binary, tool, _read_words(words, tool), environ, env_words)
 
-    seen: dict[str, list[tuple[str, str]]] = {}  # each setting's (flag as typed, value), in order
-    overrides: list[tuple[str, str, str]] = []
-    unknown: list[str] = []
-    switches: set[str] = set()
-    groups: list[tuple[str, tuple[str, ...]]] = []
+
+def read_command_line(line: CommandLine) -> LlamaCommand:
+    """A command COPE built, read from its value: each Arg is one flag already, keyed by
+    its setting (command_line.spelled), so nothing is split again; what follows is the
+    same reading as a typed command's."""
+    tool = llama_tool(line.binary)
+    return _command(line.binary, tool, _read_args(line, tool), dict(line.env), list(line.env))
+
+
+def _read_args(line: CommandLine, tool: str) -> Iterator[_Read]:
+    """Each Arg of a command's value as a flag read: its setting's entry by its key, its
+    value the word after the option (the switches and missing values as typed ones)."""
+    for arg in line.args:
+        flag = _READ_SETTINGS.get(arg.key)
+        name, given = arg.words[0], arg.words[1:]
+        if flag is None:
+            yield _Read(None, arg.key, None, arg.words)
+        elif not flag.takes_value:
+            _check_switch(flag, name, tool)
+            yield _Read(flag, name, None, arg.words)
+        else:
+            yield _Read(flag, name, given[0] if given else _absent_value(flag, name), arg.words)
+
+
+def _read_words(words: Sequence[str], tool: str) -> Iterator[_Read]:
+    """Each flag of a typed command in order, with its value; a generator, so a problem
+    is raised where the reading reaches it, after those of the flags before it."""
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
         start = i - 1
         if not _FLAG_SHAPE.match(word):
-            unknown.append(word)
-            groups.append(("", (word,)))
+            yield _Read(None, "", None, (word,))
             continue
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
         if name.startswith("--"):
             name = name.replace("_", "-")
-        spec = _BY_NAME.get(name)
-        if spec is None:
+        flag = READ_NAMES.get(name)
+        if flag is None:
             # Unknown: keep its value with it when the next word cannot be a flag.
             if inline is None and i < len(words) and not _FLAG_SHAPE.match(words[i]):
-                unknown.append(f"{word} {words[i]}")
                 i += 1
-            else:
-                unknown.append(word)
-            groups.append((name, tuple(words[start:i])))
+            yield _Read(None, name, None, tuple(words[start:i]))
             continue
-        if not spec.takes_value:
+        if not flag.takes_value:
             if inline is not None:
                 raise CopeInputError(f"{WHERE}: {name} takes no value, got {word!r}")
-            if spec.setting == "cpu_moe" and tool == "llama-bench":
-                raise CopeInputError(f"{WHERE}: llama-bench has no {name} (tools/llama-bench/llama-bench.cpp): give "
-                                     "-ncmoe N, N the model's blocks, to keep every expert on the CPU")
+            _check_switch(flag, name, tool)
             if i < len(words) and words[i].strip().lower() in _SWITCH_LOOKALIKES:
                 raise CopeInputError(f"{WHERE}: {name} takes no value (it is a switch), got {name} {words[i]}")
-            groups.append((spec.setting, (word,)))
-            switches.add(spec.setting)
-            if spec.setting == "cpu_moe":
-                overrides.append((EXPS_REGEX_TAIL, "CPU", name))
+            yield _Read(flag, name, None, (word,))
             continue
         if inline is not None:
             value = inline
-        elif i < len(words) and (spec.setting not in _OPTIONAL_VALUE or not _FLAG_SHAPE.match(words[i])):
+        elif i < len(words) and (flag.setting not in _OPTIONAL_VALUE or not _FLAG_SHAPE.match(words[i])):
             value = words[i]
             i += 1
-        elif spec.setting in _OPTIONAL_VALUE:
-            value = "on"  # older builds: -fa was a switch; -rtr is one in llama-server
         else:
-            raise CopeInputError(f"{WHERE}: {name} needs a value")
-        groups.append((spec.setting, tuple(words[start:i])))
-        if spec.setting == "override_tensor":
+            value = _absent_value(flag, name)
+        yield _Read(flag, name, value, tuple(words[start:i]))
+
+
+def _check_switch(flag: Flag, name: str, tool: str) -> None:
+    if flag.setting == "cpu_moe" and tool == "llama-bench":
+        raise CopeInputError(f"{WHERE}: llama-bench has no {name} (tools/llama-bench/llama-bench.cpp): give "
+                             "-ncmoe N, N the model's blocks, to keep every expert on the CPU")
+
+
+def _absent_value(flag: Flag, name: str) -> str:
+    """The value of a flag given without one: "on" where it is a switch in some builds."""
+    if flag.setting in _OPTIONAL_VALUE:
+        return "on"  # older builds: -fa was a switch; -rtr is one in llama-server
+    raise CopeInputError(f"{WHERE}: {name} needs a value")
+
+
+def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[str, str],
+             env_words: Sequence[tuple[str, str]]) -> LlamaCommand:
+    """What the flags `reads` give, in order, as llama.cpp takes them."""
+    notes: list[str] = []
+    seen: dict[str, list[tuple[str, str]]] = {}  # each setting's (flag as typed, value), in order
+    overrides: list[tuple[str, str, str]] = []
+    unknown: list[str] = []
+    switches: set[str] = set()
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    for read in reads:
+        flag, name, value = read.flag, read.name, read.value
+        if flag is None:
+            unknown.append(" ".join(read.words))
+            groups.append((name, read.words))
+            continue
+        groups.append((flag.setting, read.words))
+        if value is None:
+            switches.add(flag.setting)
+            if flag.setting == "cpu_moe":
+                overrides.append((EXPS_REGEX_TAIL, "CPU", name))
+        elif flag.setting == "override_tensor":
             overrides.extend(_parse_overrides(value, name, tool, notes))
-        elif spec.setting == "n_cpu_moe" and tool != "llama-bench":
+        elif flag.setting == "n_cpu_moe" and tool != "llama-bench":
             # arg.cpp: one override per block i < N, appended in order (none past the last block).
             overrides.extend(_n_cpu_moe_overrides(stoi(value, name), name))
-            seen.setdefault(spec.setting, []).append((name, value))
+            seen.setdefault(flag.setting, []).append((name, value))
         else:
-            seen.setdefault(spec.setting, []).append((name, value))
+            seen.setdefault(flag.setting, []).append((name, value))
 
     values = resolve_values(seen, tool, notes)  # repeated flags, llama-bench's lists and ranges
     if tool == "llama-bench" and "n_cpu_moe" in values:

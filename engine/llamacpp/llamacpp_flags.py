@@ -1,4 +1,12 @@
-"""llama.cpp's flags, one declarative table: each setting and how each binary spells it.
+"""llama.cpp's flags, one declarative table: each setting, the names COPE reads it by and
+how each binary spells it when COPE writes it.
+
+The reader (engine/llamacpp/llama_args.py) takes a command line by the names (`names`,
+`takes_value`); the writer (engine/llamacpp/command_line.py, engine/runtimes/llamacpp.py)
+spells a setting by its per-binary spellings (`spelling`). A setting only read (-hf, -ub,
+-ctk, ...) has no spellings; one only written (-r, -o, the forks' flags) has no names, and
+a written option that names another setting's flag (`-lm none` for a copy, the fork's
+-ncmoe) is read as that one (`read_key`).
 
 Where each flag comes from (ggml-org/llama.cpp):
 - common/arg.cpp (llama-server, llama-cli): `-m/--model`, `-ngl/--gpu-layers/
@@ -25,7 +33,7 @@ Where each flag comes from (ggml-org/llama.cpp):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:
@@ -53,15 +61,18 @@ class Spelling:
 
 @dataclass(frozen=True)
 class Flag:
-    """One setting and how each binary spells it, newest spelling first; a build
-    (engine/llamacpp/builds.py) takes the first spelling it lists. A binary without the
-    setting has no entry. `optional`: left out for a build that lists none of the
+    """One setting: the names llama.cpp accepts for it, which the reader takes (`takes_value`
+    False: a switch), and how each binary spells it when written, newest spelling first; a
+    build (engine/llamacpp/builds.py) takes the first spelling it lists. A binary without
+    the setting has no entry. `optional`: left out for a build that lists none of the
     spellings (an old build without --fit does not fit on its own); otherwise the first
     spelling is used and the command says the build does not list it."""
 
     setting: str
-    spelling: Mapping[str, tuple[Spelling, ...]]
-    source: str
+    names: tuple[str, ...] = ()  # read: every name llama.cpp accepts (none: COPE never reads it)
+    takes_value: bool = True
+    spelling: Mapping[str, tuple[Spelling, ...]] = field(default_factory=dict)  # written (empty: never)
+    source: str = ""
     optional: bool = False
     # What builds before the first spelling took, for the command's comment; {new} and
     # {old} stand for the first and the last spelling.
@@ -77,47 +88,100 @@ def _server(*spellings: Spelling) -> dict[str, tuple[Spelling, ...]]:
 
 
 FLAG_TABLE: tuple[Flag, ...] = (
-    Flag("model", _all("-m"), "arg.cpp {-m,--model}; llama-bench.cpp -m"),
-    Flag("gpu_layers", _all("-ngl"), "arg.cpp {-ngl,--gpu-layers,--n-gpu-layers}; llama-bench.cpp -ngl"),
-    Flag("flash_attn", {**_server(Spelling("-fa", "on"), Spelling("-fa", switch=True)),
-                        "llama-bench": (Spelling("-fa", "1"),)},
-         "arg.cpp {-fa,--flash-attn} [on|off|auto] (a switch in older builds); llama-bench.cpp -fa via "
-         "is_truthy"),
-    Flag("context", _server(Spelling("-c")), "arg.cpp {-c,--ctx-size}; llama-bench has none (its context is -p + -n + -d)"),
-    Flag("threads", _all("-t"), "arg.cpp {-t,--threads}; llama-bench.cpp -t"),
-    Flag("fit", _server(Spelling("--fit", "off")), "arg.cpp {-fit,--fit} [on|off], default on since 2025-12-15 "
-         "(#16653); llama-bench fits only with -fitt", optional=True,
-         older="builds before 2025-12-15 have no --fit (leave out {new})"),
-    Flag("n_cpu_moe", {**_server(Spelling("--n-cpu-moe")), "llama-bench": (Spelling("-ncmoe"),)},
-         "arg.cpp {-ncmoe,--n-cpu-moe} N; llama-bench.cpp -ncmoe"),
-    Flag("fork_n_cpu_moe", {**_server(Spelling("-ncmoe")), "llama-bench": (Spelling("-ncmoe"),)},
-         "thecodacus/llama.cpp README.md: the fork runs with -ncmoe 99"),
-    Flag("cpu_moe", _server(Spelling("--cpu-moe", switch=True)),
+    Flag("model", ("-m", "--model"), spelling=_all("-m"), source="arg.cpp {-m,--model}; llama-bench.cpp -m"),
+    # The model from the Hub or a URL instead of a file (common/arg.cpp: -hf <user>/<model>[:quant],
+    # the quant tag Q4_K_M when left out; -hff a file of that repo; -mu a URL).
+    Flag("hf_repo", ("-hf", "-hfr", "--hf-repo")),
+    Flag("hf_file", ("-hff", "--hf-file")),
+    Flag("model_url", ("-mu", "--model-url")),
+    Flag("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), spelling=_all("-ngl"),
+         source="arg.cpp {-ngl,--gpu-layers,--n-gpu-layers}; llama-bench.cpp -ngl"),
+    Flag("override_tensor", ("-ot", "--override-tensor"), spelling=_all("-ot"),
+         source="arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot"),
+    Flag("cpu_moe", ("-cmoe", "--cpu-moe"), False, _server(Spelling("--cpu-moe", switch=True)),
          "arg.cpp {-cmoe,--cpu-moe}; llama-bench has none: -ncmoe <blocks> instead"),
-    Flag("override_tensor", _all("-ot"), "arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot"),
-    # Two or more cards (0c1e570): arg.cpp {-ts,--tensor-split} N0,N1 (',' or '/' between
-    # devices); llama-bench.cpp {-ts,--tensor-split} ts0/ts1 (',' separates test configurations)
-    Flag("tensor_split", _all("-ts"), "arg.cpp {-ts,--tensor-split}; llama-bench.cpp -ts <ts0/ts1/..>"),
-    # arg.cpp {-dev,--device} <dev1,dev2,..>; llama-bench.cpp {-dev,--device} <dev0/dev1/...>
-    Flag("device", _all("-dev"), "arg.cpp {-dev,--device}; llama-bench.cpp -dev"),
+    Flag("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"),
+         spelling={**_server(Spelling("--n-cpu-moe")), "llama-bench": (Spelling("-ncmoe"),)},
+         source="arg.cpp {-ncmoe,--n-cpu-moe} N; llama-bench.cpp -ncmoe"),
+    Flag("fork_n_cpu_moe", spelling={**_server(Spelling("-ncmoe")), "llama-bench": (Spelling("-ncmoe"),)},
+         source="thecodacus/llama.cpp README.md: the fork runs with -ncmoe 99"),
+    Flag("threads", ("-t", "--threads"), spelling=_all("-t"), source="arg.cpp {-t,--threads}; llama-bench.cpp -t"),
+    Flag("context", ("-c", "--ctx-size"), spelling=_server(Spelling("-c")),
+         source="arg.cpp {-c,--ctx-size}; llama-bench has none (its context is -p + -n + -d)"),
+    # Read as a value; older builds took a switch (the reader gives it "on").
+    Flag("flash_attn", ("-fa", "--flash-attn"),
+         spelling={**_server(Spelling("-fa", "on"), Spelling("-fa", switch=True)),
+                   "llama-bench": (Spelling("-fa", "1"),)},
+         source="arg.cpp {-fa,--flash-attn} [on|off|auto] (a switch in older builds); llama-bench.cpp -fa via "
+         "is_truthy"),
+    Flag("no_op_offload", ("--no-op-offload",), False),
+    Flag("op_offload", ("--op-offload",), False),
+    Flag("bench_no_op_offload", ("-nopo",)),  # llama-bench: -nopo <0|1>
+    Flag("fit", ("-fit", "--fit"), spelling=_server(Spelling("--fit", "off")),
+         source="arg.cpp {-fit,--fit} [on|off], default on since 2025-12-15 (#16653); llama-bench fits only with "
+         "-fitt", optional=True, older="builds before 2025-12-15 have no --fit (leave out {new})"),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
-    # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334).
-    Flag("no_mmap", {**_server(Spelling("-lm", "none"), Spelling("--no-mmap", switch=True)),
-                     "llama-bench": (Spelling("-lm", "none"), Spelling("-mmp", "0"))},
+    # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334). Read: --no-mmap
+    # here, -mmp as bench_mmap and -lm as load_mode.
+    Flag("no_mmap", ("--no-mmap",), False,
+         {**_server(Spelling("-lm", "none"), Spelling("--no-mmap", switch=True)),
+          "llama-bench": (Spelling("-lm", "none"), Spelling("-mmp", "0"))},
          "arg.cpp {-lm,--load-mode} (was {--mmap,--no-mmap}); llama-bench.cpp {-lm,--load-mode} (was {-mmp,--mmap} <0|1>)",
          optional=True, older="builds before 2026-07-23 take {old} in place of {new}"),
+    Flag("bench_mmap", ("-mmp",)),  # llama-bench: -mmp <0|1>
+    # Builds since 2026-07-23 (#20834): -lm/--load-mode auto|none|mmap|mlock|mmap+mlock|dio
+    # (common/arg.cpp, llama-bench.cpp); none and dio read the weights into memory, the rest map them.
+    Flag("load_mode", ("-lm", "--load-mode")),
+    # llama-bench's decode test: -n tokens from depth -d (tools/llama-bench/llama-bench.cpp).
+    Flag("n_depth", ("-d", "--n-depth")),
+    Flag("n_gen", ("-n", "--n-gen", "--n-predict"), spelling={"llama-bench": (Spelling("-n"),)},
+         source="llama-bench.cpp -n"),
+    # Prompt processing: llama-bench's -p (prompt tokens of its pp test; llama-cli's -p is the
+    # prompt text, not read), the micro-batch and the logical batch (common/arg.cpp
+    # --ubatch-size/--batch-size), the batch threads, and ik_llama.cpp's run-time repack.
+    Flag("n_prompt", ("-p", "--n-prompt"), spelling={"llama-bench": (Spelling("-p"),)}, source="llama-bench.cpp -p"),
+    Flag("ubatch", ("-ub", "--ubatch-size"), spelling=_all("-ub"),
+         source="arg.cpp {-ub,--ubatch-size}; llama-bench.cpp -ub"),
+    Flag("batch", ("-b", "--batch-size"), spelling=_all("-b"), source="arg.cpp {-b,--batch-size}; llama-bench.cpp -b"),
+    Flag("threads_batch", ("-tb", "--threads-batch")),
+    Flag("repack", ("-rtr", "--run-time-repack")),  # a switch in the server, -rtr <0|1> in llama-bench
+    # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
+    Flag("no_kv_offload", ("-nkvo", "--no-kv-offload")),  # a switch in the server, <0|1> in llama-bench
+    Flag("kv_offload", ("-kvo", "--kv-offload"), False),
+    Flag("cache_type_k", ("-ctk", "--cache-type-k")),
+    Flag("cache_type_v", ("-ctv", "--cache-type-v")),
+    # More than one GPU (common/arg.cpp at 0c1e570: -sm/--split-mode, -ts/--tensor-split,
+    # -dev/--device, -mg/--main-gpu), placed by engine/llamacpp/device_split.py.
+    Flag("split_mode", ("-sm", "--split-mode")),
+    # Two or more cards (0c1e570): arg.cpp {-ts,--tensor-split} N0,N1 (',' or '/' between
+    # devices); llama-bench.cpp {-ts,--tensor-split} ts0/ts1 (',' separates test configurations)
+    Flag("tensor_split", ("-ts", "--tensor-split"), spelling=_all("-ts"),
+         source="arg.cpp {-ts,--tensor-split}; llama-bench.cpp -ts <ts0/ts1/..>"),
+    # arg.cpp {-dev,--device} <dev1,dev2,..>; llama-bench.cpp {-dev,--device} <dev0/dev1/...>
+    Flag("device", ("-dev", "--device"), spelling=_all("-dev"), source="arg.cpp {-dev,--device}; llama-bench.cpp -dev"),
+    Flag("main_gpu", ("-mg", "--main-gpu")),
     # ik_llama.cpp's CUDA parameters (common/common.cpp {-cuda,--cuda-params}, parsed by
     # ggml/src/ggml-cuda.cu ggml_cuda_parse_params): offload every MoE matmul, whatever the batch.
-    Flag("cuda_offload_batch", _server(Spelling("-cuda", "offload-batch-size=0")),
-         "ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
-    Flag("moe_cache_profile", _server(Spelling("--moe-cache-profile")), "thecodacus/llama.cpp README.md"),
-    Flag("moe_cache_slots", _server(Spelling("--moe-cache-slots")), "thecodacus/llama.cpp README.md"),
-    Flag("n_prompt", {"llama-bench": (Spelling("-p"),)}, "llama-bench.cpp -p"),
-    Flag("n_gen", {"llama-bench": (Spelling("-n"),)}, "llama-bench.cpp -n"),
-    Flag("repetitions", {"llama-bench": (Spelling("-r"),)}, "llama-bench.cpp -r"),
-    Flag("output", {"llama-bench": (Spelling("-o"),)}, "llama-bench.cpp -o json"),
+    Flag("cuda_offload_batch", spelling=_server(Spelling("-cuda", "offload-batch-size=0")),
+         source="ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
+    Flag("moe_cache_profile", spelling=_server(Spelling("--moe-cache-profile")), source="thecodacus/llama.cpp README.md"),
+    Flag("moe_cache_slots", spelling=_server(Spelling("--moe-cache-slots")), source="thecodacus/llama.cpp README.md"),
+    Flag("repetitions", spelling={"llama-bench": (Spelling("-r"),)}, source="llama-bench.cpp -r"),
+    Flag("output", spelling={"llama-bench": (Spelling("-o"),)}, source="llama-bench.cpp -o json"),
 )
 _FLAGS = {f.setting: f for f in FLAG_TABLE}
+# The reader's index: each name llama.cpp accepts -> its setting.
+READ_NAMES: Mapping[str, Flag] = {name: f for f in FLAG_TABLE for name in f.names}
+
+
+def read_key(option: str) -> str:
+    """The key the reader groups `option` under (engine/llamacpp/llama_args.py, LlamaCommand.args):
+    its setting when COPE reads it, else the option itself, long options with '_' as '-'
+    (llama.cpp folds them too)."""
+    if option.startswith("--"):
+        option = option.replace("_", "-")
+    flag = READ_NAMES.get(option)
+    return option if flag is None else flag.setting
 
 
 def _accepts(build: "LlamaBuild", binary: str, spelling: Spelling) -> bool:

@@ -1,5 +1,5 @@
 """The values every runtime works with: what a runtime is, whether it runs a candidate,
-the plan it exports from, and the launch it builds (an argument list, never a shell
+the plan it exports from, and the launch it builds (a command value, never a shell
 string)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 from engine.cost.request import AdviseRequest
 from engine.hardware.memory import MemoryPlan
 from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.command_line import CommandLine
 from engine.models.model import ModelSpec
 from engine.replays.policy import Candidate, Execution
 from engine.runtimes.sglang_memory import Checkpoint
@@ -110,12 +111,11 @@ class Launch:
     """A command and the files it needs. `tensors` are routing-count arrays a front end
     writes with torch (engine/ never imports it)."""
 
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
+    command: CommandLine  # the program, its arguments by setting, the environment
     side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
-    spelled_for: str = ""  # the build whose flags argv uses (engine/llamacpp/builds.py LlamaBuild.origin)
+    spelled_for: str = ""  # the build whose flags the command uses (engine/llamacpp/builds.py LlamaBuild.origin)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The command that runs a candidate on a runtime (DESIGN.md §7, §7b).
 
 The runtime registry (engine/runtimes/) says whether a runtime runs the candidate
-exactly, approximately or not at all, and builds its argument list (never a shell
+exactly, approximately or not at all, and builds its command as a value
+(engine/llamacpp/command_line.py: each setting's words and the environment, never a shell
 string; `Export.display()` quotes it for copying) and artefacts. Every candidate keeps
 its llama.cpp label (DESIGN.md §7):
 
@@ -23,7 +24,6 @@ build found on this machine (`builds`), else for the runtime's shipped flag mani
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, Callable, Mapping
@@ -35,14 +35,12 @@ from engine.core.files import write_all
 from engine.hardware.cpu_compute import cpu_amx
 from engine.hardware.host_memory import RamFit
 from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.command_line import CommandLine
 from engine.llamacpp.llamacpp_flags import (
     BINARIES,
     EXPS_REGEX_TAIL,
-    FLAG_TABLE,
     MIN_GPU_LAYERS_FLAG,
     OFFLOAD_ENV,
-    Flag,
-    flag_args,
     layer_set_regex,
 )
 from engine.models.model import ModelSpec
@@ -98,8 +96,7 @@ class Export:
     exported_id: str  # what argv runs (the nearest candidate when the asked one cannot)
     label: str  # of the asked candidate, for llama.cpp: runs-on-stock | needs-fork | not-expressible
     reason: str
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
+    command: CommandLine  # what runs: argv and env are its words (engine/llamacpp/command_line.py)
     side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
     nearest_id: str | None = None
     candidate_tpot_s: float | None = None
@@ -111,6 +108,14 @@ class Export:
     support: str = "exact"  # how the runtime runs the asked candidate: exact | approximate | no
     ram: RamFit | None = None
     spelled_for: str = ""  # the build whose flags argv uses
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.command.argv
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return self.command.env
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -130,8 +135,7 @@ class Export:
 
     def display(self) -> str:
         """One line to paste into a POSIX shell; shlex.split of it gives env + argv back."""
-        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env]
-        return " ".join(prefix + [shlex.join(self.argv)])
+        return self.command.display()
 
     def to_dict(self) -> dict:
         return {
@@ -260,7 +264,7 @@ def _build(rt, candidate: Candidate, run: Candidate, model: ModelSpec, plan: Exp
     launch = rt.launch(run, placement, model, plan, opts, mapped=choice.mapped)
     notes = launch.notes + ((choice.note,) if choice.note else ())
     nearest_id = run.id if nearest else None
-    return Export(candidate.id, run.id, label, reason, launch.argv, launch.env, launch.side_files, nearest_id,
+    return Export(candidate.id, run.id, label, reason, launch.command, launch.side_files, nearest_id,
                   own_tpot, nearest_tpot, runtime, binary, launch.tensors, notes, support, choice.fit,
                   launch.spelled_for)
 
@@ -309,19 +313,14 @@ def write_export(export: Export, out: str | os.PathLike,
 
 
 def expert_regexes(export: Export) -> list[str]:
-    """The tensor patterns of the -ot overrides in an export's argv (for tests and checks)."""
-    out = []
-    argv = list(export.argv)
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-ot":
-            for override in argv[i + 1].split(","):
-                out.append(override.rsplit("=", 1)[0])
-    return out
+    """The tensor patterns of the -ot overrides of an export's command (for tests and checks)."""
+    return [override.rsplit("=", 1)[0] for arg in export.command.args if arg.key == "override_tensor"
+            for override in arg.words[-1].split(",")]
 
 
 __all__ = [
-    "BINARIES", "EXPS_REGEX_TAIL", "FLAG_TABLE", "FORK_ARCHS", "MIN_GPU_LAYERS_FLAG", "OFFLOAD_ENV", "Export",
-    "ExportPlan", "Flag", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
-    "command_file_text", "export_candidate", "export_for", "expert_regexes", "flag_args", "fork_profile_csv",
+    "BINARIES", "EXPS_REGEX_TAIL", "FORK_ARCHS", "MIN_GPU_LAYERS_FLAG", "OFFLOAD_ENV", "Export",
+    "ExportPlan", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
+    "command_file_text", "export_candidate", "export_for", "expert_regexes", "fork_profile_csv",
     "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "runs_where", "write_export",
 ]

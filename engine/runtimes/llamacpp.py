@@ -29,13 +29,13 @@ import numpy as np
 from engine.core.errors import CopeInputError
 from engine.hardware.gpu_set import cards_of
 from engine.llamacpp.builds import LlamaBuild, shipped_build
+from engine.llamacpp.command_line import Arg, CommandLine, spell, spelled
 from engine.llamacpp.device_split import plan_split
 from engine.llamacpp.llamacpp_flags import (
     BINARIES,
     MIN_GPU_LAYERS_FLAG,
     OFFLOAD_ENV,
     SERVER_LIKE,
-    flag_args,
     has_setting,
     layer_set_regex,
     older_spellings,
@@ -239,36 +239,36 @@ class LlamaFamily:
         if self.fit_off:
             base.append(("fit", None))
         used = [setting for setting, _ in base]
-        argv = [binary]
-        for setting, value in base:
-            argv += flag_args(binary, setting, value, build)
+        args = list(spell(binary, base, build))
         env: list[tuple[str, str]] = []
         side: list[tuple[str, str]] = []
         notes: list[str] = []
         if placement.layout is Layout.EXPERTS:
-            argv += self._moe_cache_args(placement, model, plan, opts, env, side, notes)
+            args += self._moe_cache_args(placement, model, plan, opts, env, side, notes)
         elif placement.cpu_layers.any():  # type: ignore[union-attr]
-            argv += self._layer_args(placement.cpu_layers, model, binary, build)  # type: ignore[arg-type]
+            args += self._layer_args(placement.cpu_layers, model, binary, build)  # type: ignore[arg-type]
         if plan.request is not None and placement.cpu_layers is not None:
-            argv = self._card_args(argv, plan, placement.cpu_layers, binary, build, notes)
+            args = self._card_args(args, plan, placement.cpu_layers, binary, build, notes)
         elif plan.gpu_backend != "CUDA" and not placement.all_on_cpu:
             # a build with several backends sees one card once a backend: name the plan's
             # (src/llama.cpp: -dev picks the devices; ggml-vulkan.cpp, ggml-cuda.cu name them)
-            argv += flag_args(binary, "device", f"{plan.gpu_backend}0", build)
+            args += spelled(binary, "device", f"{plan.gpu_backend}0", build)
             notes.append(f"-dev {plan.gpu_backend}0: llama.cpp's {plan.gpu_backend} backend (buffer names as "
                          "ggml registers them at 0c1e570)")
         experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
         if experts_on_cpu and not mapped:
-            argv += flag_args(binary, "no_mmap", None, build)
+            args += spelled(binary, "no_mmap", None, build)
             used.append("no_mmap")
         if placement.layout is Layout.STAGED and self.stage_flag:
-            argv += flag_args(binary, "cuda_offload_batch", None, build)
+            args += spelled(binary, "cuda_offload_batch", None, build)
         elif placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
-        notes += self._spelling_notes(binary, build, argv, used)
-        return Launch(tuple(argv), tuple(env), tuple(side), (), tuple(notes), build.origin)
+        command = CommandLine(binary, tuple(args), tuple(env))
+        notes += self._spelling_notes(binary, build, command.argv, used)
+        return Launch(command, tuple(side), (), tuple(notes), build.origin)
 
-    def _spelling_notes(self, binary: str, build: LlamaBuild, argv: list[str], used: list[str]) -> list[str]:
+    def _spelling_notes(self, binary: str, build: LlamaBuild, argv: tuple[str, ...],
+                        used: list[str]) -> list[str]:
         """What a person with another build needs to know: which build the command is
         spelled for when none was read, and the options the build does not list."""
         notes = []
@@ -283,42 +283,42 @@ class LlamaFamily:
                          "--help: it may refuse this command")
         return notes
 
-    def _layer_args(self, cpu: np.ndarray, model: ModelSpec, binary: str, build: LlamaBuild) -> list[str]:
+    def _layer_args(self, cpu: np.ndarray, model: ModelSpec, binary: str, build: LlamaBuild) -> tuple[Arg, ...]:
         cpu = np.asarray(cpu, dtype=bool)
         n_cpu = int(cpu.sum())
         blocks = [model.moe_blocks[i] for i in np.flatnonzero(cpu)]
         # A build without --n-cpu-moe (an older one) gets the same placement as -ot patterns.
         takes_first_n = self.first_n_flag and has_setting(binary, "n_cpu_moe", build)
         if cpu.all() and has_setting(binary, "cpu_moe", build):
-            return flag_args(binary, "cpu_moe", None, build)
+            return spelled(binary, "cpu_moe", None, build)
         if cpu.all() and takes_first_n:
-            return flag_args(binary, "n_cpu_moe", model.n_blocks, build)
+            return spelled(binary, "n_cpu_moe", model.n_blocks, build)
         if takes_first_n and cpu[:n_cpu].all():
             # --n-cpu-moe counts blocks, dense leading blocks included.
-            return flag_args(binary, "n_cpu_moe", blocks[-1] + 1, build)
-        return flag_args(binary, "override_tensor", layer_set_regex(blocks) + "=CPU", build)
+            return spelled(binary, "n_cpu_moe", blocks[-1] + 1, build)
+        return spelled(binary, "override_tensor", layer_set_regex(blocks) + "=CPU", build)
 
-    def _card_args(self, argv: list[str], plan: ExportPlan, cpu_layers: np.ndarray, binary: str,
-                   build: LlamaBuild, notes: list[str]) -> list[str]:
-        """`argv` with -ts (each card's blocks) and an -ot a card for the experts it holds.
+    def _card_args(self, args: list[Arg], plan: ExportPlan, cpu_layers: np.ndarray, binary: str,
+                   build: LlamaBuild, notes: list[str]) -> list[Arg]:
+        """`args` with -ts (each card's blocks) and an -ot a card for the experts it holds.
         llama-bench reads each -ot as test configurations (',' between them, ';' between
         overrides: tools/llama-bench/llama-bench.cpp), so there the overrides join the
         command's one -ot with ';'; llama-server and llama-cli take one -ot each."""
         split = plan_split(plan.request, cpu_layers)  # type: ignore[arg-type]
         bench = binary == "llama-bench"
-        args = list(argv) + flag_args(binary, "tensor_split",
-                                      ("/" if bench else ",").join(str(c) for c in split.layer_counts), build)
+        args = list(args) + list(spelled(binary, "tensor_split",
+                                         ("/" if bench else ",").join(str(c) for c in split.layer_counts), build))
         pinned = [layer_set_regex(list(blocks)) + f"={name}" for name, blocks in zip(split.names, split.expert_blocks)
                   if blocks]
-        option = flag_args(binary, "override_tensor", "x", build)[0]
-        if bench and pinned and option in args:
-            at = args.index(option) + 1
-            args[at] = ";".join([args[at], *pinned])
+        at = next((i for i, arg in enumerate(args) if arg.key == "override_tensor"), None)
+        if bench and pinned and at is not None:
+            option, value = args[at].words
+            args[at] = Arg(args[at].key, (option, ";".join([value, *pinned])))
         elif bench and pinned:
-            args += flag_args(binary, "override_tensor", ";".join(pinned), build)
+            args += spelled(binary, "override_tensor", ";".join(pinned), build)
         else:
             for override in pinned:
-                args += flag_args(binary, "override_tensor", override, build)
+                args += spelled(binary, "override_tensor", override, build)
         cards = cards_of(plan.request.platform.gpu)  # type: ignore[union-attr]
         held = "; ".join(f"{name} ({card.name}) {n} blocks, {used / 2**30:.1f} GiB of "
                          f"{int(card.vram_bytes.value) / 2**30:.1f}"  # type: ignore[arg-type]
@@ -334,7 +334,7 @@ class LlamaFamily:
         return args
 
     def _moe_cache_args(self, placement: Placement, model: ModelSpec, plan: ExportPlan, opts: LaunchOptions,
-                        env: list, side: list, notes: list) -> list[str]:
+                        env: list, side: list, notes: list) -> tuple[Arg, ...]:
         slots = placement.slots_total // model.n_moe_layers
         if plan.popularity is None:
             raise CopeInputError("exporting fixed residency for the fork needs the profile trace's popularity")
@@ -355,10 +355,9 @@ class LlamaFamily:
             # init_moe_expert_cache then reads the environment (src/llama-model.cpp at FORK_COMMIT).
             env += [(CACHE_PROFILE_ENV, path), (CACHE_SLOTS_ENV, str(slots))]
             notes.append(f"llama-bench has no --moe-cache-*: the fork reads {CACHE_PROFILE_ENV} and {CACHE_SLOTS_ENV}")
-            return flag_args(opts.binary, "fork_n_cpu_moe", 99, build)
-        return (flag_args(opts.binary, "moe_cache_profile", path, build)
-                + flag_args(opts.binary, "moe_cache_slots", slots, build)
-                + flag_args(opts.binary, "fork_n_cpu_moe", 99, build))
+            return spelled(opts.binary, "fork_n_cpu_moe", 99, build)
+        return spell(opts.binary, [("moe_cache_profile", path), ("moe_cache_slots", slots), ("fork_n_cpu_moe", 99)],
+                     build)
 
 
 STOCK = LlamaFamily(

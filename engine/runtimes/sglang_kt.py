@@ -63,6 +63,7 @@ import re
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.llamacpp.command_line import CommandLine
 from engine.models.model import ModelSpec
 from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
 from engine.replays.residency import allocate_slots
@@ -312,7 +313,7 @@ class SglangKt:
             argv += ["--kt-expert-placement-strategy", "front-loading", *total_flags(n_gpu, n_layers, n_experts)]
         else:
             argv += self._frequency_args(run, model, plan, opts, env, tensors, notes)
-        return Launch(tuple(argv), tuple(env), (), tuple(tensors), tuple(notes))
+        return Launch(CommandLine.of_words(argv, env), (), tuple(tensors), tuple(notes))
 
     @staticmethod
     def _weight_path(method: KtMethod, model: ModelSpec, opts: LaunchOptions, hf_model: str) -> tuple[str, list[str]]:
