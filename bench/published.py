@@ -75,18 +75,21 @@ def published_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def rows_from_args(script: str) -> tuple[list[dict[str, str]], str | None] | None:
-    """The --csv rows and the --json path of a script that prices the calibration rows;
-    None (said on stderr) when the CSV is not there."""
+def rows_from_args(script: str, options=None) -> tuple[list[dict[str, str]], argparse.Namespace] | None:  # type: ignore[no-untyped-def]
+    """The --csv rows and the parsed arguments (`.json`: the path to write the summary to)
+    of a script that prices the calibration rows; None (said on stderr) when the CSV is not
+    there. `options(parser)` adds the script's own options."""
     parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(CSV))
     parser.add_argument("--json", metavar="OUT", help="also write the summary as JSON")
+    if options is not None:
+        options(parser)
     args = parser.parse_args()
     path = Path(args.csv)
     if not path.exists():
         print(f"{script}: {path} not found (the calibration data lives beside the checkout)", file=sys.stderr)
         return None
-    return published_rows(path), args.json
+    return published_rows(path), args
 
 
 def tokens_per_s(text: str) -> float | None:
@@ -360,7 +363,7 @@ def main() -> int:
     given = rows_from_args("published.py")
     if given is None:
         return 2
-    rows_csv, json_out = given
+    rows_csv, json_out = given[0], given[1].json
     skipped = {**{str(i): MULTI_GPU_SKIPPED.get(i, why) for i, why in sorted(SKIPPED.items())
                   if i not in MULTI_GPU_INDEXES},
                **{f"x{i}": why for i, why in sorted(EXTRA_SKIPPED.items())}}

@@ -1,7 +1,7 @@
 """How well the analytic model prices runs from machines no fit has seen: leave-one-source-out
 cross-validation over the published decode rows.
 
-    python bench/published_cv.py [--csv PATH] [--json OUT]
+    python bench/published_cv.py [--csv PATH] [--json OUT] [--regime all-GPU]
 
 The constants of engine/cost/analytic_cost.py are fitted on the rows whose hardware is stated
 (bench/fit_published.py). Those rows' in-sample error says little about a new machine: a
@@ -15,7 +15,10 @@ CPU-only), by runtime (stock llama.cpp, ik_llama.cpp) and, for the all-GPU rows,
 A source whose rows are the only ones of a regime tests the model where no row
 constrained it. Each refit's constants are printed too: how stable a constant is across
 the folds says how well the rows determine it. SUSPECT rows are left out, as in the fit.
-About 1 minute a fold on 2 quiet cores, 5 under the load of other work.
+About 1 minute a fold on 2 quiet cores, 5 under the load of other work. `--regime R` leaves
+out only the sources with fitted rows of regime R (each fold still refits on every other
+row): a quicker check of that regime's held-out figures, whose other regimes' figures then
+cover only those sources' rows.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ class Fold:
     held_out: tuple[Priced, ...]  # this source's rows, priced with those constants
 
 
-def leave_one_source_out(rows_csv: list[dict[str, str]], say=print) -> list[Fold]:  # type: ignore[no-untyped-def]
-    sources = sorted({p.source for p in fitted_rows(price_all(rows_csv))})
+def leave_one_source_out(rows_csv: list[dict[str, str]], say=print,  # type: ignore[no-untyped-def]
+                         regime: str | None = None) -> list[Fold]:
+    """One fold per source of fitted rows (`regime`: per source with fitted rows of that regime)."""
+    sources = sorted({p.source for p in fitted_rows(price_all(rows_csv)) if regime in (None, p.regime)})
     folds = []
     for i, source in enumerate(sources, 1):
         say(f"fold {i} of {len(sources)}: without {source}")
@@ -99,11 +104,13 @@ def report(folds: list[Fold]) -> dict:
 
 
 def main() -> int:
-    given = rows_from_args("published_cv.py")
+    given = rows_from_args("published_cv.py", options=lambda parser: parser.add_argument(
+        "--regime", choices=REGIMES, help="leave out only the sources with fitted rows of this regime"))
     if given is None:
         return 2
-    rows_csv, json_out = given
-    doc = report(leave_one_source_out(rows_csv, say=lambda text: print(text, file=sys.stderr)))
+    rows_csv, args = given
+    json_out = args.json
+    doc = report(leave_one_source_out(rows_csv, say=lambda text: print(text, file=sys.stderr), regime=args.regime))
     if json_out:
         Path(json_out).write_text(json.dumps(doc, indent=1, default=str))
     return 0 if not math.isnan(doc["overall"]["mape"]) else 1

@@ -152,6 +152,14 @@ EXTRA_ROWS: tuple[Row, ...] = (
     # eunomia-bpf/gpu_ext workload log: RTX 5090, llama-bench defaults, gpt-oss-20b fully offloaded.
     Row(40, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-5090", "ryzen-9-7950x",
         "llama-bench -m m.gguf -ngl 99 -p 0 -n 128", file_gib=11.27, assumed=_NO_CPU),
+    # AUGMXNT/llm-tracker.info-vault "RTX PRO 6000" page: RTX PRO 6000 Blackwell Workstation Edition,
+    # llama.cpp build 233d773d0 (6413), llama-bench -fa 1 defaults, all on the GPU.
+    Row(43, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rtx-pro-6000", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -p 0 -n 128", file_gib=17.28, assumed=_NO_CPU),
+    Row(44, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-pro-6000", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -fa 1 -p 0 -n 128", file_gib=60.03, stated=False,
+        assumed="the UD-Q8_K_XL file's split of its 60.03 GiB between the MXFP4 experts and the other "
+                "tensors is not stated: priced as the catalog's MXFP4 with the experts sized to the file"),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {

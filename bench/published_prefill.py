@@ -163,7 +163,7 @@ def main() -> int:
     given = rows_from_args("published_prefill.py")
     if given is None:
         return 2
-    rows_csv, json_out = given
+    rows_csv, json_out = given[0], given[1].json
     s = report(price_all(rows_csv))
     if json_out:
         Path(json_out).write_text(json.dumps(s, indent=1, default=str))
