@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -88,10 +89,43 @@ def _no_installed_runtimes(request, monkeypatch):
                         lambda llama_bin=None: RuntimeScan((), ("tests: no runtime looked for",)))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend():
-    """The app's tests run on asyncio (Textual's loop)."""
+    """The app's tests run on asyncio (Textual's loop); module-scoped so that one event loop
+    holds a module's shared app (`first_ranking`) across its tests."""
     return "asyncio"
+
+
+@contextlib.asynccontextmanager
+async def settled_app(folder: Path, size: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """The app on the default stubs and choices (tests/test_app.py), with the caches
+    `app_caches` gives it, run at `size` until its first ranking is shown; yields the Pilot."""
+    pytest.importorskip("textual")
+    from tests.test_app import make_app, make_services, settle  # defers textual, as the app tests do
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COPE_CACHE_DIR", str(folder / "cache"))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        app = make_app(make_services())
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            yield pilot
+
+
+@pytest.fixture(scope="module")
+async def first_ranking(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One app per test module, at 120x40, on its first ranking: booting the app is most of
+    an app test's time, and tests that only read what it shows need no app of their own. A
+    test that presses a key or changes a choice boots its own (`make_app`)."""
+    async with settled_app(tmp_path_factory.mktemp("first-ranking"), (120, 40)) as pilot:
+        yield pilot
+
+
+@pytest.fixture(scope="module")
+async def first_ranking_80x24(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """`first_ranking` at 80x24 (the compact table)."""
+    async with settled_app(tmp_path_factory.mktemp("first-ranking-80x24"), (80, 24)) as pilot:
+        yield pilot
 
 
 @pytest.fixture

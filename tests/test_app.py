@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("textual")
 
+from textual import events  # noqa: E402
 from textual.widgets import DataTable, Input, Static, TabbedContent  # noqa: E402
 from textual.worker import WorkerCancelled  # noqa: E402
 
@@ -116,6 +117,15 @@ async def wait_for(pilot, predicate, what: str) -> None:  # type: ignore[no-unty
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def submit(pilot, selector: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    """`text` in the Input `selector`, then Enter in it: a path as it is submitted, without a
+    key press per character (typing into a field is tested with short words elsewhere)."""
+    field = pilot.app.query_one(selector, Input)
+    field.value = text
+    pilot.app.screen.set_focus(field)
+    await pilot.press("enter")
+
+
 def text_of(app, selector: str) -> str:  # type: ignore[no-untyped-def]
     widget = app.query_one(selector, Static)
     return str(widget.render())
@@ -126,40 +136,36 @@ def table_column(app, column: int) -> list[str]:  # type: ignore[no-untyped-def]
     return [str(table.get_row_at(i)[column]) for i in range(table.row_count)]
 
 
-async def test_default_opens_on_ranked_results_without_any_action():
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        rec = app.advice.rec
-        assert app.query_one(TabbedContent).active == "results"
-        table = app.query_one("#results-table", DataTable)
-        assert table.row_count == len(rec.estimates) > 10
-        # The run-now row (the best stock llama.cpp runs: no runtime is installed) is pinned
-        # on top, then the ranking in order without it.
-        now = app.runs.run_now
-        assert now is not None and now.runtime == "llama.cpp" and not now.installed
-        ranks = table_column(app, 0)
-        now_rank = str([e.candidate.id for e in rec.estimates].index(now.row.id) + 1)
-        assert ranks[0] == "▶" + now_rank
-        assert [int(r) for r in ranks[1:]] == sorted(int(r) for r in ranks[1:]) and now_rank not in ranks[1:]
-        summary = text_of(app, "#results-summary")
-        assert "SYNTHETIC" in summary and "Qwen3-30B-A3B" in summary
-        assert "(base)" in " ".join(table_column(app, 3))
-        words = {w for cell in table_column(app, 9) for w in cell.split()}
-        assert words <= {"stock", "ik", "fork", "kt", "~kt", "~fork", "none", "no", "RAM"} and "stock" in words
-        assert app.selected_id == now.row.id and now.row.id in text_of(app, "#breakdown")
-        assert len(app.sweep_points) == 3 and app.query_one("ThroughputChart").series
-        assert app.detected_gpu.name == "unknown GPU"
-        assert not app.notices
+async def test_default_opens_on_ranked_results_without_any_action(first_ranking):
+    app = first_ranking.app  # the module's shared app: this test only reads it
+    rec = app.advice.rec
+    assert app.query_one(TabbedContent).active == "results"
+    table = app.query_one("#results-table", DataTable)
+    assert table.row_count == len(rec.estimates) > 10
+    # The run-now row (the best stock llama.cpp runs: no runtime is installed) is pinned
+    # on top, then the ranking in order without it.
+    now = app.runs.run_now
+    assert now is not None and now.runtime == "llama.cpp" and not now.installed
+    ranks = table_column(app, 0)
+    now_rank = str([e.candidate.id for e in rec.estimates].index(now.row.id) + 1)
+    assert ranks[0] == "▶" + now_rank
+    assert [int(r) for r in ranks[1:]] == sorted(int(r) for r in ranks[1:]) and now_rank not in ranks[1:]
+    summary = text_of(app, "#results-summary")
+    assert "SYNTHETIC" in summary and "Qwen3-30B-A3B" in summary
+    assert "(base)" in " ".join(table_column(app, 3))
+    words = {w for cell in table_column(app, 9) for w in cell.split()}
+    assert words <= {"stock", "ik", "fork", "kt", "~kt", "~fork", "none", "no", "RAM"} and "stock" in words
+    assert app.selected_id == now.row.id and now.row.id in text_of(app, "#breakdown")
+    assert len(app.sweep_points) == 3 and app.query_one("ThroughputChart").series
+    assert app.detected_gpu.name == "unknown GPU"
+    assert not app.notices
 
 
-async def test_compact_table_at_80_columns():
-    app = make_app(make_services())
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        table = app.query_one("#results-table", DataTable)
-        assert [str(c.label) for c in table.columns.values()][:3] == ["#", "policy", "ms/tok"]
-        assert "stock" in table_column(app, 7)[0].split()  # the pinned run-now row
+async def test_compact_table_at_80_columns(first_ranking_80x24):
+    app = first_ranking_80x24.app  # the module's shared app: this test only reads it
+    table = app.query_one("#results-table", DataTable)
+    assert [str(c.label) for c in table.columns.values()][:3] == ["#", "policy", "ms/tok"]
+    assert "stock" in table_column(app, 7)[0].split()  # the pinned run-now row
 
 
 async def test_pick_a_model_from_the_searchable_catalog():
@@ -304,28 +310,26 @@ async def test_not_expressible_export_names_the_nearest_with_its_speed():
         assert text_of(app, "#command") == export.display()
 
 
-async def test_copy_puts_the_command_on_the_clipboard():
-    app = make_app(make_services())
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await pilot.press("c")
-        assert app.clipboard == app.current_export().display()
-        assert app.clipboard.startswith(("llama-server", "GGML_OP_OFFLOAD_MIN_BATCH"))
-        # OSC 52 gets no answer: the notice says where it went, never that it was copied.
-        text = app.notices[-1][1]
-        assert "Copied" not in text and "OSC 52" in text and "does not support it" in text
+async def test_copy_puts_the_command_on_the_clipboard(first_ranking_80x24):
+    pilot = first_ranking_80x24  # the module's shared app: Copy changes only the clipboard and the notices
+    app = pilot.app
+    await pilot.press("c")
+    assert app.clipboard == app.current_export().display()
+    assert app.clipboard.startswith(("llama-server", "GGML_OP_OFFLOAD_MIN_BATCH"))
+    # OSC 52 gets no answer: the notice says where it went, never that it was copied.
+    text = app.notices[-1][1]
+    assert "Copied" not in text and "OSC 52" in text and "does not support it" in text
 
 
-async def test_help_screen_opens_and_closes():
-    app = make_app(make_services())
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
-        markdown = app.screen.query_one("Markdown")
-        assert "Escape" in markdown.source and "SYNTHETIC" in markdown.source
-        await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+async def test_help_screen_opens_and_closes(first_ranking_80x24):
+    pilot = first_ranking_80x24  # the module's shared app: the help closes again, as the test checks
+    app = pilot.app
+    await pilot.press("question_mark")
+    assert isinstance(app.screen, HelpScreen)
+    markdown = app.screen.query_one("Markdown")
+    assert "Escape" in markdown.source and "SYNTHETIC" in markdown.source
+    await pilot.press("escape")
+    assert not isinstance(app.screen, HelpScreen)
 
 
 async def test_bad_model_keeps_results_and_says_why(tmp_path):
@@ -334,8 +338,7 @@ async def test_bad_model_keeps_results_and_says_why(tmp_path):
         await settle(pilot)
         before = app.advice
         await pilot.press("2")
-        app.query_one("#gguf", Input).focus()
-        await pilot.press(*str(tmp_path / "missing.gguf"), "enter")
+        await submit(pilot, "#gguf", str(tmp_path / "missing.gguf"))
         await settle(pilot)
         severity, text = app.notices[-1]
         assert severity == "error" and "missing.gguf" in text and "previous results stay" in text
@@ -357,8 +360,7 @@ async def test_import_a_trace_file_and_use_synthetic_again(tmp_path):
         assert "SYNTHETIC" in text_of(app, "#trace-info")
         pull = app.query_one("#pull")  # the index names no trace of this model: not offered
         assert pull.disabled and "no published trace" in str(pull.tooltip)
-        app.query_one("#import", Input).focus()
-        await pilot.press(*str(path), "enter")
+        await submit(pilot, "#import", str(path))
         await settle(pilot)
         assert app.choices.trace == str(path)
         req = app.advice.request
@@ -405,7 +407,10 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         assert app.query_one(TabbedContent).active == "export"
         field = app.query_one("#paste-command", Input)
         assert app.focused is field
-        await pilot.press(*PASTED, "enter")
+        field.post_message(events.Paste(PASTED))  # as a terminal delivers a paste: one event
+        await pilot.pause()
+        assert field.value == PASTED
+        await pilot.press("enter")
         await settle(pilot)
         shown = text_of(app, "#estimate-result")
         assert "maps to partition-first: 30 of 48 MoE layers' experts on the CPU (blocks 0..29)" in shown
@@ -427,7 +432,7 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         assert not [n for n in app.notices if n[0] == "error"]
 
 
-async def test_the_pasted_estimate_agrees_with_cope_estimate():
+async def test_the_pasted_estimate_agrees_with_cope_estimate(first_ranking):
     import shlex
 
     import numpy as np
@@ -436,10 +441,7 @@ async def test_the_pasted_estimate_agrees_with_cope_estimate():
     from engine.advice.advise import advise
     from tests.factories import replay_priced_layer_set
 
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        advice = app.advice
+    advice = first_ranking.app.advice  # the module's shared app: this test only reads it
     command = parse_pasted(PASTED)
     assert command.unknown == ("--foo",) and shlex.split(PASTED)[0] == command.binary
     result = estimate_command(advice, command)
@@ -473,8 +475,6 @@ async def test_an_unreadable_pasted_command_is_one_line_not_a_traceback():
 
 
 async def test_a_multiline_paste_is_joined_into_one_command():
-    from textual import events
-
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)

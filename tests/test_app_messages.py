@@ -45,12 +45,10 @@ async def test_nothing_fits_ram_says_what_cope_advise_says():
         assert "no RAM" in {str(table.get_row_at(i)[-1]) for i in range(table.row_count)}
 
 
-async def test_a_ranking_with_a_row_to_run_shows_no_message():
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        assert app.runs.run_now is not None
-        assert shown(app, "#results-message") == ""
+async def test_a_ranking_with_a_row_to_run_shows_no_message(first_ranking):
+    app = first_ranking.app  # the module's shared app: this test only reads it
+    assert app.runs.run_now is not None
+    assert shown(app, "#results-message") == ""
 
 
 def without_stock(runs):  # type: ignore[no-untyped-def]
@@ -59,15 +57,21 @@ def without_stock(runs):  # type: ignore[no-untyped-def]
     return replace(runs, rows=rows, run_now=None)
 
 
-async def test_no_runtime_for_any_candidate_says_so():
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        app.runs = without_stock(app.runs)
-        app.query_one(ResultsPane).update_from(app)
+async def test_no_runtime_for_any_candidate_says_so(first_ranking):
+    pilot = first_ranking  # the module's shared app, given its run state back at the end
+    app, runs = pilot.app, pilot.app.runs
+    pane = app.query_one(ResultsPane)
+    try:
+        app.runs = without_stock(runs)
+        pane.update_from(app)
         await pilot.pause()
         message = shown(app, "#results-message")
         assert message == nothing_fits(app.runs) == "Run this now: nothing COPE ranked runs on this machine"
+    finally:
+        app.runs = runs
+        pane.update_from(app)
+        await pilot.pause()
+    assert shown(app, "#results-message") == "", "a row to run again: the message goes"
 
 
 async def test_a_first_ranking_that_fails_says_why_on_results():
@@ -102,54 +106,40 @@ async def test_a_later_ranking_that_fails_keeps_the_rows_and_says_why(tmp_path):
 # --- Save asks before it overwrites -------------------------------------------------------
 
 
-async def test_save_over_an_existing_file_asks_and_no_keeps_the_bytes(tmp_path):
+async def test_save_asks_before_it_overwrites_a_file_and_only_then(tmp_path):
+    """One app, three saves: to a new file (nothing asked), over that file when it holds
+    something else (asked; n keeps the bytes), and again (asked; y writes the command)."""
     from cope_tui.app.confirm import ConfirmScreen
 
     target = tmp_path / "cope-command.sh"
-    target.write_bytes(b"#!/bin/sh\necho mine\n")
     app = make_app(make_services(), cwd=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("s")
         await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        assert not isinstance(app.screen, ConfirmScreen), "a save to a new file asks nothing"
+        assert target.read_text().splitlines()[-1] == app.current_export().display(), "the new file: the command"
+
+        target.write_bytes(b"#!/bin/sh\necho mine\n")
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen), "a save over an existing file asks"
         assert text_of(app.screen, "#question") == "cope-command.sh exists: overwrite? y/n"
         await pilot.press("n")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
-        assert target.read_bytes() == b"#!/bin/sh\necho mine\n"
+        assert target.read_bytes() == b"#!/bin/sh\necho mine\n", "n keeps the file's bytes"
         assert app.notices[-1] == ("information", f"Not saved: {target} left untouched")
 
-
-async def test_save_over_an_existing_file_writes_the_command_on_yes(tmp_path):
-    from cope_tui.app.confirm import ConfirmScreen
-
-    target = tmp_path / "cope-command.sh"
-    target.write_text("#!/bin/sh\necho mine\n")
-    app = make_app(make_services(), cwd=tmp_path)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
         await pilot.press("s")
         await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        assert isinstance(app.screen, ConfirmScreen), "asked again: n answered only that save"
         await pilot.press("y")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         export = app.current_export(out=target)
-        assert target.read_text().splitlines()[-1] == export.display()
+        assert target.read_text().splitlines()[-1] == export.display(), "y writes the command"
         assert app.notices[-1][1].startswith("Saved ") and app.notices[-1][1].endswith(str(target))
-
-
-async def test_save_to_a_new_file_asks_nothing(tmp_path):
-    from cope_tui.app.confirm import ConfirmScreen
-
-    app = make_app(make_services(), cwd=tmp_path)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("s")
-        await pilot.pause()
-        assert not isinstance(app.screen, ConfirmScreen)
-        assert (tmp_path / "cope-command.sh").read_text().splitlines()[-1] == app.current_export().display()
 
 
 # --- the catalog search suggests ----------------------------------------------------------
@@ -164,48 +154,45 @@ async def into_catalog_search(pilot) -> None:  # type: ignore[no-untyped-def]
     pilot.app.query_one("#search", Input).focus()
 
 
-async def test_a_misspelt_catalog_search_says_the_closest_and_enter_picks_it():
+async def test_the_catalog_search_hints_at_the_closest_names_and_enter_picks_one():
+    """One app, the search typed afresh for each case (cleared between): nothing close, a
+    misspelling from the start of a name, an alias, and a misspelling Enter then picks."""
+    from textual.widgets import Input
+
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await into_catalog_search(pilot)
+        search, catalog = app.query_one("#search", Input), app.query_one("#catalog")
         assert shown(app, "#catalog-hint") == ""
-        await pilot.press(*"gpt-oss-12b")
+
+        await pilot.press(*"zzzzzz")
         await pilot.pause()
-        hint = shown(app, "#catalog-hint")
-        assert hint.startswith("no catalog model matches 'gpt-oss-12b' (did you mean gpt-oss-120b")
-        catalog = app.query_one("#catalog")
-        assert catalog.get_option_at_index(0).id == "gpt-oss-120b"
-        await pilot.press("enter")
-        await settle(pilot)
-        assert app.advice.request.model.id == "gpt-oss-120b"
+        assert shown(app, "#catalog-hint") == "no catalog model matches 'zzzzzz'", "nothing close: no guess"
+        assert catalog.option_count == 0
 
-
-async def test_a_search_typed_from_the_start_of_a_name_finds_what_it_misspells():
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await into_catalog_search(pilot)
+        search.value = ""
         await pilot.press(*"deepsek")
         await pilot.pause()
         hint = shown(app, "#catalog-hint")
-        ids = [app.query_one("#catalog").get_option_at_index(i).id for i in range(app.query_one("#catalog").option_count)]
-        assert ids and all(i.startswith("deepseek-") for i in ids)
+        ids = [catalog.get_option_at_index(i).id for i in range(catalog.option_count)]
+        assert ids and all(i.startswith("deepseek-") for i in ids), "typed from a name's start: its family"
         assert hint == f"no catalog model matches 'deepsek' (did you mean {' or '.join(ids)}?)"
         await pilot.press("backspace", "e", "k")  # deepseek: now it matches, and the hint goes
         await pilot.pause()
-        assert shown(app, "#catalog-hint") == ""
+        assert shown(app, "#catalog-hint") == "", "a match clears the hint"
         await pilot.press(*" r1")  # an alias, as `cope advise --model DeepSeek-R1` reads it
         await pilot.pause()
-        assert app.query_one("#catalog").get_option_at_index(0).id == "deepseek-v3"
+        assert catalog.get_option_at_index(0).id == "deepseek-v3", "an alias finds its model"
 
-
-async def test_nothing_close_says_no_match_without_a_guess():
-    app = make_app(make_services())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await into_catalog_search(pilot)
-        await pilot.press(*"zzzzzz")
+        search.value = ""
+        await pilot.press(*"gpt-oss-12b")
         await pilot.pause()
-        assert shown(app, "#catalog-hint") == "no catalog model matches 'zzzzzz'"
-        assert app.query_one("#catalog").option_count == 0
+        hint = shown(app, "#catalog-hint")
+        assert hint.startswith("no catalog model matches 'gpt-oss-12b' (did you mean gpt-oss-120b"), "the closest"
+        assert catalog.get_option_at_index(0).id == "gpt-oss-120b"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.advice.request.model.id == "gpt-oss-120b", "Enter picks the closest"
 
 
 # --- a refused probe series is named ------------------------------------------------------

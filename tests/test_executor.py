@@ -50,6 +50,17 @@ def cpu_layers_of(candidate: Candidate):
     return None
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """These shapes are tiny: torch's intra-op threads only add hand-off cost (on two busy
+    cores a 64x32 int8 matmul took milliseconds), and nothing checked here depends on their
+    number. The caller's count is given back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def executor():
     return Executor(MODEL, QUANT, mode="functional")
