@@ -39,6 +39,10 @@ print(json.dumps(roots))
 """
 
 
+# A POSIX system's folders are joined by this system's os.path: with "/" everywhere but Windows.
+posix_paths = pytest.mark.skipif(sys.platform == "win32", reason="Windows joins paths with backslashes")
+
+
 def roots_on(system: str, environments: list[dict[str, str]]) -> list[str]:
     done = subprocess.run([sys.executable, "-c", _ROOTS_ON, system, json.dumps(environments)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -58,6 +62,7 @@ def test_the_root_is_the_argument_then_cope_cache_dir(tmp_path, monkeypatch):
     assert cache_root() == Path("/from/platform/rules")
 
 
+@posix_paths
 def test_linux_uses_an_absolute_xdg_cache_home_else_home_dot_cache():
     environments = [
         {"HOME": "/home/ann", "XDG_CACHE_HOME": "/fast/cache"},
@@ -71,12 +76,14 @@ def test_linux_uses_an_absolute_xdg_cache_home_else_home_dot_cache():
     assert roots_on("freebsd14", [{"HOME": "/home/ann/"}]) == ["/home/ann/.cache/cope"]
 
 
+@posix_paths
 def test_a_relative_home_is_ignored_for_the_accounts_home():
     pwd = pytest.importorskip("pwd", reason="accounts' homes are a Unix database")
     account_home = pwd.getpwuid(os.getuid()).pw_dir.rstrip("/")
     assert roots_on("linux", [{"HOME": "relative"}]) == [f"{account_home}/.cache/cope"]
 
 
+@posix_paths
 def test_macos_uses_library_caches_unless_xdg_cache_home_is_set():
     environments = [{"HOME": "/Users/ann"}, {"HOME": "/Users/ann", "XDG_CACHE_HOME": "/Users/ann/.cache"},
                     {"HOME": "/Users/ann", "XDG_CACHE_HOME": "relative"}]
