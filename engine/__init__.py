@@ -1,7 +1,8 @@
 """COPE's pure computation: model shapes, routing traces, the Policy Matrix, replay,
 cost models, llama.cpp's command line, the runtimes and the advice built from them.
-Imports numpy and the standard library only (no torch, no textual; numba only inside
-engine.replays.compiled, and pyarrow / safetensors only inside the readers that need them).
+Imports numpy, platformdirs (the cache folder) and the standard library only (no torch, no
+textual; numba only inside engine.replays.compiled, and pyarrow / safetensors only inside the
+readers that need them).
 
 The sub-packages are layers: each imports only the ones listed before it (bottom first),
 never one after it (tests/test_import_structure.py checks this, and that there is no

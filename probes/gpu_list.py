@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.core.records import record_dict
 from engine.hardware.gpu_match import preset_for_device, with_preset_figures
 from engine.hardware.platform import Fact, GpuSpec, derive_h2d_bytes_per_s, unknown_gpu
 from probes.gpu import UNLOADED, detect_gpu, import_nvml
@@ -45,8 +46,7 @@ class GpuList:
     shared_links: tuple[str, ...] = ()  # "CUDA0 and CUDA1 are behind the same PCIe switch (0000:02:00.0)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpus": [g.to_dict() for g in self.gpus], "notes": list(self.notes),
-                "shared_links": list(self.shared_links)}
+        return record_dict(self)
 
 
 def _read(path: Path) -> str | None:

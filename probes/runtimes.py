@@ -26,6 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.core.records import record_dict
 from engine.llamacpp.builds import LlamaBuild, build_from_help
 from engine.llamacpp.llamacpp_flags import spelling_summary
 from probes.bounded_run import run_capped
@@ -47,6 +48,7 @@ class InstalledRuntime:
     build: LlamaBuild | None = None  # the flags its programs' --help lists (llama.cpp family)
 
     def to_dict(self) -> dict:
+        # by hand: the flags' origin and spelling stand in for `build`, written only when there is one
         doc = {"name": self.name, "version": self.version, "where": self.where, "programs": list(self.programs),
                "how": self.how}
         if self.build is not None:
@@ -70,7 +72,7 @@ class RuntimeScan:
         return {r.name: r.build for r in self.found if r.build is not None}
 
     def to_dict(self) -> dict:
-        return {"found": [r.to_dict() for r in self.found], "notes": list(self.notes)}
+        return record_dict(self)
 
 
 Runner = Callable[[list[str], float], str]

@@ -6,6 +6,10 @@ engine/: one step at a time, one key at a time, its own decayed score. It change
 thing: among equal scores, score eviction takes the lowest key, where the first loop
 took whichever its set happened to yield first. Every replay engine, the step-wise
 residency and the executor's plan must give its counts (tests/test_replay_equivalence.py).
+
+`reference_static_counts` and `reference_lru_curve` are the hit curves' one-pass counts
+(engine/replays/hit_curves.py) done the long way: every capacity on its own, and a
+recency list per layer (tests/test_hit_curves.py).
 """
 
 from __future__ import annotations
@@ -235,6 +239,41 @@ class ScoreCache:
         victim = min((key for key in self.keys if key not in protect), key=lambda key: (self.score(key, t), key))
         self.keys.discard(victim)
         return victim
+
+
+def reference_static_counts(ids, popularity):
+    """int64 [L, E+1, k+1]: steps of each layer with h hits when it holds its C most
+    popular experts (ties: the lower id), every capacity C counted on its own."""
+    n_tokens, n_layers, k = ids.shape
+    n_experts = popularity.shape[1]
+    counts = np.zeros((n_layers, n_experts + 1, k + 1), dtype=np.int64)
+    for l in range(n_layers):
+        order = sorted(range(n_experts), key=lambda e: -popularity[l, e])  # stable
+        for capacity in range(n_experts + 1):
+            resident = np.zeros(n_experts, dtype=bool)
+            resident[order[:capacity]] = True
+            counts[l, capacity] = np.bincount(resident[ids[:, l]].sum(axis=1), minlength=k + 1)
+    return counts
+
+
+def reference_lru_curve(ids, popularity):
+    """int64 [L, E+1]: accesses of each layer at batch stack depth <= C, for every C, from
+    a recency list per layer (most recent first, the most popular first at the start): an
+    access's depth is its expert's place in the list before the step, plus one; then the
+    step's experts go to the front in routing order, the last routed most recent."""
+    n_tokens, n_layers, _ = ids.shape
+    n_experts = popularity.shape[1]
+    depths = np.zeros((n_layers, n_experts + 1), dtype=np.int64)
+    for l in range(n_layers):
+        recency = sorted(range(n_experts), key=lambda e: -popularity[l, e])
+        for t in range(n_tokens):
+            row = [int(e) for e in ids[t, l]]
+            for e in row:
+                depths[l, recency.index(e) + 1] += 1
+            for e in row:
+                recency.remove(e)
+                recency.insert(0, e)
+    return np.cumsum(depths, axis=1)
 
 
 # --- random traces ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from engine.replays.hit_curves import (
 )
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replays.replay import ReplaySetup, allocate_slots, replay, replay_many, replay_stepwise
-from tests.replay_reference import random_case, reference_replay
+from tests.replay_reference import random_case, reference_lru_curve, reference_replay, reference_static_counts
 
 FIXED = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, Allocation.UNIFORM)
 # A mutable cache that nothing changes (no admissions, no predictions): static too.
@@ -116,6 +116,43 @@ def test_lru_curve_is_the_batch_lru_at_every_capacity_from_k(seed):
     curves = lru_hit_curves(ids, popularity)
     for capacity in range(k, n_experts + 1):
         assert np.array_equal(curves[:, capacity], batch_lru_hits(ids, popularity, capacity)), capacity
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_one_pass_curves_equal_the_plain_counts_at_every_capacity(seed):
+    # Every capacity 0..E, below k too, on small and medium traces (ties in popularity,
+    # reals, counts): the compiled one-pass counts against each capacity counted alone
+    # and a recency list per layer.
+    ids, _, popularity, _, _, _ = random_case(200 + seed, medium=seed % 2 == 0)
+    got = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity), \
+        lru_hit_curves(ids, popularity, tokens=60)
+    want = reference_static_counts(ids, popularity), reference_lru_curve(ids, popularity), \
+        reference_lru_curve(ids[-60:], popularity)
+    for a, b in zip(got, want):
+        assert a.dtype == np.int64 and np.array_equal(a, b)
+
+
+def test_the_lru_curve_stays_exact_past_a_renumbering_of_its_stamps():
+    # The compiled curve keeps int16 last-use stamps and renumbers them every 4,000 steps
+    # of top-8: 9,000 tokens cross that twice; steps that route an expert twice (at its
+    # last place) are kept too.
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 24, size=(9000, 2, 8)) % (rng.integers(6, 25, size=(9000, 2, 1)))
+    popularity = rng.integers(0, 5, size=(2, 24))
+    got = lru_hit_curves(ids, popularity)
+    assert np.array_equal(got, reference_lru_curve(ids, popularity)) and got[:, -1].tolist() == [9000 * 8] * 2
+
+
+def test_the_one_pass_counts_refuse_ids_outside_the_model():
+    # The compiled loops index by the ids unchecked: a bare array with an id past the
+    # layer's experts (or below 0) is refused before any is read.
+    popularity = np.ones((2, 4))
+    for bad in (-1, 4):
+        ids = np.zeros((3, 2, 1), dtype=np.int16)
+        ids[2, 1, 0] = bad
+        for count in (static_step_counts, lru_hit_curves):
+            with pytest.raises(ValueError, match=r"expert ids outside 0\.\.3"):
+                count(ids, popularity)
 
 
 # --- allocation ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ PACKAGES = ("engine", "probes", "cope_tui")
 HEAVY = {
     "textual": "the app's UI toolkit: only the app loads it",
     "torch": "the probes, the executor and the recorders",
-    "numba": "the compiled replay loops, optional (COPE_NO_NUMBA=1)",
+    "numba": "the compiled replay loops, imported when a replay first runs",
     "gguf": "GGUF files, read only when one is given",
     "huggingface_hub": "the Hub, only when a command reaches it",
     "httpx2": "huggingface_hub's HTTP client",

@@ -1,5 +1,6 @@
 """engine/core/records.py: a record's JSON object is its fields in order, with named values
-replacing a field in place or added after the fields, nested records as their own."""
+replacing a field in place or added after the fields, nested records as their own, tuples
+as lists, and a field written under an older JSON name where one is given."""
 
 from __future__ import annotations
 
@@ -31,6 +32,19 @@ def test_fields_in_order_values_in_place_or_after_nested_as_their_own():
     doc = record_dict(Outer("x", (("k", 1),), Inner(3)), pairs={"k": 1}, extra=True)
     assert list(doc) == ["name", "pairs", "inner", "last", "extra"]
     assert doc == {"name": "x", "pairs": {"k": 1}, "inner": {"a_value": 3}, "last": 0.5, "extra": True}
+
+
+@dataclass(frozen=True)
+class Group:
+    members: tuple[Inner, ...]
+    tags: tuple[str, ...]
+    n_items: int
+
+
+def test_tuples_are_lists_of_their_items_as_written_and_a_field_may_keep_an_older_name():
+    doc = record_dict(Group((Inner(1), Inner(2)), ("a", "b"), 2), names={"n_items": "items"})
+    assert doc == {"members": [{"a_value": 1}, {"a_value": 2}], "tags": ["a", "b"], "items": 2}
+    assert record_dict(Group((), (), 0)) == {"members": [], "tags": [], "n_items": 0}
 
 
 def test_a_profile_provenance_is_written_as_before():

@@ -1,15 +1,15 @@
-"""The compiled LRU replays and hit curves (numba: engine/replays/replay_kernels.py, run by
-engine/replays/replay_compiled.py and engine/replays/hit_curves.py) against the step-wise residency of
-engine/replays/residency.py, and the numpy fallback that runs without numba.
+"""The compiled LRU replays (numba: engine/replays/replay_kernels.py, run by
+engine/replays/replay_compiled.py) against the step-wise residency of
+engine/replays/residency.py (the compiled hit curves: tests/test_hit_curves.py).
 
 The compiled loops must give exactly the step-wise replay's state counts, admissions
 and prefetch used for every LRU plan: per-layer caches of any capacity (0, below the
 k experts a step routes, every expert), pools smaller than a step's guesses plus its
 experts, every kind of admission, with and without prefetch, replayed in chunks, with
 per-layer caches shared between plans and pools that join the first pool of the same
-rules once they hold the same experts. Both paths replay each distinct per-layer cache
-of a sweep once. tests/test_replay_equivalence.py runs its own checks on every path
-too (its `pool_path` fixture).
+rules once they hold the same experts. A sweep replays each distinct per-layer cache
+once. tests/test_replay_equivalence.py checks the same replays against the plain
+reference loop.
 """
 
 from __future__ import annotations
@@ -19,21 +19,11 @@ import pytest
 
 import engine.replays.replay as replay_module
 import engine.replays.replay_compiled as replay_compiled
-from engine.replays import compiled
-from engine.replays.hit_curves import lru_hit_curves, static_step_counts
+from engine.replays.hit_curves import lru_hit_curves
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replays.replay import ReplaySetup, replay_many, replay_stepwise
 from engine.replays.replay_common import ReplayPlan, Ticks, TraceArrays
 from tests.replay_reference import every_candidate, random_case, uniform_routing
-
-try:
-    import numba  # noqa: F401
-except ImportError:
-    NUMBA = False
-else:
-    NUMBA = True
-
-needs_numba = pytest.mark.skipif(not NUMBA, reason="numba is not installed: the numpy replays run instead")
 
 LRU_KINDS = [
     Candidate(Kind.MATRIX, residency, execution, allocation, Eviction.LRU, prefetch)
@@ -43,14 +33,10 @@ LRU_KINDS = [
 
 
 @pytest.fixture
-def numba_on(monkeypatch):
-    """The compiled path, replaying a few tokens at a time (chunks, and pools compared
-    for joining, at every chunk's end)."""
-    if not NUMBA:
-        pytest.skip("numba is not installed: the numpy replays run instead")
-    monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
+def small_chunks(monkeypatch):
+    """The compiled replays a few tokens at a time (chunks, and pools compared for
+    joining, at every chunk's end)."""
     monkeypatch.setattr(replay_compiled, "CHUNK", 5)
-    assert compiled.available()
 
 
 def stepwise_of(ids, predicted, plans):
@@ -67,8 +53,8 @@ def stepwise_of(ids, predicted, plans):
 
 def compiled_of(ids, predicted, plans):
     """The compiled engines' (counts, admissions, used) of the same plans, all in one go."""
-    assert replay_module._use_compiled(ids, predicted, plans)
-    results = replay_module._run_compiled(ids, predicted, plans, [], {}, None)
+    assert replay_compiled.fits(ids, predicted, plans[0].popularity.shape[1], max(plan.width for plan in plans))
+    results = replay_compiled.replay_lru(ids, predicted, plans, Ticks(None, 0, 1))
     return [results[plan.key] for plan in plans]
 
 
@@ -104,7 +90,7 @@ def random_plans(rng, popularity, k, width, n_plans):
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_compiled_lru_equals_the_stepwise_residency_on_arbitrary_slots(seed, numba_on):
+def test_compiled_lru_equals_the_stepwise_residency_on_arbitrary_slots(seed, small_chunks):
     ids, predicted, popularity, _, _, _ = random_case(seed, medium=seed % 3 == 0)
     if predicted is None:
         predicted = np.zeros(ids.shape, dtype=np.int16)
@@ -117,7 +103,7 @@ def test_compiled_lru_equals_the_stepwise_residency_on_arbitrary_slots(seed, num
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_keys_past_uint16_take_uint32_and_stay_exact(seed, numba_on, monkeypatch):
+def test_keys_past_uint16_take_uint32_and_stay_exact(seed, small_chunks, monkeypatch):
     # Pools of models with 65,535 or more (layer, expert) keys index by uint32; the
     # small cases here are forced onto that path.
     assert replay_compiled.key_type(65_534) is np.uint16 and replay_compiled.key_type(65_535) is np.uint32
@@ -134,7 +120,7 @@ def test_keys_past_uint16_take_uint32_and_stay_exact(seed, numba_on, monkeypatch
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(seed, numba_on):
+def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(seed, small_chunks):
     ids, predicted, popularity, total, budget, admit = random_case(100 + seed, medium=seed % 2 == 0)
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = [c for c in every_candidate(predicted is not None) if c.eviction is Eviction.LRU]
@@ -145,9 +131,9 @@ def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(see
         assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id
 
 
-def test_small_pools_and_caches_below_k_match(numba_on):
+def test_small_pools_and_caches_below_k_match(small_chunks):
     # Pools smaller than a step's guesses plus its experts (copies cut short), and
-    # per-layer caches smaller than k, which the numpy pool engine leaves to the step-wise one.
+    # per-layer caches smaller than k.
     n_layers, k = 5, 4
     ids, predicted, popularity = uniform_routing(4, 120, n_layers, 12, k, 6, 9)
     for total in (0, 1, k - 1, k + 2, 6 + k - 1, n_layers * (k - 1)):
@@ -159,7 +145,7 @@ def test_small_pools_and_caches_below_k_match(numba_on):
             assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), (total, candidate.id)
 
 
-def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(numba_on):
+def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(small_chunks):
     # Uniform and nonuniform pools of one total start apart and converge under heavy
     # churn; the later one stops and takes its remaining counts from the first.
     ids, predicted, popularity = uniform_routing(8, 300, 4, 16, 4, 3, 30)
@@ -203,21 +189,11 @@ def test_a_per_layer_cache_depends_only_on_its_own_layer_capacity_and_rules():
     assert differ and any(not np.array_equal(counts_a[l].sum(axis=1), counts_b[l].sum(axis=1)) for l in differ)
 
 
-@pytest.mark.parametrize("path", ["compiled", "numpy"])
-def test_a_sweep_replays_each_per_layer_cache_once(path, monkeypatch):
+def test_a_sweep_replays_each_per_layer_cache_once(monkeypatch):
     # Budgets whose allocations share some layers' capacities: each (layer, capacity,
     # admissions, width) cache is replayed once, and every candidate still equals its
     # step-wise replay.
-    import engine.replays.replay_layer_lru as layer_lru
-
-    if path == "compiled":
-        if not NUMBA:
-            pytest.skip("numba is not installed: the numpy replays run instead")
-        monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
-        engine_class = replay_compiled._CompiledLayerLru
-    else:
-        monkeypatch.setenv("COPE_NO_NUMBA", "1")
-        engine_class = layer_lru.LayerLru
+    engine_class = replay_compiled._CompiledLayerLru
     ids, predicted, popularity, _, _, admit = random_case(7, medium=True)
     cells = popularity.size
     setups = [ReplaySetup(popularity, total, 2, admit) for total in (cells // 4, cells // 4 + 1, cells // 2)]
@@ -241,46 +217,6 @@ def test_a_sweep_replays_each_per_layer_cache_once(path, monkeypatch):
         assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id
 
 
-@pytest.mark.parametrize("seed", range(16))
-def test_compiled_hit_curves_equal_the_numpy_ones(seed, monkeypatch):
-    if not NUMBA:
-        pytest.skip("numba is not installed: the numpy curves run instead")
-    ids, _, popularity, _, _, _ = random_case(200 + seed, medium=seed % 2 == 0)
-    got = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60), \
-        lru_hit_curves(ids, popularity)
-    monkeypatch.setenv("COPE_NO_NUMBA", "1")
-    want = static_step_counts(ids, popularity), lru_hit_curves(ids, popularity, tokens=60), \
-        lru_hit_curves(ids, popularity)
-    for a, b in zip(got, want):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
-
-
-def test_compiled_lru_curve_equals_the_numpy_one_past_a_renumbering(monkeypatch):
-    # The compiled curve keeps int16 last-use stamps and renumbers them every 4,000
-    # steps of top-8; the numpy one restarts them every 128 tokens. 9,000 tokens cross
-    # both, and steps that route an expert twice (at its last place) are kept too.
-    if not NUMBA:
-        pytest.skip("numba is not installed: the numpy curves run instead")
-    rng = np.random.default_rng(5)
-    ids = rng.integers(0, 24, size=(9000, 2, 8)) % (rng.integers(6, 25, size=(9000, 2, 1)))
-    popularity = rng.integers(0, 5, size=(2, 24))
-    got = lru_hit_curves(ids, popularity)
-    monkeypatch.setenv("COPE_NO_NUMBA", "1")
-    want = lru_hit_curves(ids, popularity)
-    assert np.array_equal(got, want) and got[:, -1].tolist() == [9000 * 8] * 2
-
-
-def test_cope_no_numba_turns_the_compiled_path_off(monkeypatch):
-    monkeypatch.setenv("COPE_NO_NUMBA", "1")
-    assert not compiled.available()
-    ids, predicted, popularity, total, budget, admit = random_case(3, medium=True)
-    plans = [replay_module._plan(ids, predicted, c, ReplaySetup(popularity, total, budget, admit))
-             for c in LRU_KINDS if c.prefetch == (predicted is not None)]
-    assert not replay_module._use_compiled(ids, predicted, plans)
-    monkeypatch.setenv("COPE_NO_NUMBA", "0")
-    assert compiled.available() == NUMBA
-
-
 def test_ids_outside_the_model_leave_the_compiled_path():
     ids = np.zeros((3, 2, 1), dtype=np.int16)
     assert replay_compiled.fits(ids, None, 4, 0)
@@ -292,7 +228,6 @@ def test_ids_outside_the_model_leave_the_compiled_path():
     assert not replay_compiled.fits(ids, predicted, 4, 2) and replay_compiled.fits(ids, predicted, 4, 1)
 
 
-@needs_numba
 def test_kernels_compile_without_a_writable_cache(monkeypatch):
     # numba refuses cache=True where it finds no writable cache folder; the kernels then
     # compile in every process rather than fail.
@@ -316,7 +251,7 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
 
 
 @pytest.mark.shared_traces
-def test_compiled_lru_matches_the_stepwise_residency_on_real_deepseek_routing(shared_traces, numba_on):
+def test_compiled_lru_matches_the_stepwise_residency_on_real_deepseek_routing(shared_traces, small_chunks):
     from engine.traces.moe_beyond import read_moe_beyond_csv_dir
 
     trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond", max_files=12)

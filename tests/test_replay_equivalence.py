@@ -1,12 +1,12 @@
 """Every way of replaying a candidate against the plain reference (tests/replay_reference.py).
 
-Four implementations must give the reference's counts, admissions and prefetch used,
-exactly, for every candidate kind: `replay`/`replay_many` (lookups, the compiled LRU
-loops or without numba the vectorised numpy engines, batched and shared between
-candidates and budgets), `replay_stepwise` (the step-wise residency of
-engine/replays/residency.py, which the slow paths run), and the executor's `ResidencyPlan`,
-whose steps are checked here against a slot table kept as the executor keeps its own.
-On random traces, and on real routing when ../shared/traces is present.
+Three implementations must give the reference's counts, admissions and prefetch used,
+exactly, for every candidate kind: `replay`/`replay_many` (lookups and the compiled LRU
+loops, a few tokens a chunk here, batched and shared between candidates and budgets),
+`replay_stepwise` (the step-wise residency of engine/replays/residency.py, which score
+eviction runs), and the executor's `ResidencyPlan`, whose steps are checked here against
+a slot table kept as the executor keeps its own. On random traces, and on real routing
+when ../shared/traces is present.
 """
 
 from __future__ import annotations
@@ -20,54 +20,18 @@ import pytest
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
 from engine.replays.replay import ReplaySetup, replay, replay_many, replay_stepwise
 from engine.replays.residency import ResidencyPlan
-from tests.replay_reference import every_candidate, random_case, uniform_routing
-from tests.replay_reference import reference_replay as plain_reference_replay
+from tests.replay_reference import every_candidate, random_case, reference_replay, uniform_routing
 
 STANDALONE = [Candidate(kind) for kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST, Kind.ALL_GPU, Kind.ALL_CPU)]
 
 
-def _array_key(a):
-    """An array's value as a dict key (None stays None)."""
-    if a is None:
-        return None
-    a = np.asarray(a)
-    return a.dtype.str, a.shape, a.tobytes()
-
-
-_REFERENCE: dict = {}
-
-
-def reference_replay(ids, predicted, candidate, setup, cpu_layers=None):
-    """The plain reference, computed once per input in this process: each trace is compared
-    under three pool paths (and the step-wise replay and plan beside them), and the pure
-    Python reference was most of this file's time. The key is every input's full value,
-    so a cached answer is the one the reference gives for exactly these inputs."""
-    key = (_array_key(ids), _array_key(predicted), candidate, _array_key(cpu_layers),
-           _array_key(setup.popularity), int(setup.total_slots), int(setup.prefetch_budget),
-           _array_key(setup.admit_per_hits), _array_key(setup.hit_curves))
-    if key not in _REFERENCE:
-        _REFERENCE[key] = plain_reference_replay(ids, predicted, candidate, setup, cpu_layers=cpu_layers)
-    counts, admissions, used = _REFERENCE[key]
-    return counts.copy(), admissions, used  # a copy: no caller can change what the next one compares with
-
-
-@pytest.fixture(params=["compiled", "batched", "steps"])
-def pool_path(request, monkeypatch):
-    """Run a test with the LRU caches replayed by the compiled loops (numba, a few tokens
-    a chunk; skipped without numba), then without them (COPE_NO_NUMBA=1): the numpy
-    engines, with LRU pools replayed a token at a time (`PoolLru`), then one step at a
-    time (the step-wise residency); replay picks by how many pools and layers."""
-    import engine.replays.replay
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """The compiled replays a few tokens a chunk: progress, and pools compared for
+    joining, at every chunk's end."""
     import engine.replays.replay_compiled
 
-    if request.param == "compiled":
-        pytest.importorskip("numba", reason="numba is not installed: the numpy replays run instead")
-        monkeypatch.delenv("COPE_NO_NUMBA", raising=False)
-        monkeypatch.setattr(engine.replays.replay_compiled, "CHUNK", 7)
-    else:
-        monkeypatch.setenv("COPE_NO_NUMBA", "1")
-        monkeypatch.setattr(engine.replays.replay, "_POOLS_BATCHED", 0 if request.param == "batched" else 10**9)
-    return request.param
+    monkeypatch.setattr(engine.replays.replay_compiled, "CHUNK", 7)
 
 
 def assert_same(ids, predicted, setup, candidates, stats):
@@ -141,34 +105,26 @@ def assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_laye
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_every_candidate_matches_the_reference_on_small_traces(seed, pool_path):
+def test_every_candidate_matches_the_reference_on_small_traces(seed):
+    # Every kind, standalone ones too, every way.
     ids, predicted, popularity, total, budget, admit = random_case(seed)
     setup = ReplaySetup(popularity, total, budget, admit)
-    candidates = every_candidate(predicted is not None)
-    stats = [replay(ids, predicted, c, setup) for c in candidates]
-    if pool_path != "batched":  # the step-wise replay and the plan are checked on the batched run
-        assert_same(ids, predicted, setup, candidates, stats)
-        return
-    # Once per trace: every kind, standalone ones too, every way.
     cpu_layers = np.random.default_rng(seed).random(ids.shape[1]) < 0.5
-    candidates += STANDALONE
-    stats += [replay(ids, predicted, c, setup, cpu_layers=cpu_layers) for c in STANDALONE]
+    candidates = every_candidate(predicted is not None) + STANDALONE
+    stats = [replay(ids, predicted, c, setup, cpu_layers=cpu_layers) for c in candidates]
     assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_layers)
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_batched_replays_match_the_reference_on_medium_traces(seed, pool_path):
+def test_batched_replays_match_the_reference_on_medium_traces(seed):
     ids, predicted, popularity, total, budget, admit = random_case(1000 + seed, medium=True)
     setup = ReplaySetup(popularity, total, budget, admit)
     candidates = [c for c in every_candidate(predicted is not None) if c.eviction is not Eviction.SCORE or seed < 2]
     stats = replay_many(ids, predicted, [(c, setup) for c in candidates])
-    if pool_path != "batched":
-        assert_same(ids, predicted, setup, candidates, stats)
-    else:
-        assert_every_way_the_same(ids, predicted, setup, candidates, stats)
+    assert_every_way_the_same(ids, predicted, setup, candidates, stats)
 
 
-def test_candidates_of_different_setups_replayed_together_match_the_reference(pool_path):
+def test_candidates_of_different_setups_replayed_together_match_the_reference():
     # Several budgets and both prediction widths in one call, as a budget sweep does.
     ids, predicted, popularity, _, _, admit = random_case(7, medium=True)
     cells = popularity.size
@@ -181,9 +137,9 @@ def test_candidates_of_different_setups_replayed_together_match_the_reference(po
         assert_same(ids, predicted, setup, [candidate], [got])
 
 
-def test_pool_lru_with_many_evictions_a_token_matches_the_reference(pool_path):
-    # A large pool under heavy churn: the token-at-a-time replay corrects many
-    # evictions of experts the token looks up later, and rebuilds its LRU queue often.
+def test_pool_lru_with_many_evictions_a_token_matches_the_reference():
+    # Large pools under heavy churn: a token evicts experts it looks up later in the
+    # same token, and uniform and nonuniform pools of one total may come to agree.
     rng = np.random.default_rng(3)
     n_tokens, n_layers, n_experts, k = 150, 16, 32, 6
     logits = rng.gumbel(size=(n_tokens, n_layers, n_experts))
@@ -200,7 +156,7 @@ def test_pool_lru_with_many_evictions_a_token_matches_the_reference(pool_path):
         assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
 
 
-def test_traces_longer_than_a_histogram_chunk_match_the_reference(pool_path):
+def test_traces_longer_than_a_histogram_chunk_match_the_reference():
     # The replays fold their per-step counts every 256 tokens, and the decayed scores
     # are computed ahead 256 tokens at a time.
     k = 3
@@ -229,6 +185,21 @@ def test_an_expert_routed_twice_in_a_step_scores_twice():
     ]
     assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
     assert_same(ids, predicted, setup, candidates, [replay_stepwise(ids, predicted, c, setup) for c in candidates])
+
+
+@pytest.mark.parametrize("seed", [0, 12])
+def test_ids_outside_the_model_are_replayed_step_by_step_as_the_reference_does(seed):
+    # Bare arrays may hold ids no expert of the layer has (a RoutingTrace never does): the
+    # compiled loops and the one-pass counts would index by them, so replay takes the
+    # fixed and LRU caches step by step, where a key is any number, as the plain loop
+    # does. (Score eviction keeps a score per expert of the model: it takes none.)
+    ids, predicted, popularity, total, budget, admit = random_case(seed)
+    ids = ids.copy()
+    ids[::2, :, 0] = -1
+    ids[1::3, :, -1] = popularity.shape[1]
+    setup = ReplaySetup(popularity, total, budget, admit)
+    candidates = [c for c in every_candidate(predicted is not None) if c.eviction is not Eviction.SCORE]
+    assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
 
 
 def test_score_eviction_ties_go_to_the_lowest_key():
@@ -273,7 +244,7 @@ def small_request(tokens=40, **kw):
 
 
 @pytest.mark.slow
-def test_advise_shares_replays_without_changing_any_candidate(pool_path):
+def test_advise_shares_replays_without_changing_any_candidate():
     from engine.advice.advise import advise
     from engine.replays.residency import partition_layers
     from engine.replays.hit_curves import lru_hit_curves
@@ -306,9 +277,9 @@ def test_advise_shares_replays_without_changing_any_candidate(pool_path):
         assert_same(trace.expert_ids, trace.predicted_ids, setup, [candidate], [estimate.stats])
 
 
-def test_budget_sweep_is_advise_at_each_budget(pool_path):
-    # The compiled path replays each per-layer cache once for all budgets; the others
-    # replay each budget's plans.
+def test_budget_sweep_is_advise_at_each_budget():
+    # The sweep replays each per-layer cache once for all budgets; advise replays one
+    # budget's plans.
     from engine.advice.advise import advise, sweep_budgets
     from engine.hardware.memory import GIB
 

@@ -87,6 +87,7 @@ class GroundTruthReport:
     complete: bool
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: `cope validate`'s document: the command's name first, its settings spread out
         return {
             "command": "cope validate",
             "date_iso": self.date_iso,

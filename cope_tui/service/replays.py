@@ -9,6 +9,7 @@ from cope_tui.options import PlanChoices
 from cope_tui.service.advice import plan
 from cope_tui.service.pricing import choose_cost_model
 from cope_tui.service.request import build_request
+from engine.core.records import record_dict
 from engine.hardware.memory import GIB
 from engine.replays.hit_rates import CandidateHits, hit_rates_at_slots, hit_rates_of_estimates
 from engine.replays.policy import Execution
@@ -23,8 +24,7 @@ class ReplayReport:
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"basis": self.basis, "trace": self.trace, "tokens": self.n_tokens,
-                "candidates": [row.to_dict() for row in self.rows], "notes": list(self.notes)}
+        return record_dict(self, names={"n_tokens": "tokens", "rows": "candidates"})
 
 
 def replay_report(choices: PlanChoices, slots_per_layer: int | None = None) -> ReplayReport:

@@ -20,6 +20,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from engine.core.records import record_dict
+
 
 def _common(estimated: Mapping[str, float], measured: Mapping[str, float]) -> list[str]:
     return sorted(c for c in estimated if c in measured and measured[c] is not None and estimated[c] is not None)
@@ -80,11 +82,10 @@ class ConfigAccuracy:
     selected: bool | None
     top3: bool | None
     spearman: float | None
-    errors: dict  # candidate id -> |estimated - measured| / measured
+    abs_pct_errors: dict  # candidate id -> |estimated - measured| / measured
 
     def to_dict(self) -> dict:
-        return {"n_measured": self.n_measured, "selected": self.selected, "top3": self.top3,
-                "spearman": self.spearman, "abs_pct_errors": dict(self.errors)}
+        return record_dict(self, abs_pct_errors=dict(self.abs_pct_errors))
 
 
 def config_accuracy(estimated: Mapping[str, float], measured: Mapping[str, float]) -> ConfigAccuracy:
@@ -94,7 +95,7 @@ def config_accuracy(estimated: Mapping[str, float], measured: Mapping[str, float
         selected=selected(estimated, measured),
         top3=top3_recovered(estimated, measured),
         spearman=spearman([estimated[c] for c in ids], [measured[c] for c in ids]),
-        errors=abs_pct_errors(estimated, measured),
+        abs_pct_errors=abs_pct_errors(estimated, measured),
     )
 
 
@@ -107,7 +108,7 @@ def summarize(configs: Sequence[ConfigAccuracy]) -> dict:
     """Overall figures of one fidelity over its configurations; None where undefined."""
     selection, n_sel = _share([c.selected for c in configs])
     top3, n_top3 = _share([c.top3 for c in configs])
-    errors = [e for c in configs for e in c.errors.values()]
+    errors = [e for c in configs for e in c.abs_pct_errors.values()]
     rhos = [c.spearman for c in configs if c.spearman is not None]
     return {
         "configurations": len(configs),

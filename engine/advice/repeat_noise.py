@@ -12,10 +12,12 @@ fidelity, estimated_tpot_s, measured_tpot_s).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import numpy as np
+
+from engine.core.records import record_dict
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class RepeatGroup:
         return (self.estimated_tpot_s - self.median_tpot_s) / self.median_tpot_s
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "spread": self.spread, "error_to_median": self.error_to_median}
+        return record_dict(self, spread=self.spread, error_to_median=self.error_to_median)
 
 
 def repeat_groups(rows: Iterable[Mapping]) -> list[RepeatGroup]:

@@ -50,6 +50,7 @@ class RuntimeRun:
         return self.support.exact and self.fits
 
     def to_dict(self) -> dict:
+        # by hand: the support's line with the host's fit added to it
         out = self.support.to_dict()
         if self.host is not None:
             out["fits_ram"] = self.host.fits

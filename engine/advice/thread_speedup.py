@@ -46,6 +46,7 @@ class SpeedupCheck:
         return abs(self.disagreement) > self.tolerance
 
     def to_dict(self) -> dict:
+        # by hand: JSON names say TPOT (*_tpot_s), derived figures follow, the tolerance is the report's
         return {
             "base_threads": self.base_threads, "threads": self.threads,
             "estimated_base_tpot_s": self.estimated_base_s, "estimated_tpot_s": self.estimated_s,

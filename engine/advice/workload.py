@@ -102,6 +102,7 @@ class WorkloadEstimate:
         return self.estimate.candidate.id
 
     def to_dict(self) -> dict:
+        # by hand: a row of the request's ranking, figures taken from its decode and prefill estimates
         return {"candidate": self.candidate_id, "request_s": self.request_s, "ttft_s": self.prefill.ttft_s,
                 "prompt_tokens_per_s": self.prefill.tokens_per_s, "decode_tokens_per_s": self.estimate.tokens_per_s,
                 "tpot_s": self.estimate.tpot_s, "ubatch": self.prefill.ubatch, "batch": self.prefill.batch,
@@ -127,6 +128,7 @@ class WorkloadRanking:
         return next((w for w in self.estimates if w.candidate_id == candidate_id), None)
 
     def to_dict(self) -> dict:
+        # by hand: the workload's own figures and how it was ranked, then its rows
         return {"prompt_tokens": self.workload.prompt_tokens, "output_tokens": self.workload.output_tokens,
                 "name": self.workload.name, "ranked_by": "request_s = ttft_s + output_tokens x tpot_s",
                 "context_tokens": self.context_tokens, "decode_attention_tokens": self.attention_tokens,

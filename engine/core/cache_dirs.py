@@ -1,15 +1,15 @@
 """Where COPE keeps what it caches between runs: recorded and pulled traces, measured profiles.
 
 The cache root is, first found: a `root` argument, the COPE_CACHE_DIR environment
-variable, or the user cache folder for "cope" by platformdirs' rules (reproduced here
-with the standard library, so probes/ and cope_tui/ share one answer without a
-dependency):
+variable, or platformdirs' user cache folder for "cope" (platformdirs 4.14 or later: the
+first to ignore a relative XDG_CACHE_HOME or HOME and to read XDG_CACHE_HOME on macOS):
 
 - Linux and other Unix: `$XDG_CACHE_HOME/cope` when XDG_CACHE_HOME is an absolute
   path, else `~/.cache/cope`;
 - macOS: `$XDG_CACHE_HOME/cope` likewise, else `~/Library/Caches/cope`;
-- Windows: `%LOCALAPPDATA%\\cope\\cope\\Cache` (platformdirs names the app twice, as
-  author and as app; it asks the shell for Local AppData, which %LOCALAPPDATA% holds).
+- Windows: `%LOCALAPPDATA%\\cope\\cope\\Cache` (the app named as its own author too:
+  platformdirs puts the author's folder above the app's; it asks the shell for Local
+  AppData, which %LOCALAPPDATA% holds).
 
 Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json`,
 `machine/cpu-bandwidth-<key>.json` (engine.hardware.bandwidth_store) and
@@ -18,13 +18,11 @@ Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json`,
 
 from __future__ import annotations
 
-import ntpath
 import os
-import posixpath
 import re
-import sys
 from pathlib import Path
-from typing import Mapping
+
+import platformdirs
 
 CACHE_ENV = "COPE_CACHE_DIR"
 APP_NAME = "cope"
@@ -36,34 +34,9 @@ _PULLED_SUFFIXES = (".cope.npz", ".npz", ".csv", ".jsonl", ".ndjson", ".parquet"
 # --- the root -------------------------------------------------------------------------
 
 
-def _posix_home(environ: Mapping[str, str]) -> str:
-    """HOME when it is absolute, else the account's home (platformdirs treats a relative HOME as unset)."""
-    home = environ.get("HOME", "")
-    if posixpath.isabs(home):
-        return home.rstrip("/") or "/"
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_dir
-    except (ImportError, KeyError):
-        return os.path.expanduser("~")
-
-
-def user_cache_dir(
-    app: str = APP_NAME, *, system: str | None = None, environ: Mapping[str, str] | None = None
-) -> str:
-    """platformdirs.user_cache_dir(app) for `system` (default sys.platform) and `environ` (default os.environ)."""
-    system = sys.platform if system is None else system
-    env = os.environ if environ is None else environ
-    if system == "win32":
-        home = env.get("USERPROFILE") or os.path.expanduser("~")
-        base = env.get("LOCALAPPDATA") or ntpath.join(home, "AppData", "Local")
-        return ntpath.join(ntpath.normpath(base), app, app, "Cache")
-    xdg = env.get("XDG_CACHE_HOME", "")
-    if posixpath.isabs(xdg):
-        return posixpath.join(xdg, app)
-    under = ("Library", "Caches") if system == "darwin" else (".cache",)
-    return posixpath.join(_posix_home(env), *under, app)
+def user_cache_dir() -> str:
+    """This system's user cache folder for COPE, by platformdirs' rules."""
+    return platformdirs.user_cache_dir(APP_NAME, APP_NAME)
 
 
 def cache_root(root: str | os.PathLike | None = None) -> Path:

@@ -46,6 +46,7 @@ class RamFit:
                 f"{self.budget_bytes / GIB:.1f} GiB of usable RAM")
 
     def to_dict(self) -> dict:
+        # by hand: the fit's figures and verdict; `what` is for describe()'s sentence
         return {"need_bytes": self.need_bytes, "budget_bytes": self.budget_bytes, "mapped": self.mapped,
                 "fits": self.fits}
 

@@ -90,6 +90,7 @@ class MemoryPlan:
         ]
 
     def to_dict(self) -> dict:
+        # by hand: derived room and slots among the fields, the per-layer expert count left out
         return {
             "vram_budget_bytes": self.vram_budget_bytes,
             "non_expert_bytes": self.non_expert_bytes,

@@ -9,8 +9,10 @@ where they are read, and found by name through engine.hardware.preset_names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from engine.core.records import record_dict
 
 
 BASES = ("preset", "detected", "measured", "given", "assumed", "unknown")
@@ -50,7 +52,7 @@ class Fact:
         return self.value is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "basis": self.basis, "note": self.note}
+        return record_dict(self)
 
     @classmethod
     def preset(cls, value: float | int | str, source: str) -> Fact:
@@ -77,17 +79,6 @@ class Fact:
         return cls(None, "unknown", why)
 
 
-def _spec_to_dict(spec: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in fields(spec):
-        v = getattr(spec, f.name)
-        if isinstance(v, tuple) and v and hasattr(v[0], "to_dict"):
-            out[f.name] = [x.to_dict() for x in v]  # a GPU set's cards
-        else:
-            out[f.name] = v.to_dict() if hasattr(v, "to_dict") else v
-    return out
-
-
 @dataclass(frozen=True)
 class CudaProblem:
     """Why torch cannot use the NVIDIA GPU this machine has (probes.cuda_check)."""
@@ -97,7 +88,7 @@ class CudaProblem:
     fix: str  # the command (or step) that fixes it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "fix": self.fix}
+        return record_dict(self)
 
 
 # --- value types ------------------------------------------------------------------
@@ -142,7 +133,7 @@ class GpuSpec:
     pci_address: str | None = None  # detected: the PCI address ("0000:01:00.0"), where the system says
 
     def to_dict(self) -> dict[str, Any]:
-        return _spec_to_dict(self)
+        return record_dict(self)
 
 
 _NOT_SAID = Fact.unknown("not known: neither given, nor detected, nor in a preset")
@@ -179,7 +170,7 @@ class CpuSpec:
     amx: Fact = field(default=_NOT_SAID)
 
     def to_dict(self) -> dict[str, Any]:
-        return _spec_to_dict(self)
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
@@ -188,7 +179,7 @@ class Platform:
     cpu: CpuSpec
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu.to_dict(), "cpu": self.cpu.to_dict()}
+        return record_dict(self)
 
 
 def unknown_gpu(why: str) -> GpuSpec:

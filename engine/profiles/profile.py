@@ -74,6 +74,7 @@ class Measurement:
         return dict(self.key)
 
     def to_dict(self) -> dict:
+        # by hand: `method` is written only when set, so profiles without it read as before
         doc = {
             "operator": self.operator,
             "key": self.key_dict,
@@ -238,6 +239,7 @@ class Profile:
         return replace(self, refused=tuple(r for r in self.refused if (r.operator, r.fixed) != (operator, wanted)))
 
     def to_dict(self) -> dict:
+        # by hand: the schema's header first, hardware as an object, `refused` only when there is one
         return {
             "schema": PROFILE_SCHEMA,
             "schema_version": self.schema_version,

@@ -1,10 +1,10 @@
-"""Whether the compiled loops (numba) are used, and how they are run on every core.
+"""The compiled loops (numba), loaded when first needed, and how they run on every core.
 
-The replays and the hit curves have two implementations of their inner loops: numpy
-(always there) and compiled with numba (`engine.replays.replay_kernels`), used when numba can be
-imported and COPE_NO_NUMBA is unset or 0. Both give the same numbers
-(tests/test_replay_compiled.py). numba is imported only when a loop is first needed,
-so importing engine/ stays cheap and works without it.
+The LRU replays and the hit curves run their inner loops compiled with numba
+(`engine.replays.replay_kernels`): numba is a dependency, with wheels for every platform
+COPE supports, so there is no second implementation of those loops to keep in step
+(tests/test_replay_equivalence.py checks them against a plain reference loop). numba is
+imported only when a loop is first needed, so importing engine/ stays cheap.
 
 The compiled loops release the GIL; `run_tasks` and `in_parallel` run them on disjoint
 parts of their work (rows, pools, layers) from a few threads, one per CPU this process
@@ -20,28 +20,13 @@ from typing import Callable
 import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
-_NUMBA: list[bool] = []  # filled once numba's import has been tried
 _POOL: list = []  # the ThreadPoolExecutor, made on first use
 _POOL_LOCK = threading.Lock()
 
 
-def available() -> bool:
-    """numba importable, and COPE_NO_NUMBA unset (or 0)."""
-    if os.environ.get("COPE_NO_NUMBA", "0").strip() not in ("", "0"):
-        return False
-    if not _NUMBA:
-        try:
-            import numba  # noqa: F401
-        except Exception:  # not installed, or an install that cannot load: numpy does the work
-            _NUMBA.append(False)
-        else:
-            _NUMBA.append(True)
-    return _NUMBA[0]
-
-
 def kernels():
-    """The compiled loops (engine.replays.replay_kernels); only after `available()`."""
-    from engine.replays import replay_kernels
+    """The compiled loops (engine.replays.replay_kernels)."""
+    from engine.replays import replay_kernels  # numba: 0.35-0.42 CPU-s to import, paid when a loop first runs
 
     return replay_kernels
 

@@ -39,9 +39,8 @@ DESIGN.md §4, engine/replays/residency.py; docs/architecture.md "Hit curves"):
   step protects its routed experts; ties by key): the contents at C are not always
   among those at C + 1; replayed step by step.
 
-Both one-pass computations run in compiled loops (numba, `engine.replays.replay_kernels`) when
-`engine.replays.compiled.available()`, else in numpy; they give the same arrays
-(tests/test_replay_compiled.py).
+Both one-pass computations run in compiled loops (numba, `engine.replays.replay_kernels`),
+on expert ids of the model (they index by them; a RoutingTrace's always are).
 
 `lru_hit_curves` is the batch stack-distance curve (routing order inside a step) of a
 per-layer LRU that admits every miss: exact for that convention, close to COPE's, and
@@ -74,7 +73,6 @@ def popularity_ranks(popularity: np.ndarray) -> np.ndarray:
 # every catalog model is one group (Qwen3-235B-A22B: 94 x 129 x 10); a forged 64 layers x
 # 4,096 experts x top-64 is 5 groups of 15 layers, not 139 MiB held three times over.
 _STATIC_CELLS = 2**22
-_STATIC_NUMPY_SLOTS = 2**22  # routed slots the numpy pass sorts at once (without numba)
 
 
 def _layer_groups(n_layers: int, n_experts: int, k: int) -> list[tuple[int, int]]:
@@ -82,8 +80,7 @@ def _layer_groups(n_layers: int, n_experts: int, k: int) -> list[tuple[int, int]
     return [(l0, min(l0 + per, n_layers)) for l0 in range(0, n_layers, per)]
 
 
-def _group_counts(ids: np.ndarray, ranks: np.ndarray, l0: int, l1: int, n_experts: int,
-                  use_compiled: bool) -> np.ndarray:
+def _group_counts(ids: np.ndarray, ranks: np.ndarray, l0: int, l1: int, n_experts: int) -> np.ndarray:
     """int64 [l1 - l0, E+1, k+1]: `static_step_counts` of layers l0..l1-1."""
     n_tokens, _, k = ids.shape
     n_layers = l1 - l0
@@ -91,22 +88,10 @@ def _group_counts(ids: np.ndarray, ranks: np.ndarray, l0: int, l1: int, n_expert
     # starts[l, C, h]: steps whose h-th smallest depth (rank + 1) is C (h = 1..k); h = 0
     # starts at 0 for every step. A step has h hits for C in [d_h, d_{h+1}): it leaves
     # h where it enters h + 1.
-    if use_compiled:
-        starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
-        routed = np.ascontiguousarray(ids[:, l0:l1], dtype=np.int32)
-        count = compiled.kernels().static_starts
-        compiled.in_parallel(lambda layers: count(layers, routed, group_ranks, starts), np.arange(n_layers))
-    else:
-        size = n_layers * (n_experts + 1) * (k + 2)
-        starts = np.zeros(size, dtype=np.int64)
-        cell = (np.arange(n_layers, dtype=np.int32)[None, :, None] * (n_experts + 1) * (k + 2)
-                + np.arange(1, k + 1, dtype=np.int32)[None, None, :])
-        step = max(1, _STATIC_NUMPY_SLOTS // max(n_layers * k, 1))
-        for t0 in range(0, n_tokens, step):
-            part = ids[t0:t0 + step, l0:l1]
-            depth = np.sort(group_ranks[np.arange(n_layers)[None, :, None], part] + 1, axis=2)  # [T, L, k]
-            starts += np.bincount((cell + depth * (k + 2)).ravel(), minlength=size)
-        starts = starts.reshape(n_layers, n_experts + 1, k + 2)
+    starts = np.zeros((n_layers, n_experts + 1, k + 2), dtype=np.int64)
+    routed = np.ascontiguousarray(ids[:, l0:l1], dtype=np.int32)
+    count = compiled.kernels().static_starts
+    compiled.in_parallel(lambda layers: count(layers, routed, group_ranks, starts), np.arange(n_layers))
     starts[:, 0, 0] = n_tokens
     return np.cumsum(starts[:, :, :-1] - starts[:, :, 1:], axis=1)
 
@@ -118,10 +103,9 @@ def static_step_counts(ids: np.ndarray, popularity: np.ndarray) -> np.ndarray:
     counts. (`static_counts_at` keeps only the capacities asked for.)"""
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
+    _check_ids(ids, n_experts)
     ranks = popularity_ranks(popularity).astype(np.int32)
-    use_compiled = compiled.available() and _valid_ids(ids, n_experts)
-    groups = [_group_counts(ids, ranks, l0, l1, n_experts, use_compiled)
-              for l0, l1 in _layer_groups(n_layers, n_experts, k)]
+    groups = [_group_counts(ids, ranks, l0, l1, n_experts) for l0, l1 in _layer_groups(n_layers, n_experts, k)]
     return np.concatenate(groups).astype(np.int64) if groups else np.zeros((0, n_experts + 1, k + 1), np.int64)
 
 
@@ -133,19 +117,20 @@ def static_counts_at(ids: np.ndarray, popularity: np.ndarray, capacities: np.nda
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
     capacities = np.minimum(np.asarray(capacities, dtype=np.int64).reshape(-1, n_layers), n_experts)
+    _check_ids(ids, n_experts)
     ranks = popularity_ranks(popularity).astype(np.int32)
-    use_compiled = compiled.available() and _valid_ids(ids, n_experts)
     out = np.zeros((capacities.shape[0], n_layers, k + 1), dtype=np.int64)
     for l0, l1 in _layer_groups(n_layers, n_experts, k):
-        every = _group_counts(ids, ranks, l0, l1, n_experts, use_compiled)
+        every = _group_counts(ids, ranks, l0, l1, n_experts)
         out[:, l0:l1] = every[np.arange(l1 - l0)[None, :], capacities[:, l0:l1]]
     return out
 
 
-def _valid_ids(ids: np.ndarray, n_experts: int) -> bool:
-    """Expert ids within the layer (a RoutingTrace's always are): what the compiled
-    loops index by; the numpy code takes whatever numpy's indexing takes."""
-    return not ids.size or bool(ids.min() >= 0 and ids.max() < n_experts)
+def _check_ids(ids: np.ndarray, n_experts: int) -> None:
+    """ValueError unless every id is an expert of the layer (a RoutingTrace's always are):
+    the compiled loops index by them, unchecked."""
+    if ids.size and not (ids.min() >= 0 and ids.max() < n_experts):
+        raise ValueError(f"expert ids outside 0..{n_experts - 1}: the one-pass counts take expert ids of the model")
 
 
 def hits_of(step_counts: np.ndarray) -> np.ndarray:
@@ -176,39 +161,16 @@ def lru_hit_curves(ids: np.ndarray, popularity: np.ndarray, *, tokens: int | Non
         ids = ids[len(ids) - min(max(int(tokens), 0), len(ids)):]
     n_tokens, n_layers, k = ids.shape
     n_experts = popularity.shape[1]
-    if compiled.available() and _valid_ids(ids, n_experts) and n_experts + 2 * k < _STAMP_ROOM:
-        depth_counts = np.zeros((n_layers, n_experts + 1), dtype=np.int64)
-        initial_order = np.ascontiguousarray(popularity_order(popularity), dtype=np.int32)
-        routed = np.ascontiguousarray(ids, dtype=np.int32)
-        count = compiled.kernels().lru_depths
-        compiled.in_parallel(lambda layers: count(layers, routed, initial_order, depth_counts), np.arange(n_layers))
-        return np.cumsum(depth_counts, axis=1)
-    # Last-use stamps before each step, a chunk of tokens at a time (memory
-    # [chunk, L, E]): at a chunk's start each layer's experts are numbered 0..E-1 by
-    # recency (the popularity order at first, most popular newest), then E + t * k + j
-    # for the j-th expert the chunk's t-th step routed: small enough for int16, whose
-    # compares take a quarter of int64's time.
-    # 128 tokens, fewer where the [chunk, L, k, E] comparisons would pass 8 M cells (a forged
-    # shape's would be gigabytes); the depths are exact whatever the chunk.
-    chunk = max(1, min(128, 2**23 // max(n_layers * k * n_experts, 1)))
-    dtype = np.int16 if n_experts + chunk * k < 2**15 else np.int32
-    last = (n_experts - 1 - popularity_ranks(popularity)).astype(dtype)  # [L, E]
-    depth_counts = np.zeros(n_layers * (n_experts + 1), dtype=np.int64)
-    cell = (np.arange(n_layers) * (n_experts + 1))[None, :, None]
-    layer_index = np.arange(n_layers)[None, :, None]
-    for start in range(0, n_tokens, chunk):  # [chunk, L, k, E] comparisons
-        part = ids[start:start + chunk].astype(np.intp)
-        t_index = np.arange(len(part))[:, None, None]
-        stamps = np.full((len(part), n_layers, n_experts), -1, dtype=dtype)
-        stamps[t_index, layer_index, part] = n_experts + t_index * k + np.arange(k)[None, None, :]
-        np.maximum.accumulate(stamps, axis=0, out=stamps)
-        np.maximum(stamps, last[None], out=stamps)
-        before = np.concatenate([last[None], stamps[:-1]])
-        last = np.argsort(np.argsort(stamps[-1], axis=1), axis=1).astype(dtype)
-        mine = np.take_along_axis(before, part, axis=2)  # [chunk, L, k]
-        depth = np.count_nonzero(before[:, :, None, :] > mine[:, :, :, None], axis=3) + 1
-        depth_counts += np.bincount((cell + depth).ravel(), minlength=depth_counts.size)
-    return np.cumsum(depth_counts.reshape(n_layers, n_experts + 1), axis=1)
+    _check_ids(ids, n_experts)
+    if n_experts + 2 * k >= _STAMP_ROOM:  # past any model COPE takes (engine/core/input_limits.py)
+        raise ValueError(f"{n_experts} experts and top-k {k}: the LRU curve counts at most {_STAMP_ROOM:,} "
+                         "experts + 2 x top-k")
+    depth_counts = np.zeros((n_layers, n_experts + 1), dtype=np.int64)
+    initial_order = np.ascontiguousarray(popularity_order(popularity), dtype=np.int32)
+    routed = np.ascontiguousarray(ids, dtype=np.int32)
+    count = compiled.kernels().lru_depths
+    compiled.in_parallel(lambda layers: count(layers, routed, initial_order, depth_counts), np.arange(n_layers))
+    return np.cumsum(depth_counts, axis=1)
 
 
 # --- allocation by marginal gain ------------------------------------------------------

@@ -37,6 +37,7 @@ class CandidateHits:
                              stats.prefetch_used)
 
     def to_dict(self) -> dict:
+        # by hand: `cope replay`'s row: slots_total before the per-layer slots, arrays as lists
         return {
             "candidate": self.candidate_id,
             "slots_total": int(self.slots_per_layer.sum()),

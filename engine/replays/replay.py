@@ -30,33 +30,25 @@ How the work is done, fastest first:
   cache holding every expert are lookups, in state counts computed for every capacity
   at once (`engine.replays.hit_curves.static_counts_at`): every budget of a sweep reads them;
 - LRU caches, per-layer and pooled, run step by step in compiled loops (numba,
-  `engine.replays.replay_kernels`, driven by `engine.replays.replay_compiled`) when numba is there and
-  COPE_NO_NUMBA is not set: the step rules above, one O(1) linked-list operation per
-  hit, eviction or insertion, on every core. A per-layer cache depends only on its
-  layer, capacity, admissions, prediction width and first contents (no step touches
-  another layer's cache), so each distinct one is replayed once for every candidate and
-  budget that has it; pools under the same rules that come to hold the same experts in the same order
-  (a uniform and a nonuniform fill of one total, often) are replayed once from then on;
-- without numba, per-layer LRU caches are independent (a layer's cache sees only its
-  own prefetch and its own routing), so every distinct layer cache of the candidates is
-  a row of numpy arrays, replayed token by token: last-use stamps, evict the smallest
-  (`LayerLru`);
-  LRU pools, when there are enough of them (pools x layers) for it to pay, are replayed
-  a token at a time with numpy, from the state at the start of the token, then
-  corrected in Python for the few experts evicted within the token before the token
-  looks them up (`PoolLru`);
-- everything else (score eviction; without numba, LRU pools too small or too few for
-  `PoolLru`) runs one step at a time on `engine.replays.residency`'s caches (`replay_stepwise`
-  forces that for any candidate).
+  `engine.replays.replay_kernels`, driven by `engine.replays.replay_compiled`): the step
+  rules above, one O(1) linked-list operation per hit, eviction or insertion, on every
+  core. A per-layer cache depends only on its layer, capacity, admissions, prediction
+  width and first contents (no step touches another layer's cache), so each distinct one
+  is replayed once for every candidate and budget that has it; pools under the same
+  rules that come to hold the same experts in the same order (a uniform and a
+  nonuniform fill of one total, often) are replayed once from then on;
+- score eviction runs one step at a time on `engine.replays.residency`'s caches
+  (`replay_stepwise` forces that for any candidate), and so does everything when bare
+  arrays hold ids outside the model's experts (the compiled loops index by them).
 Candidates with the same cache dynamics (same slots, admissions, prefetch) share one
 replay (`replay_many`).
 
 Where the code lives: this module holds the public API, the planning and dispatch, and
-the static and partition paths; the rules and the step-wise caches are
-`engine.replays.residency` and `engine.replays.residency_caches`; the compiled loops are
-`engine.replays.replay_kernels` (numba, imported only when used: `engine.replays.compiled`) and
-`engine.replays.replay_compiled`; the numpy engines are `engine.replays.replay_layer_lru` and
-`engine.replays.replay_pool`, and what they share is in `engine.replays.replay_common`.
+the partition path; the rules and the step-wise caches are `engine.replays.residency`
+and `engine.replays.residency_caches`; the compiled loops are
+`engine.replays.replay_kernels` (numba, imported only when used: `engine.replays.compiled`)
+and `engine.replays.replay_compiled`; what the dispatch and the step-wise replay share is
+in `engine.replays.replay_common`.
 """
 
 from __future__ import annotations
@@ -67,12 +59,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.core.input_limits import check_replay_slots
-from engine.replays import compiled, replay_compiled
+from engine.replays import replay_compiled
 from engine.replays.hit_curves import static_counts_at
 from engine.replays.policy import Candidate, Eviction, Kind
 from engine.replays.replay_common import Histograms, ReplayPlan, Ticks, TraceArrays
-from engine.replays.replay_layer_lru import LayerLru
-from engine.replays.replay_pool import PoolLru
 from engine.replays.residency import (
     SCORE_DECAY_PER_TOKEN,
     ReplaySetup,
@@ -190,10 +180,10 @@ def replay_stepwise(
     cpu_layers: np.ndarray | None = None,
 ) -> ReplayStats:
     """`replay`, always one step at a time with `engine.replays.residency` (no lookups, no
-    vectorised engine): what every faster path must agree with."""
+    compiled loops): what every faster path must agree with."""
     rules = cache_rules(candidate, setup, ids.shape[2], predicted, cpu_layers=cpu_layers)
     plan = ReplayPlan(candidate.id, (), rules.slots, setup.popularity, False, rules.pooled, rules.eviction,
-                 rules.admit, rules.width)
+                      rules.admit, rules.width)
     [(counts, admissions, used)] = _run_stepwise(TraceArrays(ids, predicted, rules.width), [plan], Ticks(None, 0, 1))
     cpu = None if candidate.kind is Kind.MATRIX else cpu_layers_for(candidate.kind, ids.shape[1], layers=cpu_layers)
     return ReplayStats(candidate.id, counts, ids.shape[0], rules.slots, admissions, used, setup, cpu)
@@ -210,28 +200,31 @@ def _plan(ids, predicted, candidate: Candidate, setup: ReplaySetup) -> ReplayPla
     source = id(popularity)  # the arrays outlive this call, so ids stay distinct
     if rules.static:  # fixed, never changed, or holding every expert
         return ReplayPlan(candidate.id, ("static", source, slots.tobytes(), rules.width), slots, popularity, True,
-                     width=rules.width)
+                          admit=rules.admit, width=rules.width)
     key = ("dynamic", source, slots.tobytes(), rules.pooled, rules.eviction, tuple(rules.admit.tolist()),
            rules.width)
     return ReplayPlan(candidate.id, key, slots, popularity, False, rules.pooled, rules.eviction, rules.admit, rules.width)
 
 
-_POOLS_BATCHED = 100  # pools x layers from which `PoolLru` beats the step-wise replay
-
-
 def _run_plans(ids, predicted, plans: list[ReplayPlan], progress) -> dict[tuple, tuple]:
     """(counts, admissions, prefetch used) by plan key."""
     results: dict[tuple, tuple] = {}
-    stepwise: list[ReplayPlan] = []
-    batches: dict[tuple, list[ReplayPlan]] = {}
     static: dict[int, list[ReplayPlan]] = {}  # the caches that never change, by popularity
+    lru: list[ReplayPlan] = []
+    stepwise: list[ReplayPlan] = []
     for plan in plans:
         if plan.static:
             static.setdefault(id(plan.popularity), []).append(plan)
         elif plan.eviction is Eviction.SCORE:
             stepwise.append(plan)
         else:
-            batches.setdefault((plan.pooled, plan.width), []).append(plan)
+            lru.append(plan)
+    if plans and not replay_compiled.fits(ids, predicted, plans[0].popularity.shape[1],
+                                          max(plan.width for plan in plans)):
+        # Bare arrays with ids outside the model: the compiled loops and the one-pass
+        # counts index by them; the step-wise residency takes any key.
+        stepwise += [plan for group in static.values() for plan in group] + lru
+        static, lru = {}, []
     for group in static.values():
         # One pass gives every capacity (engine.replays.hit_curves), a group of layers at a
         # time: the capacities the plans of every budget ask for are kept.
@@ -241,71 +234,15 @@ def _run_plans(ids, predicted, plans: list[ReplayPlan], progress) -> dict[tuple,
             if plan.width:
                 counts = np.pad(counts, ((0, 0), (0, 0), (0, plan.width)))
             results[plan.key] = (counts, 0, 0)
-    n_layers, k = ids.shape[1:]
-    lru = [plan for batch in batches.values() for plan in batch]
-    if lru and _use_compiled(ids, predicted, lru):
-        return _run_compiled(ids, predicted, lru, stepwise, results, progress)
-    for (pooled, width), batch in list(batches.items()):
-        # Pools too small for the token-at-a-time replay, or too few for its per-token
-        # numpy work to pay: one step at a time.
-        if pooled:
-            fits = [plan for plan in batch if int(plan.slots.sum()) >= width + k]
-            if len(fits) * n_layers < _POOLS_BATCHED:
-                fits = []
-            stepwise += [plan for plan in batch if not any(plan is fit for fit in fits)]
-            batches[(pooled, width)] = fits
-            if not fits:
-                del batches[(pooled, width)]
     # Step by step, the plans of one prediction width together.
     groups: dict[int, list[ReplayPlan]] = {}
     for plan in stepwise:
         groups.setdefault(plan.width, []).append(plan)
-    runs = len(groups) + len(batches)
-    traces: dict[int, TraceArrays] = {}
-    for i, (width, group) in enumerate(groups.items()):
-        traces[width] = TraceArrays(ids, predicted, width)
-        for plan, result in zip(group, _run_stepwise(traces[width], group, Ticks(progress, i, runs))):
-            results[plan.key] = result
-    for i, ((pooled, width), batch) in enumerate(batches.items(), start=len(groups)):
-        trace = traces.get(width) or TraceArrays(ids, predicted, width)
-        if pooled:
-            trace.add_keys(batch[0].popularity.shape[1])
-        runner = PoolLru(trace, batch) if pooled else LayerLru(trace, batch)
-        runner.run(Ticks(progress, i, runs))
-        for j, plan in enumerate(batch):
-            results[plan.key] = runner.result(j)
-    return results
-
-
-def _use_compiled(ids, predicted, plans: list[ReplayPlan]) -> bool:
-    """Whether the LRU `plans` go to the compiled loops (engine.replays.replay_compiled)."""
-    if not compiled.available():
-        return False
-    n_experts = plans[0].popularity.shape[1]
-    return replay_compiled.fits(ids, predicted, n_experts, max(plan.width for plan in plans))
-
-
-def _run_compiled(ids, predicted, lru: list[ReplayPlan], stepwise: list[ReplayPlan], results: dict, progress) -> dict:
-    """`_run_plans` with every LRU plan compiled: per-layer caches in one batch (each
-    distinct layer cache once), pools in another; score caches step by step."""
-    guesses = replay_compiled._Guesses(ids, predicted, max(plan.width for plan in lru))
-    engines = [
-        engine(guesses, batch)
-        for engine, batch in (
-            (replay_compiled._CompiledLayerLru, [plan for plan in lru if not plan.pooled]),
-            (replay_compiled._CompiledPool, [plan for plan in lru if plan.pooled]),
-        )
-        if batch
-    ]
-    groups: dict[int, list[ReplayPlan]] = {}
-    for plan in stepwise:
-        groups.setdefault(plan.width, []).append(plan)
-    runs = 1 + len(groups)
-    replay_compiled.run_engines(engines, ids.shape[0], Ticks(progress, 0, runs))
-    for engine in engines:
-        for j, plan in enumerate(engine.plans):
-            results[plan.key] = engine.result(j)
-    for i, (width, group) in enumerate(groups.items(), start=1):
+    first = 1 if lru else 0  # the compiled replay is run 0 of the progress bar's runs
+    runs = first + len(groups)
+    if lru:
+        results.update(replay_compiled.replay_lru(ids, predicted, lru, Ticks(progress, 0, runs)))
+    for i, (width, group) in enumerate(groups.items(), start=first):
         for plan, result in zip(group, _run_stepwise(TraceArrays(ids, predicted, width), group, Ticks(progress, i, runs))):
             results[plan.key] = result
     return results

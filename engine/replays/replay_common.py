@@ -1,11 +1,11 @@
-"""What the replay engines share: the trace as index arrays, a candidate's plan, the
-state histograms they fill, progress ticks and last-use stamp types.
+"""What the replays share: the trace as index arrays, a candidate's plan, the state
+histograms the step-wise replay fills and progress ticks.
 
-These pieces are used by the dispatch in `engine.replays.replay` and by the vectorised engines
-(`engine.replays.replay_layer_lru`, `engine.replays.replay_pool`); they live here, below all of them, so
-that the engines need not import `engine.replays.replay`, which imports them (no import cycle).
-Nothing here replays anything by itself; the rules themselves, the popularity order and
-the first contents of a cache are `engine.replays.residency`'s.
+These pieces are used by the dispatch and the step-wise replay in `engine.replays.replay`
+and by the compiled engines (`engine.replays.replay_compiled`); they live here, below all
+of them, so that the engines need not import `engine.replays.replay`, which imports them
+(no import cycle). Nothing here replays anything by itself; the rules themselves, the
+popularity order and the first contents of a cache are `engine.replays.residency`'s.
 """
 
 from __future__ import annotations
@@ -15,13 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.replays.policy import Eviction
-
-
-def stamp_type(n_stamps: int) -> tuple[type, int]:
-    """Last-use stamps: int32 where they fit (quicker to search), else int64; the
-    largest value marks an expert that is not resident."""
-    dtype = np.int32 if n_stamps < np.iinfo(np.int32).max - 1 else np.int64
-    return dtype, int(np.iinfo(dtype).max)
 
 
 # --- planning: what a candidate's replay depends on --------------------------------
@@ -107,8 +100,8 @@ class TraceArrays:
     `first` marks the first occurrence of each (a step drops later duplicates).
 
     int32 (keys are below layers x experts, at most 262,144: engine/core/input_limits.py),
-    and the pairwise comparisons ([T, L, P, P], [T, L, k, P]) made a chunk of tokens at a
-    time: whole, they cost P or k bytes a routed slot (64 at top-k 64).
+    and the pairwise comparison of the guesses ([T, L, P, P]) made a chunk of tokens at a
+    time: whole, it costs P bytes a guess (64 at a width of 64).
     """
 
     def __init__(self, ids: np.ndarray, predicted: np.ndarray | None, width: int):
@@ -126,8 +119,8 @@ class TraceArrays:
             self.pred = pred
 
     def add_keys(self, n_experts: int) -> None:
-        """Add what a pool indexes by: keys number an expert across layers, layer * E +
-        expert; pred_keys[t, l] are the keys layer l predicts (rows 0..L-2)."""
+        """Add what the step-wise caches index by: keys number an expert across layers,
+        layer * E + expert; pred_keys[t, l] are the keys layer l predicts (rows 0..L-2)."""
         if self.route_keys is not None:
             return
         n_layers, width = self.n_layers, self.width
@@ -136,13 +129,6 @@ class TraceArrays:
         if width:
             self.pred_keys = self.pred[:, : n_layers - 1] + layer_base[:, 1:]  # [T, L-1, P]
             self.pred_first = self.first[:, : n_layers - 1]
-            # Routed keys that the previous layer predicted: resident by the time they
-            # are routed (kept or copied; copies are never cut short in a fast pool).
-            self.was_predicted = np.zeros(self.route_keys.shape, dtype=bool)
-            for t0, t1 in _token_chunks(self.n_tokens, n_layers * self.k * width):
-                routed = self.route_keys[t0:t1, 1:, :, None]
-                predicted = np.where(self.pred_first[t0:t1], self.pred_keys[t0:t1], -1)[:, :, None, :]
-                self.was_predicted[t0:t1, 1:] = (routed == predicted).any(axis=3)
 
     def step_keys(self, t: int) -> tuple[list[list[int]], list[list[int]] | None]:
         """Token t as lists (after `add_keys`): the keys each layer is routed to, and

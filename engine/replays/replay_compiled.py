@@ -1,8 +1,8 @@
 """LRU caches replayed by the compiled loops of `engine.replays.replay_kernels` (numba).
 
-`engine.replays.replay` sends every LRU plan, per-layer or pooled, here when
-`engine.replays.compiled.available()`; otherwise the numpy engines (`engine.replays.replay_layer_lru`,
-`engine.replays.replay_pool`) and the step-wise residency do the same work.
+`engine.replays.replay` sends every LRU plan, per-layer or pooled, here (`replay_lru`)
+when the routing and the guesses are expert ids of the model (`fits`); bare arrays that
+are not go to the step-wise residency, which takes any key.
 
 - `_CompiledLayerLru`: per-layer caches. Under the step rule a layer's cache is changed
   only by its own step (hits, admissions) and by the copies of the step before it
@@ -46,6 +46,23 @@ def run_engines(engines: list, n_tokens: int, tick: Ticks) -> None:
         for engine in engines:
             engine.chunk_done(t0, t1)
         tick.reached(t1, n_tokens)  # a short trace is one chunk: say it is done (or stop here)
+
+
+def replay_lru(ids: np.ndarray, predicted: np.ndarray | None, plans: list[ReplayPlan],
+               tick: Ticks) -> dict[tuple, tuple[np.ndarray, int, int]]:
+    """(counts, admissions, prefetch used) by plan key of LRU `plans`: per-layer caches in
+    one engine (each distinct layer cache once), pools in another."""
+    guesses = _Guesses(ids, predicted, max(plan.width for plan in plans))
+    engines = [
+        engine(guesses, batch)
+        for engine, batch in (
+            (_CompiledLayerLru, [plan for plan in plans if not plan.pooled]),
+            (_CompiledPool, [plan for plan in plans if plan.pooled]),
+        )
+        if batch
+    ]
+    run_engines(engines, ids.shape[0], tick)
+    return {plan.key: engine.result(j) for engine in engines for j, plan in enumerate(engine.plans)}
 
 
 def fits(ids: np.ndarray, predicted: np.ndarray | None, n_experts: int, width: int) -> bool:

@@ -4,10 +4,11 @@ The LRU loops apply the step rules of `engine.replays.residency.StepwiseResidenc
 caches (`engine.replays.residency_caches.LruCache`), one step at a time and in the same order,
 so they give the same counts by construction rather than by a cleverer method (the
 equivalence tests check them against the plain reference all the same). The curve
-loops compute what `engine.replays.hit_curves`' numpy code computes, one access at a time.
+loops are `engine.replays.hit_curves`' one-pass counts, one access at a time (its tests
+check them against step-by-step replays and a plain batch LRU).
 
-Only `engine.replays.compiled.kernels()` imports this module, after checking that numba can be
-imported, so the rest of engine/ never needs numba.
+Only `engine.replays.compiled.kernels()` imports this module, when a loop is first needed,
+so importing the rest of engine/ never imports numba.
 
 An LRU cache is a doubly linked list over its keys, least recently used first:
 nxt[key] and prv[key], with a sentinel S = the number of keys (nxt[S] is the least

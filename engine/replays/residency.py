@@ -1,8 +1,8 @@
 """Residency: which experts a candidate holds on the GPU, and how that changes, step by step.
 
 This is the one statement of the rules of DESIGN.md §4 (summarised in engine/replays/replay.py).
-Everything else follows it: `engine.replays.replay` counts states with it, or with vectorised
-engines that must give the same counts (tests/test_replay_equivalence.py), and the
+Everything else follows it: `engine.replays.replay` counts states with it, or with lookups
+and compiled loops that must give the same counts (tests/test_replay_equivalence.py), and the
 executor (probes/executor.py) runs `ResidencyPlan`'s steps on real weights.
 
 - `cache_rules`: what a candidate's cache does (slots per layer, admissions per number

@@ -64,6 +64,7 @@ class Support:
         return self.level != NOT_RUN
 
     def to_dict(self) -> dict:
+        # by hand: a runtime's line in the report: its name, exact or not, the note (not the level or runs_as)
         return {"name": self.runtime, "exact": self.exact, "note": self.note}
 
 

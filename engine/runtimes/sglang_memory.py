@@ -341,6 +341,7 @@ class SglangMemory:
         ]
 
     def to_dict(self, n_gpu_experts: int | None = None) -> dict:
+        # by hand: the split at a given count of GPU experts (the KV pool depends on it)
         n = self.gpu_experts if n_gpu_experts is None else n_gpu_experts
         return {
             "card_bytes": self.card_bytes, "budget_bytes": self.budget_bytes,

@@ -35,6 +35,7 @@ class TraceMeta:
                    moe_blocks=tuple(int(b) for b in moe_blocks), recorded_with=recorded_with, notes=tuple(notes))
 
     def to_dict(self) -> dict:
+        # by hand: `synthetic` (derived) sits after `origin`, where the written traces have it
         return {
             "model": self.model,
             "source": self.source,
