@@ -3,9 +3,8 @@
     python bench/replay.py              # advise and the sweep, 1,000 and 16,000 tokens
     python bench/replay.py --short      # only the 1,000-token cases
     python bench/replay.py --score      # also: advise with LRU and score eviction
-    python bench/replay.py --numpy      # without the compiled loops (COPE_NO_NUMBA=1)
     python bench/replay.py --compile    # the first call compiles (an empty numba cache)
-    python bench/replay.py --repeat N   # warm calls per case (default 3; 1 with --numpy)
+    python bench/replay.py --repeat N   # warm calls per case (default 3)
     python bench/replay.py --breakdown  # also: thread-seconds of the compiled LRU work by kind
 
 
@@ -39,7 +38,6 @@ Other work on the machine slows these figures: run it on a quiet one, more than 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import statistics
 import sys
@@ -53,8 +51,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clean checkout
 
-if "--numpy" in sys.argv[1:]:
-    os.environ["COPE_NO_NUMBA"] = "1"
 if "--compile" in sys.argv[1:]:
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="cope-bench-numba-")
 
@@ -88,11 +84,7 @@ def workload(tokens: int = 1000):
 
 
 def engine_line() -> str:
-    """Which LRU engines run, found without importing numba (the first call pays that)."""
-    if os.environ.get("COPE_NO_NUMBA", "0").strip() not in ("", "0"):
-        return "LRU replays: numpy engines (COPE_NO_NUMBA set)"
-    if importlib.util.find_spec("numba") is None:
-        return "LRU replays: numpy engines (numba not installed)"
+    """The compiled loops' numba, found without importing it (the first call pays that)."""
     version = importlib.metadata.version("numba")
     return f"LRU replays: compiled loops (numba {version}, {os.cpu_count()} CPUs)"
 
@@ -125,7 +117,7 @@ def report(label: str, first: float, warm: list[float], candidates: int, steps_p
 def main() -> None:
     args = sys.argv[1:]
     lengths = [1000] if "--short" in args else [1000, 16000]
-    repeat = 1 if "--numpy" in args else 3
+    repeat = 3
     if "--repeat" in args:
         repeat = int(args[args.index("--repeat") + 1])
     print(engine_line() + (" (an empty numba cache: the first call compiles)" if "--compile" in args else ""))
