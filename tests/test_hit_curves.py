@@ -19,7 +19,7 @@ from engine.replays.hit_curves import (
     uniform_with_remainder,
 )
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replays.replay import ReplaySetup, allocate_slots, replay, replay_many, replay_stepwise
+from engine.replays.replay import ReplaySetup, allocate_slots, replay, replay_many
 from tests.replay_reference import random_case, reference_lru_curve, reference_replay, reference_static_counts
 
 FIXED = Candidate(Kind.MATRIX, Residency.FIXED, Execution.PARALLEL, Allocation.UNIFORM)
@@ -37,7 +37,7 @@ def assert_curves_match_stepwise_replay(ids, popularity):
     for capacity in range(n_experts + 1):
         setup = ReplaySetup(popularity, capacity * n_layers, 0)
         for candidate in (FIXED, UNCHANGED):
-            stepwise = replay_stepwise(ids, None, candidate, setup)
+            stepwise = replay(ids, None, candidate, setup, stepwise=True)
             assert np.array_equal(curves[:, capacity], stepwise.counts[:, :, 0]), (candidate.id, capacity)
         counts, _, _ = reference_replay(ids, None, FIXED, setup)
         assert np.array_equal(curves[:, capacity], counts[:, :, 0]), capacity

@@ -21,7 +21,7 @@ import engine.replays.replay as replay_module
 import engine.replays.replay_compiled as replay_compiled
 from engine.replays.hit_curves import lru_hit_curves
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replays.replay import ReplaySetup, replay_many, replay_stepwise
+from engine.replays.replay import ReplaySetup, replay, replay_many
 from engine.replays.replay_common import ReplayPlan, Ticks, TraceArrays
 from tests.replay_reference import every_candidate, random_case, uniform_routing
 
@@ -126,7 +126,7 @@ def test_compiled_replay_many_equals_replay_stepwise_for_every_lru_candidate(see
     candidates = [c for c in every_candidate(predicted is not None) if c.eviction is Eviction.LRU]
     stats = replay_many(ids, predicted, [(c, setup) for c in candidates])
     for candidate, got in zip(candidates, stats):
-        want = replay_stepwise(ids, predicted, candidate, setup)
+        want = replay(ids, predicted, candidate, setup, stepwise=True)
         assert np.array_equal(got.counts, want.counts), candidate.id
         assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id
 
@@ -140,7 +140,7 @@ def test_small_pools_and_caches_below_k_match(small_chunks):
         setup = ReplaySetup(popularity, total, 6, np.array([2, 2, 1, 0, 0]))
         jobs = [(c, setup) for c in LRU_KINDS]
         for (candidate, _), got in zip(jobs, replay_many(ids, predicted, jobs)):
-            want = replay_stepwise(ids, predicted, candidate, setup)
+            want = replay(ids, predicted, candidate, setup, stepwise=True)
             assert np.array_equal(got.counts, want.counts), (total, candidate.id)
             assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), (total, candidate.id)
 
@@ -159,7 +159,7 @@ def test_pools_that_come_to_hold_the_same_experts_join_and_stay_exact(small_chun
     replay_compiled.run_engines([pools], len(ids), Ticks(None, 0, 1))
     assert 1 in pools.joined  # the second followed the first for part of the trace
     for j, candidate in enumerate(candidates):
-        want = replay_stepwise(ids, predicted, candidate, setup)
+        want = replay(ids, predicted, candidate, setup, stepwise=True)
         counts, admitted, used = pools.result(j)
         assert np.array_equal(counts, want.counts) and (admitted, used) == (want.admissions, want.prefetch_used)
 
@@ -212,7 +212,7 @@ def test_a_sweep_replays_each_per_layer_cache_once(monkeypatch):
     distinct = {(layer, int(c), tuple(p.admit.tolist()), p.width) for p in plans for layer, c in enumerate(p.slots)}
     assert len(set(engine.plan_rows.ravel().tolist())) == len(distinct) < len(plans) * ids.shape[1]
     for (candidate, setup), got in zip(jobs, stats):
-        want = replay_stepwise(ids, predicted, candidate, setup)
+        want = replay(ids, predicted, candidate, setup, stepwise=True)
         assert np.array_equal(got.counts, want.counts), candidate.id
         assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id
 
@@ -266,6 +266,6 @@ def test_compiled_lru_matches_the_stepwise_residency_on_real_deepseek_routing(sh
         setup = ReplaySetup(popularity, n_layers * per_layer + 5, 4, np.array([3, 3, 2, 2, 1, 1, 0]), curves)
         jobs = [(c, setup) for c in LRU_KINDS]
         for (candidate, _), got in zip(jobs, replay_many(ids, predicted, jobs)):
-            want = replay_stepwise(ids, predicted, candidate, setup)
+            want = replay(ids, predicted, candidate, setup, stepwise=True)
             assert np.array_equal(got.counts, want.counts), (per_layer, candidate.id)
             assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id

@@ -3,7 +3,7 @@
 Three implementations must give the reference's counts, admissions and prefetch used,
 exactly, for every candidate kind: `replay`/`replay_many` (lookups and the compiled LRU
 loops, a few tokens a chunk here, batched and shared between candidates and budgets),
-`replay_stepwise` (the step-wise residency of engine/replays/residency.py, which score
+`replay(..., stepwise=True)` (the step-wise residency of engine/replays/residency.py, which score
 eviction runs), and the executor's `ResidencyPlan`, whose steps are checked here against
 a slot table kept as the executor keeps its own. On random traces, and on real routing
 when ../shared/traces is present.
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from engine.replays.policy import Allocation, Candidate, Eviction, Execution, Kind, Residency
-from engine.replays.replay import ReplaySetup, replay, replay_many, replay_stepwise
+from engine.replays.replay import ReplaySetup, replay, replay_many
 from engine.replays.residency import ResidencyPlan
 from tests.replay_reference import every_candidate, random_case, reference_replay, uniform_routing
 
@@ -91,7 +91,7 @@ def assert_every_way_the_same(ids, predicted, setup, candidates, stats, cpu_laye
     for candidate, got in zip(candidates, stats):
         layers = cpu_layers if candidate.kind in (Kind.PARTITION_FIRST, Kind.PARTITION_LAST) else None
         want = reference_replay(ids, predicted, candidate, setup, cpu_layers=layers)
-        stepwise = replay_stepwise(ids, predicted, candidate, setup, cpu_layers=layers)
+        stepwise = replay(ids, predicted, candidate, setup, cpu_layers=layers, stepwise=True)
         planned = plan_replay(ids, predicted, candidate, setup, cpu_layers=layers)
         for how, (counts, admissions, used) in (
             ("replay", (got.counts, got.admissions, got.prefetch_used)),
@@ -184,7 +184,7 @@ def test_an_expert_routed_twice_in_a_step_scores_twice():
         if c.eviction is Eviction.SCORE and c.prefetch and not c.copies_misses
     ]
     assert_same(ids, predicted, setup, candidates, replay_many(ids, predicted, [(c, setup) for c in candidates]))
-    assert_same(ids, predicted, setup, candidates, [replay_stepwise(ids, predicted, c, setup) for c in candidates])
+    assert_same(ids, predicted, setup, candidates, [replay(ids, predicted, c, setup, stepwise=True) for c in candidates])
 
 
 @pytest.mark.parametrize("seed", [0, 12])

@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from engine.core.errors import CopeInputError
 from engine.models.model import ModelSpec
 from engine.traces import (
+    TraceShape,
     TraceWarning,
     load_any_trace,
     load_trace,
@@ -27,7 +29,7 @@ from tests.factories import tiny_model
 
 BLOCKS = (1, 2, 3)  # block 0 dense, like DeepSeek
 E, K = 8, 2
-SHAPE = dict(model_moe_blocks=BLOCKS, n_experts=E, top_k=K)
+SHAPE = TraceShape(BLOCKS, E, K)
 
 
 def make_model(model_id="tiny", n_blocks=4, moe=BLOCKS, experts=E, k=K) -> ModelSpec:
@@ -212,7 +214,7 @@ def test_llama_csv_round_trip_ids_and_sequences(tmp_path):
     write_llama_moe_trace_csv(trace, path)
     first = path.read_text().splitlines()[0].split(",")
     assert first[:2] == ["0", "1"] and len(first) == 2 + K
-    back = read_llama_moe_trace_csv(path, **SHAPE, model_name="tiny")
+    back = read_llama_moe_trace_csv(path, replace(SHAPE, model_name="tiny"))
     np.testing.assert_array_equal(back.expert_ids, trace.expert_ids)
     np.testing.assert_array_equal(back.seq_starts, trace.seq_starts)
     assert back.meta.origin == "imported" and back.meta.model == "tiny"
@@ -233,7 +235,7 @@ def test_llama_csv_skips_prompt_rows_and_accepts_any_layer_order(tmp_path):
         ]
     )
     path = write(tmp_path / "fork.csv", text)
-    trace = read_llama_moe_trace_csv(path, **SHAPE)
+    trace = read_llama_moe_trace_csv(path, SHAPE)
     assert trace.n_tokens == 3
     np.testing.assert_array_equal(trace.seq_starts, [0, 2])
     np.testing.assert_array_equal(trace.expert_ids[0], [[1, 2], [3, 4], [5, 6]])
@@ -246,7 +248,7 @@ def test_llama_csv_pos_restart_starts_a_new_sequence(tmp_path):
     for pos in (0, 1, 2, 0, 1):
         rows += [f"{pos},{b},{pos},{(pos + 1) % E}" for b in BLOCKS]
     path = write(tmp_path / "two.csv", "\n".join(rows) + "\n")
-    trace = read_llama_moe_trace_csv(path, **SHAPE)
+    trace = read_llama_moe_trace_csv(path, SHAPE)
     np.testing.assert_array_equal(trace.seq_starts, [0, 3])
     assert trace.n_tokens == 5
 
@@ -270,28 +272,28 @@ def test_llama_csv_rejects_bad_rows_with_file_and_line(tmp_path, bad_line, messa
     lines = good[:4] + [bad_line] + good[5:]  # line 5 is the bad one
     path = write(tmp_path / "bad.csv", "\n".join(lines) + "\n")
     with pytest.raises(CopeInputError, match=message) as info:
-        read_llama_moe_trace_csv(path, **SHAPE)
+        read_llama_moe_trace_csv(path, SHAPE)
     assert str(info.value).startswith(f"{path}:5: ")
 
 
 def test_llama_csv_wrong_k_everywhere_is_reported(tmp_path):
     path = write(tmp_path / "k3.csv", "0,1,1,2,3\n0,2,1,2,3\n0,3,1,2,3\n")
     with pytest.raises(CopeInputError, match=r"k3.csv:1: expected 4 comma-separated fields.*found 5"):
-        read_llama_moe_trace_csv(path, **SHAPE)
+        read_llama_moe_trace_csv(path, SHAPE)
 
 
 def test_llama_csv_rejects_empty_and_prompt_only_files(tmp_path):
     empty = write(tmp_path / "empty.csv", "")
     with pytest.raises(CopeInputError, match="empty.csv: empty file"):
-        read_llama_moe_trace_csv(empty, **SHAPE)
+        read_llama_moe_trace_csv(empty, SHAPE)
     blank = write(tmp_path / "blank.csv", "\n\n  \n")
     with pytest.raises(CopeInputError, match="blank.csv: empty file"):
-        read_llama_moe_trace_csv(blank, **SHAPE)
+        read_llama_moe_trace_csv(blank, SHAPE)
     prompt = write(tmp_path / "prompt.csv", "-1,1,0,1\n-1,2,0,1\n-1,3,0,1\n")
     with pytest.raises(CopeInputError, match="prompt.csv: no decode rows"):
-        read_llama_moe_trace_csv(prompt, **SHAPE)
+        read_llama_moe_trace_csv(prompt, SHAPE)
     with pytest.raises(CopeInputError, match="nothere.csv: no such file"):
-        read_llama_moe_trace_csv(tmp_path / "nothere.csv", **SHAPE)
+        read_llama_moe_trace_csv(tmp_path / "nothere.csv", SHAPE)
 
 
 def test_llama_csv_missing_cell_drops_token_with_warning(tmp_path):
@@ -299,7 +301,7 @@ def test_llama_csv_missing_cell_drops_token_with_warning(tmp_path):
     rows.remove("2,2,2,5")  # token 2 lacks block 2
     path = write(tmp_path / "holes.csv", "\n".join(rows) + "\n")
     with pytest.warns(TraceWarning, match=r"holes\.csv.*dropped 1 of 4 tokens.*block 2"):
-        trace = read_llama_moe_trace_csv(path, **SHAPE)
+        trace = read_llama_moe_trace_csv(path, SHAPE)
     assert trace.n_tokens == 3
     np.testing.assert_array_equal(trace.expert_ids[:, 0, 0], [0, 1, 3])
     assert any("dropped 1 of 4" in n for n in trace.meta.notes)
@@ -309,13 +311,13 @@ def test_llama_csv_duplicate_cell_is_an_error(tmp_path):
     rows = ["0,1,0,1", "0,2,0,1", "0,3,0,1", "1,1,0,1", "1,2,0,1", "1,2,2,3", "1,3,0,1"]
     path = write(tmp_path / "dup.csv", "\n".join(rows) + "\n")
     with pytest.raises(CopeInputError, match=r"dup.csv:6: second row for token 1.*block 2 \(first at line 5\)"):
-        read_llama_moe_trace_csv(path, **SHAPE)
+        read_llama_moe_trace_csv(path, SHAPE)
 
 
 def test_llama_csv_handles_crlf_and_spaces(tmp_path):
     path = tmp_path / "crlf.csv"
     path.write_bytes(b"0, 1, 1, 2\r\n0,2,3,4\r\n0,3,5,6\r\n")
-    trace = read_llama_moe_trace_csv(path, **SHAPE)
+    trace = read_llama_moe_trace_csv(path, SHAPE)
     np.testing.assert_array_equal(trace.expert_ids[0], [[1, 2], [3, 4], [5, 6]])
 
 
@@ -326,7 +328,7 @@ def test_jsonl_round_trip_with_weights_and_sequences(tmp_path):
     trace = make_trace(tokens=6, seq_starts=(0, 2, 3), predictions=False)
     path = tmp_path / "t.jsonl"
     write_jsonl_trace(trace, path)
-    back = read_jsonl_trace(path, **SHAPE, model_name="tiny")
+    back = read_jsonl_trace(path, replace(SHAPE, model_name="tiny"))
     np.testing.assert_array_equal(back.expert_ids, trace.expert_ids)
     np.testing.assert_array_equal(back.weights, trace.weights)
     np.testing.assert_array_equal(back.seq_starts, trace.seq_starts)
@@ -339,7 +341,7 @@ def test_jsonl_orders_sequences_by_first_appearance_and_tokens_within(tmp_path):
         for blk in BLOCKS:
             recs.append({"seq": seq, "token": tok, "layer": blk, "experts": [base, base + 1]})
     path = write(tmp_path / "seqs.jsonl", "\n".join(json.dumps(r) for r in recs) + "\n")
-    trace = read_jsonl_trace(path, **SHAPE)
+    trace = read_jsonl_trace(path, SHAPE)
     np.testing.assert_array_equal(trace.seq_starts, [0, 2])
     # seq "b" first (tokens 2 then 5), then seq "a" (tokens 0 then 1)
     np.testing.assert_array_equal(trace.expert_ids[:, 0, 0], [4, 0, 6, 2])
@@ -375,19 +377,19 @@ def test_jsonl_rejects_bad_records_with_file_and_line(tmp_path, bad, message):
     lines[4] = bad  # line 5
     path = write(tmp_path / "bad.jsonl", "\n".join(lines) + "\n")
     with pytest.raises(CopeInputError, match=message) as info:
-        read_jsonl_trace(path, **SHAPE)
+        read_jsonl_trace(path, SHAPE)
     assert str(info.value).startswith(f"{path}:5: ")
 
 
 def test_jsonl_empty_file_and_missing_cell(tmp_path):
     empty = write(tmp_path / "empty.jsonl", "\n")
     with pytest.raises(CopeInputError, match="empty.jsonl: empty file"):
-        read_jsonl_trace(empty, **SHAPE)
+        read_jsonl_trace(empty, SHAPE)
     lines = _jsonl_lines(3)
     del lines[3 + 2]  # token 1 lacks block 3
     path = write(tmp_path / "holes.jsonl", "\n".join(lines) + "\n")
     with pytest.warns(TraceWarning, match=r"holes\.jsonl.*dropped 1 of 3 tokens.*block 3"):
-        trace = read_jsonl_trace(path, **SHAPE)
+        trace = read_jsonl_trace(path, SHAPE)
     np.testing.assert_array_equal(trace.expert_ids[:, 0, 0], [0, 2])
 
 
@@ -550,18 +552,18 @@ def test_real_deepseek_folder_through_load_any_trace(shared_traces):
 @pytest.mark.parametrize("header", ["pos,layer,id0,id1", "pos, layer, expert_0, expert_1\r", "token,block,a,b,c"])
 def test_llama_csv_with_a_header_line_is_read(tmp_path, header):
     rows = [f"{pos},{b},{pos % E},{(pos + 1) % E}" for pos in range(3) for b in BLOCKS]
-    plain = read_llama_moe_trace_csv(write(tmp_path / "plain.csv", "\n".join(rows) + "\n"), **SHAPE)
+    plain = read_llama_moe_trace_csv(write(tmp_path / "plain.csv", "\n".join(rows) + "\n"), SHAPE)
     path = write(tmp_path / "headed.csv", header + "\n" + "\n".join(rows[:1] + ["1,2,x,4"] + rows[2:]) + "\n")
     with pytest.raises(CopeInputError, match="field 'x' is not an integer") as info:
-        read_llama_moe_trace_csv(path, **SHAPE)
+        read_llama_moe_trace_csv(path, SHAPE)
     assert str(info.value).startswith(f"{path}:3: ")  # the file's own line numbers
     path = write(tmp_path / "headed.csv", header + "\n" + "\n".join(rows) + "\n")
-    trace = read_llama_moe_trace_csv(path, **SHAPE)
+    trace = read_llama_moe_trace_csv(path, SHAPE)
     np.testing.assert_array_equal(trace.expert_ids, plain.expert_ids)
     assert "its header line was skipped" in trace.meta.notes
     only = write(tmp_path / "only.csv", header + "\n")
     with pytest.raises(CopeInputError, match="only a header line"):
-        read_llama_moe_trace_csv(only, **SHAPE)
+        read_llama_moe_trace_csv(only, SHAPE)
 
 
 def test_popularity_counts_every_routed_expert_of_a_long_trace():

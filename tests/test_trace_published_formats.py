@@ -19,6 +19,7 @@ import pytest
 from engine.core.errors import CopeInputError
 from engine.models.catalog import get_model
 from engine.traces import flame_parquet
+from engine.traces import TraceShape
 from engine.traces.commitmoe_safetensors import read_commitmoe_safetensors
 from engine.traces.registry import detect_format, load_any_trace
 
@@ -160,7 +161,7 @@ def test_commitmoe_keeps_whole_prompts_up_to_the_limit(tmp_path):
     path = tmp_path / "part.safetensors"
     safetensors_numpy.save_file(cols, str(path))
     model = get_model(QWEN35)
-    trace = read_commitmoe_safetensors(path, model_moe_blocks=model.moe_blocks, n_experts=256, top_k=8, limit=7)
+    trace = read_commitmoe_safetensors(path, TraceShape(tuple(model.moe_blocks), 256, 8), limit=7)
     assert trace.n_tokens == 6 and trace.n_sequences == 2
     assert trace.meta.notes[0] == "kept the first 2 of 3 prompts (6 tokens)"
 

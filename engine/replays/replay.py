@@ -38,7 +38,7 @@ How the work is done, fastest first:
   rules that come to hold the same experts in the same order (a uniform and a
   nonuniform fill of one total, often) are replayed once from then on;
 - score eviction runs one step at a time on `engine.replays.residency`'s caches
-  (`replay_stepwise` forces that for any candidate), and so does everything when bare
+  (`replay(..., stepwise=True)` forces that for any candidate), and so does everything when bare
   arrays hold ids outside the model's experts (the compiled loops index by them).
 Candidates with the same cache dynamics (same slots, admissions, prefetch) share one
 replay (`replay_many`).
@@ -130,11 +130,16 @@ def replay(
     setup: ReplaySetup,
     *,
     cpu_layers: np.ndarray | None = None,
+    stepwise: bool = False,
 ) -> ReplayStats:
     """Replay token-major routing `ids` [T, L, k] under `candidate`.
 
-    `cpu_layers` ([L] bool) is the layer set of a partition candidate.
+    `cpu_layers` ([L] bool) is the layer set of a partition candidate. `stepwise` replays
+    one step at a time with `engine.replays.residency` (no lookups, no compiled loops):
+    what every faster path must agree with, for the tests that check they do.
     """
+    if stepwise:
+        return _replay_stepwise(ids, predicted, candidate, setup, cpu_layers)
     if candidate.kind is not Kind.MATRIX:
         return _replay_partition(ids, candidate, setup, cpu_layers)
     return replay_many(ids, predicted, [(candidate, setup)])[0]
@@ -171,16 +176,7 @@ def replay_many(
     return out
 
 
-def replay_stepwise(
-    ids: np.ndarray,
-    predicted: np.ndarray | None,
-    candidate: Candidate,
-    setup: ReplaySetup,
-    *,
-    cpu_layers: np.ndarray | None = None,
-) -> ReplayStats:
-    """`replay`, always one step at a time with `engine.replays.residency` (no lookups, no
-    compiled loops): what every faster path must agree with."""
+def _replay_stepwise(ids, predicted, candidate: Candidate, setup: ReplaySetup, cpu_layers) -> ReplayStats:
     rules = cache_rules(candidate, setup, ids.shape[2], predicted, cpu_layers=cpu_layers)
     plan = ReplayPlan(candidate.id, (), rules.slots, setup.popularity, False, rules.pooled, rules.eviction,
                       rules.admit, rules.width)
@@ -303,5 +299,5 @@ def _replay_partition(
 
 __all__ = [
     "SCORE_DECAY_PER_TOKEN", "ReplaySetup", "ReplayStats", "allocate_slots", "popularity_order", "replay",
-    "replay_many", "replay_stepwise", "resident_mask",
+    "replay_many", "resident_mask",
 ]

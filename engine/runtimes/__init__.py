@@ -17,18 +17,8 @@ profiles, cost, llamacpp); engine.advice builds on it.
 from __future__ import annotations
 
 from engine.core.errors import CopeInputError
-from engine.runtimes.base import (
-    APPROXIMATE,
-    EXACT,
-    NOT_RUN,
-    ExportPlan,
-    HostUse,
-    Launch,
-    LaunchOptions,
-    Runtime,
-    RuntimeImpl,
-    Support,
-)
+from engine.runtimes.base import APPROXIMATE, EXACT, NOT_RUN, Support  # the support levels
+from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime, RuntimeImpl
 from engine.runtimes.llamacpp import FORK, IK, STOCK
 from engine.runtimes.placement import Layout, Placement, placement_of
 from engine.runtimes.sglang_kt import SGLANG_KT

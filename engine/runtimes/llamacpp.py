@@ -42,17 +42,8 @@ from engine.llamacpp.llamacpp_flags import (
 )
 from engine.models.model import ModelSpec
 from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
-from engine.runtimes.base import (
-    APPROXIMATE,
-    EXACT,
-    NOT_RUN,
-    ExportPlan,
-    HostUse,
-    Launch,
-    LaunchOptions,
-    Runtime,
-    Support,
-)
+from engine.runtimes.base import APPROXIMATE, EXACT, NOT_RUN, Support  # the support levels
+from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime
 from engine.runtimes.fork_profile import fork_profile_csv, profile_file_name
 from engine.runtimes.placement import Layout, Placement
 

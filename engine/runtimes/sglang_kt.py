@@ -67,17 +67,8 @@ from engine.llamacpp.command_line import CommandLine
 from engine.models.model import ModelSpec
 from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
 from engine.replays.residency import allocate_slots
-from engine.runtimes.base import (
-    APPROXIMATE,
-    EXACT,
-    NOT_RUN,
-    ExportPlan,
-    HostUse,
-    Launch,
-    LaunchOptions,
-    Runtime,
-    Support,
-)
+from engine.runtimes.base import APPROXIMATE, EXACT, NOT_RUN, Support  # the support levels
+from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime
 from engine.runtimes.kt_method import CONVERT_SCRIPT, DEFAULT_THREADPOOLS, KtMethod, kt_method
 from engine.runtimes.placement import Layout, Placement
 from engine.runtimes.sglang_memory import MIB, SglangMemory, checkpoint_of_model, sglang_memory

@@ -9,6 +9,8 @@ One module per format, each with a `FORMAT` entry that `registry.FORMATS` lists:
 
 - `cope_npz`: COPE's own format (`save_trace` / `load_trace`, suffix `.cope.npz`).
 - `llama_csv`: llama-moe-trace CSV (`read_llama_moe_trace_csv` / `write_llama_moe_trace_csv`).
+  It, JSONL and CommitMoE labels do not record the model's shape: their readers take a
+  `TraceShape` (format.py).
 - `jsonl`: generic JSONL, one record per (token, layer) (`read_jsonl_trace` / `write_jsonl_trace`).
 - `moe_beyond`: the moe-beyond DeepSeek-V2-Lite-Chat CSV folder (`read_moe_beyond_csv_dir`).
 - `flame_parquet`: FLAME-MoE's per-layer Parquet (`indices`/`scores`; pyarrow, the cope[parquet] extra).
@@ -27,6 +29,7 @@ module) whose message names the file, and records the same sentence in the trace
 from __future__ import annotations
 
 from engine.traces.cope_npz import TRACE_FORMAT, TRACE_SUFFIX, TRACE_VERSION, load_trace, save_trace
+from engine.traces.format import TraceShape
 from engine.traces.jsonl import read_jsonl_trace, write_jsonl_trace
 from engine.traces.llama_csv import read_llama_moe_trace_csv, write_llama_moe_trace_csv
 from engine.traces.moe_beyond import read_moe_beyond_csv_dir, read_moe_beyond_file
@@ -38,6 +41,7 @@ __all__ = [
     "TRACE_FORMAT",
     "TRACE_SUFFIX",
     "TRACE_VERSION",
+    "TraceShape",
     "TraceWarning",
     "check_trace_fits_model",
     "detect_format",

@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.core.errors import CopeInputError
 from engine.core.input_limits import max_replay_slots
-from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, check_file_size, missing_reader
+from engine.traces.format import MAX_IMPORT_TOKENS, TraceFormat, TraceShape, check_file_size, missing_reader, model_shape
 from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import assemble, build_trace, check_cells
 
@@ -102,9 +102,9 @@ def _weights(where: str, handle, shapes: dict, ids: np.ndarray, n_experts: int) 
     return np.take_along_axis(probs, np.clip(ids, 0, n_experts - 1), axis=1), "softmax of the router logits"
 
 
-def read_commitmoe_safetensors(path, *, model_moe_blocks, n_experts: int, top_k: int, model_name: str = "",
-                               limit: int = MAX_IMPORT_TOKENS) -> RoutingTrace:
+def read_commitmoe_safetensors(path, shape: TraceShape, *, limit: int = MAX_IMPORT_TOKENS) -> RoutingTrace:
     where = str(path)
+    model_moe_blocks, n_experts, top_k = shape.moe_blocks, shape.n_experts, shape.top_k
     check_file_size(where)
     with _safe_open(where) as handle:
         shapes = _shapes(where, handle)
@@ -140,7 +140,7 @@ def read_commitmoe_safetensors(path, *, model_moe_blocks, n_experts: int, top_k:
         row = f"row {exc.line}: " if exc.line else ""
         raise CopeInputError(row + exc.message.replace(" at line ", " at row "), path=where) from None
     notes = [n.replace(" at line ", " at row ") for n in notes]
-    meta = TraceMeta.imported(model_name, where, n_experts, model_moe_blocks,
+    meta = TraceMeta.imported(shape.model_name, where, n_experts, model_moe_blocks,
                               f"CommitMoE routing labels (one sequence per prompt_idx); weights: {how}",
                               ([cut] if cut else []) + notes)
     return build_trace(where, expert_ids=expert_ids, meta=meta, weights=w, seq_starts=seq_starts)
@@ -163,11 +163,7 @@ def _sniff(path: Path, head: bytes) -> bool:
 
 
 def _read(path: str, *, model=None) -> RoutingTrace:
-    if model is None:
-        raise CopeInputError("a CommitMoE safetensors trace does not name its model: say which model it is from",
-                             path=path)
-    return read_commitmoe_safetensors(path, model_moe_blocks=model.moe_blocks, n_experts=model.n_routed_experts,
-                                      top_k=model.top_k, model_name=model.id)
+    return read_commitmoe_safetensors(path, model_shape(path, model, "CommitMoE safetensors"))
 
 
 FORMAT = TraceFormat(

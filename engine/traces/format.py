@@ -57,16 +57,23 @@ def json_problem(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def model_shape(path: str, model, label: str) -> dict:
-    """The reader arguments a model gives a format that does not record its own shape."""
+@dataclass(frozen=True)
+class TraceShape:
+    """What a reader must be told of the model when its format does not record it (CSV,
+    JSONL, CommitMoE labels): the blocks with routed experts, how many experts a layer
+    has, how many a token picks, and the model's id for the trace's notes."""
+
+    moe_blocks: tuple[int, ...]
+    n_experts: int
+    top_k: int
+    model_name: str = ""
+
+
+def model_shape(path: str, model, label: str) -> TraceShape:
+    """The shape a model gives a format that does not record its own (None is refused)."""
     if model is None:
         raise CopeInputError(f"a {label} trace does not name its model: say which model it is from", path=path)
-    return dict(
-        model_moe_blocks=model.moe_blocks,
-        n_experts=model.n_routed_experts,
-        top_k=model.top_k,
-        model_name=model.id,
-    )
+    return TraceShape(tuple(model.moe_blocks), model.n_routed_experts, model.top_k, model.id)
 
 
 # Published traces can hold tens of millions of tokens (FLAME-MoE: 52,428,800 per layer

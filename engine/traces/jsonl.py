@@ -11,13 +11,12 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from engine.core.errors import CopeInputError, shown
 from engine.core.files import atomic_write
-from engine.traces.format import TraceFormat, json_problem, model_shape, text_head
+from engine.traces.format import TraceFormat, TraceShape, json_problem, model_shape, text_head
 from engine.traces.limits import read_text_bounded
 from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import assemble, build_trace, check_cells
@@ -117,14 +116,7 @@ def _parse(where: str, text: str, top_k: int) -> _Records:
     return out
 
 
-def read_jsonl_trace(
-    path: str | os.PathLike,
-    *,
-    model_moe_blocks: Sequence[int],
-    n_experts: int,
-    top_k: int,
-    model_name: str = "",
-) -> RoutingTrace:
+def read_jsonl_trace(path: str | os.PathLike, shape: TraceShape) -> RoutingTrace:
     """Read JSONL, one record per (token, layer):
     `{"token": t, "layer": block, "experts": [...], "weights": [...], "seq": s}`.
 
@@ -134,7 +126,7 @@ def read_jsonl_trace(
     dropped with a TraceWarning.
     """
     where = str(path)
-    recs = _parse(where, read_text_bounded(where, k=top_k), top_k)
+    recs = _parse(where, read_text_bounded(where, k=shape.top_k), shape.top_k)
     line_arr = np.array(recs.lines, dtype=np.int64)
 
     def line_of(r: int) -> int:
@@ -148,7 +140,7 @@ def read_jsonl_trace(
         rows = zip(recs.tokens, recs.blocks, recs.experts)
         bad = next(i for i, (t, b, e) in enumerate(rows) if max(map(abs, [t, b, *e])) >= 2**63)
         raise CopeInputError("integer out of range", path=where, line=line_of(bad)) from None
-    layer = check_cells(where, blk_arr, ids_arr, line_of, moe_blocks=model_moe_blocks, n_experts=n_experts)
+    layer = check_cells(where, blk_arr, ids_arr, line_of, moe_blocks=shape.moe_blocks, n_experts=shape.n_experts)
     ids, w, seq_starts, notes = assemble(
         where,
         seq=np.array(recs.seqs, dtype=np.int64),
@@ -157,10 +149,10 @@ def read_jsonl_trace(
         ids=ids_arr,
         weights=np.array(recs.weights, dtype=np.float64) if recs.has_weights else None,
         line_of=line_of,
-        moe_blocks=model_moe_blocks,
+        moe_blocks=shape.moe_blocks,
         seq_labels=[s if s is not None else "(none)" for s in recs.seq_codes],
     )
-    meta = TraceMeta.imported(model_name, where, n_experts, model_moe_blocks,
+    meta = TraceMeta.imported(shape.model_name, where, shape.n_experts, shape.moe_blocks,
                               "generic JSONL, one record per (token, layer)", notes)
     return build_trace(where, expert_ids=ids, meta=meta, weights=w, seq_starts=seq_starts)
 
@@ -196,7 +188,7 @@ def _sniff(path: Path, head: bytes) -> bool:
 
 
 def _read(path: str, *, model=None) -> RoutingTrace:
-    return read_jsonl_trace(path, **model_shape(path, model, "JSONL"))
+    return read_jsonl_trace(path, model_shape(path, model, "JSONL"))
 
 
 FORMAT = TraceFormat(

@@ -12,13 +12,12 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from engine.core.errors import CopeInputError
 from engine.core.files import atomic_write
-from engine.traces.format import TraceFormat, model_shape, text_head
+from engine.traces.format import TraceFormat, TraceShape, model_shape, text_head
 from engine.traces.limits import read_text_bounded
 from engine.traces.trace import RoutingTrace, TraceMeta
 from engine.traces.validate import LineOf, assemble, build_trace, check_cells
@@ -121,14 +120,7 @@ def _without_header(text: str) -> tuple[str, bool]:
     return text, False
 
 
-def read_llama_moe_trace_csv(
-    path: str | os.PathLike,
-    *,
-    model_moe_blocks: Sequence[int],
-    n_experts: int,
-    top_k: int,
-    model_name: str = "",
-) -> RoutingTrace:
+def read_llama_moe_trace_csv(path: str | os.PathLike, shape: TraceShape) -> RoutingTrace:
     """Read a llama-moe-trace CSV (`pos,layer,id0..id{k-1}`, no header).
 
     Decode rows (pos >= 0) are kept, prompt rows skipped. A new sequence starts where
@@ -137,6 +129,7 @@ def read_llama_moe_trace_csv(
     are dropped with a TraceWarning.
     """
     where = str(path)
+    top_k = shape.top_k
     text = read_text_bounded(where, k=top_k)
     if not text.strip():
         raise CopeInputError("empty file: no decode rows (pos >= 0)", path=where)
@@ -153,14 +146,14 @@ def read_llama_moe_trace_csv(
     def dline(r: int) -> int:
         return line_of(int(rows[r]))
 
-    layer = check_cells(where, d[:, 1], d[:, 2:], dline, moe_blocks=model_moe_blocks, n_experts=n_experts)
+    layer = check_cells(where, d[:, 1], d[:, 2:], dline, moe_blocks=shape.moe_blocks, n_experts=shape.n_experts)
     seq = _sequence_codes(d[:, 0], layer, np.cumsum(~decode)[rows])
     ids, _, seq_starts, notes = assemble(
         where, seq=seq, pos=d[:, 0], layer=layer, ids=d[:, 2:], weights=None, line_of=dline,
-        moe_blocks=model_moe_blocks,
+        moe_blocks=shape.moe_blocks,
     )
     meta = TraceMeta.imported(
-        model_name, where, n_experts, model_moe_blocks,
+        shape.model_name, where, shape.n_experts, shape.moe_blocks,
         "llama-moe-trace CSV (llama.cpp fork): decode rows, ids in descending router score",
         ("no router weights in this format",) + (("its header line was skipped",) if header else ()) + tuple(notes))
     return build_trace(where, expert_ids=ids, meta=meta, seq_starts=seq_starts)
@@ -197,7 +190,7 @@ def _sniff(path: Path, head: bytes) -> bool:
 
 
 def _read(path: str, *, model=None) -> RoutingTrace:
-    return read_llama_moe_trace_csv(path, **model_shape(path, model, "llama-moe-trace CSV"))
+    return read_llama_moe_trace_csv(path, model_shape(path, model, "llama-moe-trace CSV"))
 
 
 FORMAT = TraceFormat(
