@@ -25,6 +25,10 @@ _NO_CPU = "the CPU is not stated; it does not matter here (everything on the GPU
 _9B14 = ("an EPYC 9654 (the row: EPYC 9B14, the 96-core Zen 4 Genoa part sold to clouds) with the stated "
          "12 channels of DDR5-4800")
 _9355 = "12 channels (stated) of DDR5-6000, the preset's speed (the row does not state the speed)"
+# The DGX Spark page's other depths of one llama-bench sweep: in the CSV as printed, not priced.
+_SPARK_DEPTH = ("tg32 @ d{depth}: an inner point of the DGX Spark sweep; its depths 0 and 16384 (x{d0}, x{d16}) are "
+                "priced, as the other sources' sweeps (N_KV 0 and 16384), so that one source and machine does not "
+                "weigh five times in the fit")
 _IQ4_NL = "IQ4_NL experts priced as Q4_0 (both 4.5 bits per weight in 32-weight blocks; IQ4_NL is not in the catalog)"
 
 EXTRA_ROWS: tuple[Row, ...] = (
@@ -160,6 +164,28 @@ EXTRA_ROWS: tuple[Row, ...] = (
         "llama-bench -m m.gguf -ngl 99 -fa 1 -p 0 -n 128", file_gib=60.03, stated=False,
         assumed="the UD-Q8_K_XL file's split of its 60.03 GiB between the MXFP4 experts and the other "
                 "tensors is not stated: priced as the catalog's MXFP4 with the experts sized to the file"),
+    # ggml-org/llama.cpp benches/dgx-spark.md (at commit 4c7e9893): DGX Spark (NVIDIA GB10, 128 GB unified
+    # LPDDR5X), build 2f68ce7cf (6918), llama-bench -ngl 99 -ub 2048 -fa 1 -mmp 0, tg32 at depths 0-32768.
+    # Priced: depths 0 and 16384 of each model (the other depths: EXTRA_SKIPPED). Qwen3-Coder-30B-A3B-Instruct is
+    # priced as the catalog's Qwen3-30B-A3B: llama-bench prints it as qwen3moe 30B.A3B, 30.53 B parameters, as it does that model.
+    Row(45, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=11.27,
+        assumed=_NO_CPU, sweep="gb10-gpt-oss-20b"),
+    Row(48, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=11.27,
+        assumed=_NO_CPU, sweep="gb10-gpt-oss-20b"),
+    Row(50, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=59.02,
+        assumed=_NO_CPU, sweep="gb10-gpt-oss-120b"),
+    Row(53, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=59.02,
+        assumed=_NO_CPU, sweep="gb10-gpt-oss-120b"),
+    Row(55, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=30.25,
+        assumed=_NO_CPU, sweep="gb10-qwen3-30b-a3b"),
+    Row(58, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", "gb10", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=30.25,
+        assumed=_NO_CPU, sweep="gb10-qwen3-30b-a3b"),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -170,4 +196,13 @@ EXTRA_SKIPPED: dict[int, str] = {
     39: "the opt-in CUDA stream concurrency (GGML_CUDA_GRAPH_OPT=1) of PR 16991, a mode COPE does not model",
     41: "the CPU and its memory are not stated (the experts run on the CPU)",
     42: "the CPU and its memory are not stated (the experts run on the CPU)",
+    46: _SPARK_DEPTH.format(depth=4096, d0=45, d16=48),
+    47: _SPARK_DEPTH.format(depth=8192, d0=45, d16=48),
+    49: _SPARK_DEPTH.format(depth=32768, d0=45, d16=48),
+    51: _SPARK_DEPTH.format(depth=4096, d0=50, d16=53),
+    52: _SPARK_DEPTH.format(depth=8192, d0=50, d16=53),
+    54: _SPARK_DEPTH.format(depth=32768, d0=50, d16=53),
+    56: _SPARK_DEPTH.format(depth=4096, d0=55, d16=58),
+    57: _SPARK_DEPTH.format(depth=8192, d0=55, d16=58),
+    59: _SPARK_DEPTH.format(depth=32768, d0=55, d16=58),
 }

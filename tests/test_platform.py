@@ -54,6 +54,7 @@ GPU_IDS = {
     "rtx-5060", "rtx-5070", "rtx-5090d", "rtx-a4000", "rtx-a4500", "rtx-a5000", "rtx-a5500", "rtx-2000-ada",
     "rtx-4000-sff-ada", "rtx-4000-ada", "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada", "rtx-pro-6000-max-q", "t4",
     "a10", "a40", "l4", "l40", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-nvl", "h200-nvl",
+    "gb10",  # the DGX Spark (unified memory)
     "rtx-4060-ti-8gb",  # the 8 GB variant, named like the 16 GB card
 }
 

@@ -163,9 +163,9 @@ class AnalyticAssumptions:
     the published runs with their hardware stated (docs/accuracy.md has the fit, its data
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
-    gpu_bandwidth_efficiency: float = 0.8340  # fitted, held to 0.6-0.9 (docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.6574  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.03896  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    gpu_bandwidth_efficiency: float = 0.9  # fitted, at its upper bound (held to 0.81-0.9; docs/accuracy.md: why)
+    cpu_bandwidth_efficiency: float = 0.6555  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.03880  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
@@ -173,22 +173,22 @@ class AnalyticAssumptions:
     # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
     # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
     # another architecture pays it in proportion to its kernels (block_kernels)
-    gpu_block_overhead_s: float = 56.56e-6
+    gpu_block_overhead_s: float = 64.95e-6
     # fitted: what such a block costs more when the runtime launches its kernels one by one,
     # without a CUDA graph (uses_cuda_graphs), scaled the same way
-    gpu_block_no_graph_s: float = 68.01e-6
+    gpu_block_no_graph_s: float = 70.86e-6
     # fitted: the KV cache's bytes a decode step's attention reads count this many times a
     # weight's bytes on each device (flash attention's f16 dot products and softmax over the
     # cache do more work a byte than a quantized mat-vec)
-    gpu_kv_read_factor: float = 2.351
-    cpu_kv_read_factor: float = 2.204
+    gpu_kv_read_factor: float = 1.698
+    cpu_kv_read_factor: float = 2.190
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 61.99e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 60.02e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     # fitted, at its lower bound (held to 5 us-0.5 ms): a hand-over, the hidden state to the CPU and back
     # (two PCIe transfers, a stream sync); the rows do not see it above the bound
     sync_s: float = 5.0e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    token_fixed_s: float = 11.10e-6  # fitted, at its lower bound in effect (held to 10 us-0.5 ms): sampling, embedding, graph launch
+    token_fixed_s: float = 13.61e-6  # fitted, at its lower bound in effect (held to 10 us-0.5 ms): sampling, embedding, graph launch
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).
