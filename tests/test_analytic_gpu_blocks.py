@@ -148,13 +148,29 @@ def test_a_blocks_fixed_cost_scales_with_its_kernels_and_graphs():
 
 def test_the_kv_cache_reads_count_their_devices_factor():
     base = AnalyticAssumptions()
-    one = replace(base, gpu_kv_read_factor=1.0, cpu_kv_read_factor=1.0)
-    three = replace(base, gpu_kv_read_factor=3.0, cpu_kv_read_factor=2.0)
-    m1, m3 = _model("qwen3-30b-a3b", tokens=16384, a=one), _model("qwen3-30b-a3b", tokens=16384, a=three)
+    one = replace(base, cpu_kv_read_factor=1.0)
+    two = replace(base, cpu_kv_read_factor=2.0)
+    m1, m2 = _model("qwen3-30b-a3b", tokens=16384, a=one), _model("qwen3-30b-a3b", tokens=16384, a=two)
     kv = m1.kv_bytes(0)
     assert kv > 0
-    assert m3.gpu_block_s(0) - m1.gpu_block_s(0) == pytest.approx(2 * kv / m1.gpu_stream_bytes_per_s)
-    assert m3.cpu_block_s(0, 8) - m1.cpu_block_s(0, 8) == pytest.approx(kv / m1.cpu_stream_bytes_per_s(8))
+    assert m2.cpu_block_s(0, 8) - m1.cpu_block_s(0, 8) == pytest.approx(kv / m1.cpu_stream_bytes_per_s(8))
+    assert m2.gpu_block_s(0) == pytest.approx(m1.gpu_block_s(0))  # the CPU's factor only
     # at no depth the factor moves nothing
-    e1, e3 = _model("qwen3-30b-a3b", tokens=0, a=one), _model("qwen3-30b-a3b", tokens=0, a=three)
-    assert e1.gpu_block_s(0) == pytest.approx(e3.gpu_block_s(0))
+    e1, e2 = _model("qwen3-30b-a3b", tokens=0, a=one), _model("qwen3-30b-a3b", tokens=0, a=two)
+    assert e1.cpu_block_s(0, 8) == pytest.approx(e2.cpu_block_s(0, 8))
+
+
+def test_the_gpu_reads_the_kv_cache_at_what_its_sms_attend_to_at_most_its_stream():
+    """An RTX 4090 (128 SMs, 1008 GB/s): the cache at min(the stream, 128 x the per-SM rate)."""
+    deep, flat = _model("qwen3-30b-a3b", tokens=16384), _model("qwen3-30b-a3b", tokens=0)
+    a, kv = deep.a, deep.kv_bytes(0)
+    sm_rate = 128 * a.gpu_kv_sm_bytes_per_s
+    assert sm_rate < deep.gpu_stream_bytes_per_s  # the fitted rate caps a fast card
+    assert deep.gpu_block_s(0) - flat.gpu_block_s(0) == pytest.approx(kv / sm_rate)
+    # SMs fast enough for the card's memory: the cache streams like the weights
+    quick = replace(a, gpu_kv_sm_bytes_per_s=1e12)
+    deep_q, flat_q = _model("qwen3-30b-a3b", tokens=16384, a=quick), _model("qwen3-30b-a3b", tokens=0, a=quick)
+    assert deep_q.gpu_block_s(0) - flat_q.gpu_block_s(0) == pytest.approx(kv / deep_q.gpu_stream_bytes_per_s)
+    # the same cache costs the GB10 (273 GB/s over 48 SMs) fewer weight-bytes a byte than the RTX 4090
+    gb10 = _model("qwen3-30b-a3b", "gb10", tokens=16384)
+    assert 1.0 <= gb10.gpu_kv_read_factor < deep.gpu_kv_read_factor

@@ -50,7 +50,7 @@ class SplitWork:
         gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
         # the attention's reads of the cache count its device's factor (AnalyticAssumptions)
         if kv_on_gpu:
-            gpu_bytes += (a.gpu_kv_read_factor - 1) * kv
+            gpu_bytes += (analytic.gpu_kv_read_factor - 1) * kv
         else:
             cpu_bytes += (a.cpu_kv_read_factor - 1) * kv
         gpu_s = (gpu_bytes / analytic.gpu_stream_bytes_per_s + gpu_share * analytic.gpu_block_fixed_s(block)
