@@ -105,7 +105,7 @@ def golden_text(x) -> str:
         f"nearest: {x.nearest_id or '-'}",
         f"reason: {x.reason}",
         "env: " + (" ".join(f"{k}={v}" for k, v in x.env) or "-"),
-        "side files: " + (" ".join(name for name, _ in x.side_files) or "-"),
+        "side files: " + (" ".join(f.name for f in x.side_files) or "-"),
         f"display: {x.display()}",
         "argv:",
         *(f"  {a}" for a in x.argv),
@@ -127,8 +127,8 @@ def test_golden_argument_lists(model_id, case):
     name, plan_kind, cid, runtime, binary = case
     x = do_export(model_id, plan_kind, cid, runtime, binary)
     check_golden(GOLDEN / model_id / f"{name}.txt", golden_text(x))
-    for side_name, text in x.side_files:
-        check_golden(GOLDEN / model_id / f"{name}.{side_name}", text)
+    for side in x.side_files:
+        check_golden(GOLDEN / model_id / f"{name}.{side.name}", side.text)
 
 
 def test_labels_and_flags_that_matter():
@@ -262,14 +262,45 @@ def test_write_export_is_atomic_and_puts_side_files_beside(tmp_path):
     x = export_candidate(parse_candidate_id("fixed.parallel.uniform"), model, plan(model, "partial"),
                          runtime="fork", model_path="m.gguf", context=8192, threads=8, side_dir=str(out.parent))
     written = write_export(x, out)
-    assert sorted(p.name for p in written) == sorted([out.name, x.side_files[0][0]])
+    assert sorted(p.name for p in written) == sorted([out.name, x.side_files[0].name])
     shebang, *comments, command = out.read_text().splitlines()
     assert shebang == "#!/bin/sh" and out.stat().st_mode & 0o100  # a script its owner can run
     assert command == x.display() and comments == [f"# {n}" for n in x.notes] and comments
-    assert (out.parent / x.side_files[0][0]).read_text() == x.side_files[0][1]
-    assert str(out.parent / x.side_files[0][0]) in x.argv
+    assert (out.parent / x.side_files[0].name).read_text() == x.side_files[0].text
+    assert str(out.parent / x.side_files[0].name) in x.argv
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp files left
 
+
+
+def test_the_fork_profile_is_laid_out_only_when_it_is_read(monkeypatch):
+    """A fork export names its profile and lays it out when it is written or read, once;
+    the popularity it was made from is what the file holds, whatever happens to the array."""
+    from engine.runtimes import fork_profile
+
+    made = []
+    real = fork_profile.fork_profile_csv
+    monkeypatch.setattr(fork_profile, "fork_profile_csv", lambda *a: made.append(a) or real(*a))
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    p = plan(model, "partial")
+    x = export_candidate(parse_candidate_id("fixed.parallel.uniform"), model, p, runtime="fork",
+                         model_path="m.gguf", context=8192, threads=8)
+    assert x.artefact_names == [x.side_files[0].name] and x.to_dict()["side_files"] == x.artefact_names
+    assert made == []  # named, shown and reported without the file
+    slots = int(x.argv[x.argv.index("--moe-cache-slots") + 1])
+    expected = real(p.popularity, slots, model.moe_blocks, model.top_k)
+    p.popularity[:] = 0  # the caller's array changes after the command is made
+    assert x.side_files[0].text == expected and x.side_files_dict == {x.side_files[0].name: expected}
+    assert len(made) == 1
+
+
+def test_a_fork_profile_of_no_slot_is_refused_when_the_command_is_made():
+    from engine.runtimes.fork_profile import fork_profile_file
+
+    model = get_model("deepseek-coder-v2-lite-instruct")
+    popularity = np.ones((model.n_moe_layers, model.n_routed_experts), dtype=np.int64)
+    for slots in (0, model.n_routed_experts):
+        with pytest.raises(ValueError, match="slots must be in"):
+            fork_profile_file(model, popularity, slots)
 
 FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
 

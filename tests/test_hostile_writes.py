@@ -185,11 +185,12 @@ def test_a_link_as_a_side_file_is_refused_before_anything_is_written(cli, tmp_pa
 
 def _export_with_counts():
     from engine.llamacpp.command_line import Arg, CommandLine
+    from engine.runtimes.base import SideFile
     from engine.runtimes.export import Export
     import numpy as np
 
     command = CommandLine("llama-server", (Arg("model", ("-m", "m.gguf")),))
-    return Export("c", "c", "needs-fork", "", command, side_files=(("a.csv", "new csv"),),
+    return Export("c", "c", "needs-fork", "", command, side_files=(SideFile("a.csv", lambda: "new csv"),),
                   tensors=((PT, np.ones((2, 4), dtype=np.int64)),))
 
 

@@ -5,7 +5,8 @@ string)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import cached_property
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -107,13 +108,39 @@ class LaunchOptions:
     build: LlamaBuild | None = None  # the build found on this machine; None: the runtime's shipped manifest
 
 
+class SideFile:
+    """An artefact a command reads (the fork's profile CSV), named when the command is made
+    and written only when it is saved: most exports are shown, compared or reported as JSON
+    (artefact names only), and a large model's profile takes a good part of a fork export's
+    time to lay out. `text` is made by `make` on first use, then kept."""
+
+    def __init__(self, name: str, make: Callable[[], str]):
+        self.name = name
+        self._make = make
+
+    @cached_property
+    def text(self) -> str:
+        return self._make()
+
+    def __eq__(self, other: object) -> bool:  # an Export compares its artefacts by content
+        if not isinstance(other, SideFile):
+            return NotImplemented
+        return self.name == other.name and self.text == other.text
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"SideFile({self.name!r})"
+
+
 @dataclass(frozen=True)
 class Launch:
     """A command and the files it needs. `tensors` are routing-count arrays a front end
     writes with torch (engine/ never imports it)."""
 
     command: CommandLine  # the program, its arguments by setting, the environment
-    side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
+    side_files: tuple[SideFile, ...] = ()
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
     spelled_for: str = ""  # the build whose flags the command uses (engine/llamacpp/builds.py LlamaBuild.origin)

@@ -46,6 +46,7 @@ from engine.llamacpp.llamacpp_flags import (
 from engine.models.model import ModelSpec
 from engine.replays.policy import Candidate, Kind, parse_candidate_id
 from engine.runtimes import REGISTRY, RUNTIME_NAMES, STOCK_NAME, ExportPlan, LaunchOptions, placement_of, runtime_named
+from engine.runtimes.base import SideFile
 from engine.runtimes.fork_profile import fork_profile_csv
 from engine.runtimes.host import host_choice
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
@@ -97,7 +98,7 @@ class Export:
     label: str  # of the asked candidate, for llama.cpp: runs-on-stock | needs-fork | not-expressible
     reason: str
     command: CommandLine  # what runs: argv and env are its words (engine/llamacpp/command_line.py)
-    side_files: tuple[tuple[str, str], ...] = ()  # (file name, text)
+    side_files: tuple[SideFile, ...] = ()  # laid out when read (engine/runtimes/base.py)
     nearest_id: str | None = None
     candidate_tpot_s: float | None = None
     nearest_tpot_s: float | None = None
@@ -123,11 +124,11 @@ class Export:
 
     @property
     def side_files_dict(self) -> dict[str, str]:
-        return dict(self.side_files)
+        return {f.name: f.text for f in self.side_files}
 
     @property
     def artefact_names(self) -> list[str]:
-        return sorted([name for name, _ in self.side_files] + [name for name, _ in self.tensors])
+        return sorted([f.name for f in self.side_files] + [name for name, _ in self.tensors])
 
     @property
     def fits_ram(self) -> bool:
@@ -294,7 +295,7 @@ def write_export(export: Export, out: str | os.PathLike,
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(out.parent)) from None
-    files: list = [(out.parent / name, lambda h, text=text: h.write(text), False) for name, text in export.side_files]
+    files: list = [(out.parent / f.name, lambda h, f=f: h.write(f.text), False) for f in export.side_files]
     files += [(out.parent / name, lambda h, c=counts: write_tensor(h, c), True) for name, counts in export.tensors]
     files.append((out, lambda h: h.write(command_file_text(export)), False))
     try:

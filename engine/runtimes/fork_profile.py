@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.models.model import ModelSpec
 from engine.replays.replay import popularity_order
+from engine.runtimes.base import SideFile
 
 
 def fork_profile_csv(popularity: np.ndarray, slots: int, moe_blocks: Sequence[int], top_k: int) -> str:
@@ -26,10 +27,9 @@ def fork_profile_csv(popularity: np.ndarray, slots: int, moe_blocks: Sequence[in
     all chosen experts plus k - slots fillers cycling over the other experts, across
     E - slots rows: chosen ones appear E - slots times, each filler only k - slots < E - slots.
     """
+    check_slots(slots, np.shape(popularity)[1])
     order = popularity_order(np.asarray(popularity))
-    n_layers, n_experts = order.shape
-    if not 0 < slots < n_experts:
-        raise ValueError(f"slots must be in 1..{n_experts - 1}, got {slots}")
+    n_layers = order.shape[0]
     rows: list[tuple[int, list[int]]] = []  # (layer index, ids)
     for layer in range(n_layers):
         chosen = [int(e) for e in order[layer, :slots]]
@@ -56,5 +56,21 @@ def fork_profile_csv(popularity: np.ndarray, slots: int, moe_blocks: Sequence[in
     return "\n".join(lines) + "\n"
 
 
+def check_slots(slots: int, n_experts: int) -> None:
+    if not 0 < slots < n_experts:
+        raise ValueError(f"slots must be in 1..{n_experts - 1}, got {slots}")
+
+
 def profile_file_name(model: ModelSpec, slots: int) -> str:
     return f"cope-{model.id}-fixed-{slots}.csv"
+
+
+def fork_profile_file(model: ModelSpec, popularity: np.ndarray, slots: int) -> SideFile:
+    """The profile of `fork_profile_csv` as an artefact laid out only when it is read (a
+    command shown or reported as JSON names it and never writes it). The slots are checked
+    now, so a bad count fails when the command is made, as before; the popularity is
+    copied, so the file holds the routing the command was made from."""
+    check_slots(slots, np.shape(popularity)[1])
+    counts = np.array(popularity, copy=True)
+    return SideFile(profile_file_name(model, slots),
+                    lambda: fork_profile_csv(counts, slots, model.moe_blocks, model.top_k))

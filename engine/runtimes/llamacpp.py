@@ -43,8 +43,8 @@ from engine.llamacpp.llamacpp_flags import (
 from engine.models.model import ModelSpec
 from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
 from engine.runtimes.base import APPROXIMATE, EXACT, NOT_RUN, Support  # the support levels
-from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime
-from engine.runtimes.fork_profile import fork_profile_csv, profile_file_name
+from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime, SideFile
+from engine.runtimes.fork_profile import fork_profile_file
 from engine.runtimes.placement import Layout, Placement
 
 FORK_ARCHS = frozenset({"deepseek2", "qwen35moe", "laguna"})
@@ -232,7 +232,7 @@ class LlamaFamily:
         used = [setting for setting, _ in base]
         args = list(spell(binary, base, build))
         env: list[tuple[str, str]] = []
-        side: list[tuple[str, str]] = []
+        side: list[SideFile] = []
         notes: list[str] = []
         if placement.layout is Layout.EXPERTS:
             args += self._moe_cache_args(placement, model, plan, opts, env, side, notes)
@@ -329,8 +329,9 @@ class LlamaFamily:
         slots = placement.slots_total // model.n_moe_layers
         if plan.popularity is None:
             raise CopeInputError("exporting fixed residency for the fork needs the profile trace's popularity")
-        name = profile_file_name(model, slots)
-        side.append((name, fork_profile_csv(plan.popularity, slots, model.moe_blocks, model.top_k)))
+        profile = fork_profile_file(model, plan.popularity, slots)
+        side.append(profile)
+        name = profile.name
         path = name if opts.side_dir is None else os.path.join(opts.side_dir, name)
         notes.append(f"the fork: {FORK_HOME}, branch {FORK_BRANCH} (checked at {FORK_COMMIT[:9]}); its default "
                      f"branch has no --moe-cache-*")
