@@ -168,24 +168,16 @@ EXTRA_ROWS: tuple[Row, ...] = (
     # LPDDR5X), build 2f68ce7cf (6918), llama-bench -ngl 99 -ub 2048 -fa 1 -mmp 0, tg32 at depths 0-32768.
     # Priced: depths 0 and 16384 of each model (the other depths: EXTRA_SKIPPED). Qwen3-Coder-30B-A3B-Instruct is
     # priced as the catalog's Qwen3-30B-A3B: llama-bench prints it as qwen3moe 30B.A3B, 30.53 B parameters, as it does that model.
-    Row(45, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=11.27,
-        assumed=_NO_CPU, sweep="gb10-gpt-oss-20b"),
-    Row(48, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=11.27,
-        assumed=_NO_CPU, sweep="gb10-gpt-oss-20b"),
-    Row(50, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=59.02,
-        assumed=_NO_CPU, sweep="gb10-gpt-oss-120b"),
-    Row(53, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=59.02,
-        assumed=_NO_CPU, sweep="gb10-gpt-oss-120b"),
-    Row(55, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 0", file_gib=30.25,
-        assumed=_NO_CPU, sweep="gb10-qwen3-30b-a3b"),
-    Row(58, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", "gb10", "ryzen-9-7950x",
-        "llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d 16384", file_gib=30.25,
-        assumed=_NO_CPU, sweep="gb10-qwen3-30b-a3b"),
+    *(Row(index, name, model_id, quant, "gb10", "ryzen-9-7950x",
+          f"llama-bench -m m.gguf -ngl 99 -ub 2048 -fa 1 -mmp 0 -p 0 -n 32 -d {depth}", file_gib=gib,
+          assumed=_NO_CPU, sweep=f"gb10-{model_id}")
+      for index, name, model_id, quant, gib, depth in (
+          (45, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", 11.27, 0),
+          (48, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", 11.27, 16384),
+          (50, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", 59.02, 0),
+          (53, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", 59.02, 16384),
+          (55, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", 30.25, 0),
+          (58, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", 30.25, 16384))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
