@@ -33,6 +33,7 @@ in docs/accuracy.md); none is tuned per model, per row or per source.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 
@@ -361,7 +362,7 @@ def gpu_kv_read_factor(a: AnalyticAssumptions, gpu: GpuSpec, stream_bytes_per_s:
     """How many times a weight's bytes the KV cache's bytes cost on `gpu`: the weights'
     stream over what its SMs' attention reads (`gpu_kv_sm_bytes_per_s` each), at least 1. A
     GPU whose SM count is unknown is taken at the fitted cards' median bandwidth an SM."""
-    if not stream_bytes_per_s == stream_bytes_per_s:  # NaN: --gpu none
+    if math.isnan(stream_bytes_per_s):  # --gpu none
         return 1.0
     sms = float(gpu.sm_count.value) if gpu.sm_count.known else stream_bytes_per_s / UNKNOWN_SM_BYTES_PER_S
     return max(1.0, stream_bytes_per_s / (sms * a.gpu_kv_sm_bytes_per_s))
