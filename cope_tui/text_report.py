@@ -13,13 +13,13 @@ from engine.runtimes.llamacpp import label_text
 from engine.traces.popularity import profile_words
 
 def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
-                          model_path: str | None = None) -> str:
+                          model_path: str | None = None, heading: str = "Run this now") -> str:
     """The run-now block first, then the machine, the VRAM arithmetic and the ranking."""
     runs = runs if runs is not None else plan_runs(rec)
     req = rec.request
     gpu, cpu = req.platform.gpu, req.platform.cpu
     baseline = rec.baseline()
-    lines = [*render_run_now(rec, runs, model_path=model_path), ""]
+    lines = [*render_run_now(rec, runs, model_path=model_path, heading=heading), ""]
     lines += [
         f"COPE advise: {req.model.name} {req.quant.name}, "
         f"{gpu.name} ({gpu.vram_bytes.basis}) + {cpu.name} ({cpu.physical_cores.basis}), "
@@ -110,7 +110,8 @@ def nothing_fits(runs: RunAdvice) -> str:
     return "Run this now: nothing COPE ranked runs on this machine"
 
 
-def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | None = None) -> list[str]:
+def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | None = None,
+                   heading: str = "Run this now") -> list[str]:
     """'Run this now': the best candidate an installed runtime runs (else the best stock
     llama.cpp runs), its command and figures; then how much faster another runtime is."""
     now = runs.run_now
@@ -122,7 +123,7 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
     host = now.host
     held = "mapped" if host.mapped else ("copied" if runtime.can_map else "held by the runtime")
     lines = [
-        f"Run this now: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
+        f"{heading}: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
         f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "
         f"RAM {host.fit.need_bytes / GIB:.1f} GiB ({held}); {e.detail}",
         *_request_line(runs, e.candidate.id),

@@ -40,6 +40,7 @@ from engine.llamacpp.llama_placement import (
     placement_memory,
     placement_of,
 )
+from engine.llamacpp.moe_cache_price import CacheSetting, cache_for_placement, describe_cache
 from engine.models.model import ModelSpec
 from engine.models.model_names import model_from_file_name
 from engine.runtimes.export import Export
@@ -248,6 +249,16 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     refused = buffer_problem(command)
     if refused is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
+    cached = None
+    if command.moe_cache_mib and has_gpu:
+        if cards is not None and len(cards.devices.names) > 1:
+            return CommandPrice(detail, None, memory, cost_model.fidelity,
+                                "not modelled: llama.cpp's expert cache over two or more cards (COPE models "
+                                "one card's cache)", fit=fit)
+        setting = CacheSetting(command.moe_cache_mib, pinned=command.no_mmap)
+        cached = cache_for_placement(request, cost_model, placement.gpu_blocks, placement.expert_cpu_share, setting)
+        memory = replace(memory, vram_bytes=memory.vram_bytes + cached.replay.vram_bytes)
+        detail += "; " + describe_cache(cached)
     if fit is not None and fit.unpriced is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
@@ -256,7 +267,8 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
-    cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload)
+    cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload,
+                          cached=cached)
     if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
         cost, card_note = card_cost(request, command, cards, cost,
                                     float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]

@@ -166,6 +166,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
          source="ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
     Flag("moe_cache_profile", spelling=_server(Spelling("--moe-cache-profile")), source="thecodacus/llama.cpp README.md"),
     Flag("moe_cache_slots", spelling=_server(Spelling("--moe-cache-slots")), source="thecodacus/llama.cpp README.md"),
+    # llama.cpp's GPU cache of host experts (since b11480, PR #29887; engine/llamacpp/moe_cache.py):
+    # common/arg.cpp {--moe-cache-mib} N, the cache's size in MiB.
+    Flag("moe_cache_mib", ("--moe-cache-mib",), spelling=_server(Spelling("--moe-cache-mib")),
+         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)"),
     Flag("repetitions", spelling={"llama-bench": (Spelling("-r"),)}, source="llama-bench.cpp -r"),
     Flag("output", spelling={"llama-bench": (Spelling("-o"),)}, source="llama-bench.cpp -o json"),
 )
