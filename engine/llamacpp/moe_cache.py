@@ -17,7 +17,7 @@ build 11739, commit 0ce8cd11, that a package registry serves):
 - Use: only ubatches of at most 32 tokens read and change the cache (decode, speculative
   verification); larger ones copy the cached experts and upload the rest without
   evicting. A decode step of a cached layer reads the selected ids back to the host,
-  plans the slots (`engine/llamacpp/moe_cache_kernels.py`), uploads the misses (runs of
+  plans the slots (`moe_cache_lru_group` in engine/replays/replay_kernels.py), uploads the misses (runs of
   consecutive expert ids to consecutive slots merged into one copy per tensor) and the
   GPU computes every selected expert from the cache.
 
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.errors import CopeInputError
+from engine.models.quant_mix import tensor_bytes, tensor_types
+from engine.replays.compiled import kernels
 
 SOURCE = "ggml-org/llama.cpp src/llama-moe-cache.cpp at 4b060f27"
 FIRST_RELEASE = "b11480"  # PR #29887: --moe-cache-mib
@@ -159,8 +161,6 @@ class CacheReplay:
 def replay_cache(ids: np.ndarray, groups: tuple[CacheGroup, ...]) -> CacheReplay:
     """Decode every token of `ids` ([T, L, k] expert ids, one ubatch a token) through the
     cache `groups`, each group its own LRU, every group from empty."""
-    from engine.llamacpp.moe_cache_kernels import lru_group  # numba: only when a replay runs
-
     ids32 = np.ascontiguousarray(ids, dtype=np.int32)
     n_tokens, n_layers, k = ids32.shape
     hist = np.zeros((n_layers, k + 1), dtype=np.int64)
@@ -174,7 +174,7 @@ def replay_cache(ids: np.ndarray, groups: tuple[CacheGroup, ...]) -> CacheReplay
             raise CopeInputError(f"expert ids outside 0..{g.n_experts - 1} in the trace replayed through the cache")
         g_hist = np.zeros((len(layers), k + 1), dtype=np.int64)
         g_seg = np.zeros(len(layers), dtype=np.int64)
-        lru_group(ids32, layers, g.n_experts, g.n_slots, g_hist, g_seg)
+        kernels().moe_cache_lru_group(ids32, layers, g.n_experts, g.n_slots, g_hist, g_seg)
         hist[layers] = g_hist
         segments[layers] = g_seg
         cached[layers] = True
@@ -187,8 +187,6 @@ def expert_layouts(model, quant) -> tuple[tuple[int, ...], ...]:  # type: ignore
     quantization mix where COPE has it (a catalog model), tensor by tensor; from a model
     file, whose tensor table COPE sums per layer, one figure a layer (layers of equal bytes
     grouped as one layout)."""
-    from engine.models.quant_mix import tensor_bytes, tensor_types
-
     if model.exact_bytes is None and quant.llama_ftype:
         per_block: dict[int, list[int]] = {}
         for t, type_name in tensor_types(model, quant.llama_ftype):
