@@ -160,3 +160,20 @@ def test_advise_leads_with_the_cache_and_estimate_prices_its_command(run_cope):
     plain = [w for w in pick["argv"] if w not in ("--moe-cache-mib", str(pick["cache_mib"]))]
     bare = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", *plain)
     assert bare["yours"]["tpot_s"] > pick["tpot_s"]
+
+
+def test_the_cpu_share_is_read_checked_and_not_priced(run_cope):
+    command = parse_llama_command(["llama-server", "-m", "x.gguf", "--cpu-moe", "--moe-cache-mib", "2048",
+                                   "--moe-cache-cpu-share", "0.5"])
+    assert command.moe_cache_cpu_share == 0.5
+    with pytest.raises(CopeInputError, match="--moe-cache-cpu-share"):
+        parse_llama_command(["llama-server", "--moe-cache-cpu-share", "1.5"])
+    doc = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--json", "--", "llama-server", "-m",
+                     "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
+                     "--moe-cache-cpu-share", "0.5")
+    assert doc["yours"]["verdict"] == "not_priced"
+    assert "--moe-cache-cpu-share" in doc["yours"]["refusal"]
+    code, out, err = run_cope("estimate", "--gpu", "rtx-4090", "--", "llama-server", "-m",
+                              "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
+                              "--moe-cache-cpu-share", "0.5")
+    assert code == 0 and "not modelled: --moe-cache-cpu-share" in out, err

@@ -255,6 +255,11 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
             return CommandPrice(detail, None, memory, cost_model.fidelity,
                                 "not modelled: llama.cpp's expert cache over two or more cards (COPE models "
                                 "one card's cache)", fit=fit)
+        if command.moe_cache_cpu_share:
+            return CommandPrice(detail, None, memory, cost_model.fidelity,
+                                "not modelled: --moe-cache-cpu-share (which misses llama.cpp computes on the CPU "
+                                "was not read in its source; COPE prices the cache with every miss uploaded: "
+                                "leave it out or give 0)", fit=fit)
         setting = CacheSetting(command.moe_cache_mib, pinned=command.no_mmap)
         cached = cache_for_placement(request, cost_model, placement.gpu_blocks, placement.expert_cpu_share, setting)
         memory = replace(memory, vram_bytes=memory.vram_bytes + cached.replay.vram_bytes)

@@ -96,6 +96,7 @@ class LlamaCommand:
     main_gpu: int | None = None  # -mg
     visible_env: tuple[tuple[str, str], ...] = ()  # CUDA_VISIBLE_DEVICES and its kin, as set for the command
     moe_cache_mib: int | None = None  # --moe-cache-mib: llama.cpp's GPU cache of host experts (b11480 on)
+    moe_cache_cpu_share: float | None = None  # --moe-cache-cpu-share F (by b12191)
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -274,7 +275,7 @@ def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[st
         main_gpu=_first_int(values.get("main_gpu"), "-mg", tool, notes) if tool == "llama-bench"
         else (stoi(values["main_gpu"], "-mg") if "main_gpu" in values else None),
         visible_env=tuple((k, environ[k]) for k in VISIBLE_DEVICES if k in environ),
-        moe_cache_mib=_cache_mib(values),
+        moe_cache_mib=_cache_mib(values), moe_cache_cpu_share=_cache_share(values),
     )
 
 
@@ -286,6 +287,20 @@ def _cache_mib(values: Mapping[str, str]) -> int | None:
     if mib < 0:
         raise CopeInputError(f"{WHERE}: --moe-cache-mib must be >= 0 MiB, got {mib}")
     return mib or None
+
+
+def _cache_share(values: Mapping[str, str]) -> float | None:
+    """--moe-cache-cpu-share F: a share of the misses, 0..1."""
+    if "moe_cache_cpu_share" not in values:
+        return None
+    text = values["moe_cache_cpu_share"]
+    try:
+        share = float(text)
+    except ValueError:
+        raise CopeInputError(f"{WHERE}: --moe-cache-cpu-share takes a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise CopeInputError(f"{WHERE}: --moe-cache-cpu-share takes a number from 0 to 1, got {text!r}")
+    return share
 
 
 def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:

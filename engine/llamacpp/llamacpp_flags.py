@@ -170,6 +170,9 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # common/arg.cpp {--moe-cache-mib} N, the cache's size in MiB.
     Flag("moe_cache_mib", ("--moe-cache-mib",), spelling=_server(Spelling("--moe-cache-mib")),
          source="arg.cpp {--moe-cache-mib} N (b11480, #29887)"),
+    # By b12191 (docs/moe-cache.md): the share F of the misses computed on the CPU once the
+    # cache is full. Read, never written: how the runtime splits the misses is not modelled.
+    Flag("moe_cache_cpu_share", ("--moe-cache-cpu-share",)),
     Flag("repetitions", spelling={"llama-bench": (Spelling("-r"),)}, source="llama-bench.cpp -r"),
     Flag("output", spelling={"llama-bench": (Spelling("-o"),)}, source="llama-bench.cpp -o json"),
 )
