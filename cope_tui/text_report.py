@@ -240,8 +240,10 @@ def _best_lines(est: CommandEstimate) -> list[str]:
     runtime runs yet), each against the command."""
     run, best = est.runnable, est.best
     assert run is not None and best is not None
-    said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
-    versus = f"  ({said})" if est.runnable_is is not None else ""
+    versus = ""
+    if est.runnable_is is not None:  # None: the command is not priced (refused), nothing to compare with
+        said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
+        versus = f"  ({said})"
     lines = [f"{runnable_label(est)}:",
              *_priced_lines("               ", f"{run.candidate.id}: {run.detail}", run.tpot_s,
                             run.vram_used_bytes, versus)]
@@ -266,6 +268,8 @@ def rank_text(est: CommandEstimate) -> str:
 
 def best_text(est: CommandEstimate) -> str:
     """COPE's best against the command, said as an improvement only when it is faster."""
+    if est.speedup is None:  # the command is not priced: there is no ratio to give
+        return "yours is not priced"
     if est.best_is == "as_fast":
         return "as fast as yours: yours is already the fastest"
     if est.best_is == "slower":

@@ -238,8 +238,11 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     cards = None
-    if has_gpu and (len(cards_of(request.platform.gpu)) > 1 or command.multi_gpu):
-        try:  # two or more cards, or a command that names another (engine/llamacpp/card_price.py)
+    names_devices = command.devices or command.split_mode or command.main_gpu is not None
+    if has_gpu and (len(cards_of(request.platform.gpu)) > 1 or command.multi_gpu or names_devices):
+        # two or more cards, or a command that names another or chooses its devices (-dev none,
+        # -sm none -mg -1: no GPU at all) (engine/llamacpp/card_price.py)
+        try:
             cards = place_on_cards(request, command, kv_offload=not command.no_kv_offload,
                                    extra_buffer_bytes=_extra_buffer_bytes(model, command))
         except NotPriced as why:
