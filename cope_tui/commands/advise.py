@@ -17,6 +17,7 @@ from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
 from engine.advice.cache_search import render_cache_advice, search_cache
+from engine.advice.llama_default import llama_default
 from engine.advice.report import recommendation_to_dict
 from engine.hardware.gpu_set import cards_of
 from engine.runtimes import STOCK_NAME
@@ -51,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
     cache = _cache_advice(advice)
+    default = _llama_default(advice, runs, cache)
     if args.json:
         doc = recommendation_to_dict(recommendation, runs)
         doc["llama_cpp_cache"] = cache.to_dict() if cache is not None else None
+        doc["llama_cpp_default"] = default.to_dict() if default is not None else None
         doc["runtimes"] = scan.to_dict()
         if ranking is not None:
             doc["workload"] = ranking.to_dict()
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             synthetic = recommendation.request.trace.meta.origin == "synthetic"
             block = "\n".join(render_cache_advice(cache, build=scan.builds.get(STOCK_NAME), synthetic=synthetic))
             # the cache's command first when it wins, else its one line after the run-now block
+            if default is not None:
+                block += "\n  " + default.line()
             head, sep, rest = text.partition("\n\n")
             text = f"{block}\n\n{text}" if wins else f"{head}\n{block}{sep}{rest}"
         sys.stdout.write(text)
@@ -87,6 +92,22 @@ def _cache_advice(advice):  # type: ignore[no-untyped-def]
     if len(cards_of(request.platform.gpu)) != 1:
         return None
     return search_cache(request, advice.cost_model)
+
+
+def _llama_default(advice, runs, cache):  # type: ignore[no-untyped-def]
+    """The command advise leads with, against llama.cpp's own placement of it (--fit)."""
+    if cache is None:
+        return None
+    request = advice.rec.request
+    if cache.cache_wins:
+        pick = cache.with_cache
+        return llama_default(request, advice.cost_model, pick.argv, pick.tpot_s)
+    if runs.run_now is None:
+        return None
+    export = runs.export(advice.rec, runs.run_now)
+    if export.runtime != STOCK_NAME:
+        return None
+    return llama_default(request, advice.cost_model, export.argv, runs.run_now.estimate.tpot_s)
 
 
 def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]

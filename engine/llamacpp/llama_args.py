@@ -97,6 +97,7 @@ class LlamaCommand:
     visible_env: tuple[tuple[str, str], ...] = ()  # CUDA_VISIBLE_DEVICES and its kin, as set for the command
     moe_cache_mib: int | None = None  # --moe-cache-mib: llama.cpp's GPU cache of host experts (b11480 on)
     moe_cache_cpu_share: float | None = None  # --moe-cache-cpu-share F (by b12191)
+    fit_target_mib: int | None = None  # -fitt: VRAM --fit leaves free on the (first) device
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -276,6 +277,7 @@ def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[st
         else (stoi(values["main_gpu"], "-mg") if "main_gpu" in values else None),
         visible_env=tuple((k, environ[k]) for k in VISIBLE_DEVICES if k in environ),
         moe_cache_mib=_cache_mib(values), moe_cache_cpu_share=_cache_share(values),
+        fit_target_mib=_fit_target(values),
     )
 
 
@@ -287,6 +289,16 @@ def _cache_mib(values: Mapping[str, str]) -> int | None:
     if mib < 0:
         raise CopeInputError(f"{WHERE}: --moe-cache-mib must be >= 0 MiB, got {mib}")
     return mib or None
+
+
+def _fit_target(values: Mapping[str, str]) -> int | None:
+    """-fitt MiB[,MiB...]: the first device's (COPE fits one card)."""
+    if "fit_target" not in values:
+        return None
+    mib = stoi(values["fit_target"].split(",")[0], "-fitt")
+    if mib < 0:
+        raise CopeInputError(f"{WHERE}: -fitt must be >= 0 MiB, got {mib}")
+    return mib
 
 
 def _cache_share(values: Mapping[str, str]) -> float | None:

@@ -120,6 +120,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("fit", ("-fit", "--fit"), spelling=_server(Spelling("--fit", "off")),
          source="arg.cpp {-fit,--fit} [on|off], default on since 2025-12-15 (#16653); llama-bench fits only with "
          "-fitt", optional=True, older="builds before 2025-12-15 have no --fit (leave out {new})"),
+    # The VRAM --fit leaves free on each device (arg.cpp {-fitt,--fit-target} MiB[,MiB...], default
+    # 1024): how a VRAM budget below the card is said to llama.cpp's own placement.
+    Flag("fit_target", ("-fitt", "--fit-target"), spelling=_server(Spelling("-fitt")),
+         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)"),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
     # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334). Read: --no-mmap
     # here, -mmp as bench_mmap and -lm as load_mode.
