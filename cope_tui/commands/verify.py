@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llama-bench", metavar="PATH", help="the llama-bench binary (default: from PATH)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file to benchmark")
     p.add_argument("--runtime", choices=VERIFY_CHOICES, default=STOCK_NAME,
-                   help="llama.cpp's llama-bench (stock means the same) or the MoE expert-cache fork's")
+                   help="llama.cpp's llama-bench (stock means the same), ik_llama.cpp's or the MoE expert-cache fork's")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                    help="seconds for all benchmark runs together (default 600)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")

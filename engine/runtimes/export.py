@@ -165,6 +165,17 @@ def runs_where(candidate: Candidate, model: ModelSpec, memory) -> str:  # type: 
     return llama_shape(candidate, placement_of(candidate, model, memory), model).label
 
 
+def run_refusal(runtime, candidate: Candidate, model: ModelSpec, plan: ExportPlan, binary: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Why `runtime`'s `binary` does not run the candidate's command with this plan (its
+    backend, card count, the program), as the runtime registry says; None: it does. RAM is
+    not asked here (a command that does not fit says so in its notes)."""
+    placement = placement_of(candidate, model, plan.memory, plan.popularity)
+    support = runtime.support(candidate, placement, model, plan)
+    if not support.runs:
+        return support.note
+    return runtime.binary_problem(placement, binary)
+
+
 def _runnable_here(runtime, candidate: Candidate, model: ModelSpec, plan: ExportPlan, binary: str) -> bool:  # type: ignore[no-untyped-def]
     placement = placement_of(candidate, model, plan.memory, plan.popularity)
     support = runtime.support(candidate, placement, model, plan)
@@ -178,10 +189,22 @@ def _runnable_here(runtime, candidate: Candidate, model: ModelSpec, plan: Export
     return host_choice(runtime, candidate, placement, model, plan).fits
 
 
+class NothingRuns(CopeInputError):
+    """No candidate COPE ranked runs on the runtime's program here; `why`: the reason its
+    fallback (the layer partition) does not, when it was asked."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 def nearest_runnable(candidate: Candidate, model: ModelSpec, plan: ExportPlan, runtime: str,
                      binary: str) -> tuple[Candidate, float | None]:
     """The candidate the runtime runs (exactly, or cut to what it holds) and that fits RAM
-    whose estimated TPOT is closest (ties: the faster)."""
+    whose estimated TPOT is closest (ties: the faster). With none, the llama.cpp family's
+    layer partition (or every expert on the GPU), when the registry says the runtime and
+    program run it here, even where RAM is short (its notes say so); else a one-line
+    refusal with the reason."""
     rt = runtime_named(runtime)
     tpots = dict(plan.tpot_s)
     target = tpots.get(candidate.id)
@@ -193,11 +216,35 @@ def nearest_runnable(candidate: Candidate, model: ModelSpec, plan: ExportPlan, r
     if not options:
         if rt.info.can_map:  # the llama.cpp family always has a layer partition
             fallback = Candidate(Kind.PARTITION_FIRST) if not plan.memory.all_gpu_fits else Candidate(Kind.ALL_GPU)
-            return fallback, tpots.get(fallback.id)
-        raise CopeInputError(f"nothing COPE ranked runs on {rt.info.name} here")
+            why = run_refusal(rt, fallback, model, plan, binary)
+            if why is None:
+                return fallback, tpots.get(fallback.id)
+            raise NothingRuns(f"nothing COPE ranked runs on {rt.info.name} {binary} here: {why}", why)
+        raise NothingRuns(f"nothing COPE ranked runs on {rt.info.name} here", "")
     if target is None:
         return min(options, key=lambda o: (o[1], o[0].id))
     return min(options, key=lambda o: (abs(o[1] - target), o[1], o[0].id))
+
+
+def runs_elsewhere(candidate: Candidate, model: ModelSpec, plan: ExportPlan, runtime: str,
+                   binary: str | None) -> str:
+    """The nearest command that does run, on another runtime of the registry (stock first),
+    as the `cope export` flags that print it; "" when none does."""
+    for other in REGISTRY:
+        if other.info.name == runtime:
+            continue
+        program = binary if binary in other.info.binaries else other.info.binaries[0]
+        try:
+            near, tpot = (candidate, dict(plan.tpot_s).get(candidate.id)) if \
+                run_refusal(other, candidate, model, plan, program) is None else \
+                nearest_runnable(candidate, model, plan, other.info.name, program)
+        except CopeInputError:
+            continue
+        flags = f"--candidate {near.id} --runtime {other.info.name}"
+        if program != other.info.binaries[0]:
+            flags += f" --binary {program}"
+        return f"{flags} ({_ms(tpot)})"
+    return ""
 
 
 def export_candidate(
@@ -244,7 +291,14 @@ def export_candidate(
     try:
         nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
     except CopeInputError as exc:
-        raise CopeInputError(f"{exc}: {support.note}") from None
+        # One line: why nothing runs, and the nearest command that does (another runtime's).
+        elsewhere = runs_elsewhere(candidate, model, plan, rt.info.name, binary)
+        own = problem or support.note
+        others = getattr(exc, "why", "")
+        who = f"{rt.info.name} {binary}" if rt.info.can_map else rt.info.name
+        said = f"nothing COPE ranked runs on {who} here ({candidate.id}: {own}" + (
+            f"; its layer partition: {others})" if others and others != own else ")")
+        raise CopeInputError(said + (f"; nearest that runs: cope export {elsewhere}" if elsewhere else "")) from None
     reason += f"; nearest that runs here: {nearest.id} ({_ms(near_tpot)} against {_ms(own_tpot)})"
     return _build(rt, candidate, nearest, model, plan, opts, reason=reason, nearest_tpot=near_tpot, nearest=True,
                   **common)
@@ -323,5 +377,6 @@ __all__ = [
     "BINARIES", "EXPS_REGEX_TAIL", "FORK_ARCHS", "MIN_GPU_LAYERS_FLAG", "OFFLOAD_ENV", "Export",
     "ExportPlan", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
     "command_file_text", "export_candidate", "export_for", "expert_regexes", "fork_profile_csv",
-    "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "runs_where", "write_export",
+    "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "run_refusal", "runs_elsewhere",
+    "runs_where", "write_export",
 ]
