@@ -22,6 +22,8 @@ that says why and, where another runtime runs it, the nearest command that does.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -180,3 +182,71 @@ def test_the_cpu_only_command_is_one_stock_llama_server_takes():
     name, words = program_of("llama.cpp", "llama-server", cpu.argv)
     assert not argv_problems(words, load("llama.cpp")["programs"][name]), cpu.argv
     assert cpu.argv[cpu.argv.index("-ngl") + 1] == "0"
+
+
+# --- the files a printed command names are there (issue 46, part 2) ---------------------------
+
+FORK_ASK = ["export", "--runtime", "fork", "--candidate", "fixed.parallel.uniform", "--model", "deepseek-v2-lite-chat",
+            "--gpu", "rtx-4090", "--vram-budget", "8", "--cpu", "desktop-ddr5", "--threads", "8", "--tokens", "40"]
+
+
+def test_the_fork_command_printed_without_out_names_a_profile_that_is_there(capsys):
+    """Without --out the fork's profile CSV is written to the cache folder's exports/, by the
+    absolute path the printed command names: the fork starts with its cache on."""
+    from collections import Counter
+    from pathlib import Path
+    import shlex
+
+    from cope_tui.cli import EXIT_OK, main
+    from engine.core.cache_dirs import exports_dir
+
+    assert main(FORK_ASK) == EXIT_OK
+    out, err = capsys.readouterr()
+    argv = shlex.split(out.splitlines()[-1])
+    profile = Path(argv[argv.index("--moe-cache-profile") + 1])
+    slots = int(argv[argv.index("--moe-cache-slots") + 1])
+    assert profile.is_absolute() and profile.parent == exports_dir().absolute() and profile.is_file()
+    assert f"cope: wrote {profile}" in err and f"# artefact {profile.name}: written to {profile}" in out
+    rows = [[int(x) for x in line.split(",")] for line in profile.read_text().splitlines()]
+    model = get_model("deepseek-v2-lite-chat")
+    assert rows and all(r[0] >= 0 and r[1] in model.moe_blocks and len(r) == 2 + model.top_k for r in rows)
+    # every MoE block has `slots` experts the fork keeps (its most frequent decode ids)
+    for block in model.moe_blocks:
+        counts = Counter(e for r in rows if r[1] == block for e in r[2:])
+        top = sorted(counts.values(), reverse=True)
+        assert len(top) >= slots and (len(top) == slots or top[slots - 1] > top[slots]), block
+    # no GGUF was named: -m is a placeholder, said in the text and the JSON
+    assert f"# placeholder {model.id}.gguf: put the path of the model's GGUF file" in out
+    assert main([*FORK_ASK, "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["word"] for p in doc["placeholders"]] == [f"{model.id}.gguf"] and doc["written"] == [str(profile)]
+
+
+def test_a_named_gguf_is_no_placeholder_and_a_converted_folder_is(capsys):
+    from cope_tui.cli import EXIT_OK, main
+
+    assert main([*FORK_ASK, "--model-path", "/models/ds.gguf", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["placeholders"] == []
+    kt = ["export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.nonuniform", "--model",
+          "deepseek-v2-lite-chat", "--gpu", "rtx-4090", "--vram-budget", "8", "--cpu", "xeon-platinum-8480plus",
+          "--threads", "8", "--tokens", "40", "--json"]
+    assert main(kt) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    (folder,) = doc["placeholders"]
+    argv = doc["argv"]
+    assert folder["word"] == argv[argv.index("--kt-weight-path") + 1] and "convert_cpu_weights.py" in folder["put"]
+    # one count of thread pools: the conversion's --threadpool-count is the launch's --kt-threadpool-count
+    pools = argv[argv.index("--kt-threadpool-count") + 1]
+    assert f"--threadpool-count {pools}" in folder["put"]
+    assert os.path.isfile(argv[argv.index("--init-expert-location") + 1])
+
+
+def test_an_unwritable_exports_folder_prints_no_command(capsys, monkeypatch, tmp_path):
+    from cope_tui.cli import EXIT_OK, main
+
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("COPE_CACHE_DIR", str(blocked))
+    assert main(FORK_ASK) != EXIT_OK
+    out, err = capsys.readouterr()
+    assert "--moe-cache-profile" not in out and "cope: error:" in err and len(err.strip().splitlines()) <= 2

@@ -38,7 +38,7 @@ from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
-from cope_tui.service.export import ExportAsk, export_command, save_export
+from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
 from cope_tui.service.workload import rank, workload_of
 from engine.advice.run_advice import plan_runs
 from engine.core.errors import CopeInputError
@@ -446,9 +446,15 @@ class CopeApp(TraceActions, Workers, App[None]):
         export = self.current_export()
         if export is None:
             return
+        try:  # the files the command names are written first (the cache folder's exports/), or nothing is copied
+            written = write_side_files(export, ExportAsk().side_dir)
+        except (OSError, CopeInputError) as exc:
+            self.say(f"Not copied: its files could not be written: {getattr(exc, 'strerror', None) or exc}", "error")
+            return
         self.copy_to_clipboard(export.display())
         # OSC 52 asks the terminal to take the text; nothing comes back to say it did.
-        self.say(f"Sent the {export.runtime} command of {export.exported_id} to the terminal's clipboard (OSC 52); "
+        wrote = f"; wrote {', '.join(str(p) for p in written)}" if written else ""
+        self.say(f"Sent the {export.runtime} command of {export.exported_id} to the terminal's clipboard (OSC 52){wrote}; "
                  "if nothing was copied, your terminal does not support it: save it with s instead")
 
     def action_save(self) -> None:

@@ -4,19 +4,22 @@ what to run now (the best candidate an installed runtime runs)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from dataclasses import replace
 
 from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
-from cope_tui.service.export import ExportAsk, export_command
+from cope_tui.service.export import ExportAsk, export_command, write_side_files
 from cope_tui.service.runtimes import run_advice, scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
 from engine.advice.report import recommendation_to_dict
+from engine.core.cache_dirs import exports_dir
 from engine.core.errors import CopeInputError
 from engine.hardware.platform import NO_GPU
 
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
     runs = run_advice(recommendation, scan, ranking)  # with a workload, the picks follow request time
+    runs = write_pick_files(recommendation, runs)
     # the fastest estimate on stock llama.cpp, or with a workload the fastest request with its -b/-ub
     export = export_command(advice, ExportAsk(), ranking=ranking, builds=scan.builds) if args.export else None
     for note in _synthetic_warnings(runs):
@@ -63,6 +67,17 @@ def run(args: argparse.Namespace) -> int:
             what = "the fastest estimate" if ranking is None else "the fastest request"
             sys.stdout.write(f"\nllama.cpp command for {what}:\n" + render_export(export))
     return EXIT_OK
+
+
+def write_pick_files(rec, runs):  # type: ignore[no-untyped-def]
+    """The run-now and best-overall commands name their artefacts (the fork's profile,
+    kt-kernel's counts) in the cache folder's exports/, written there before they are shown."""
+    runs = replace(runs, side_dir=os.path.abspath(exports_dir()))
+    for pick in runs.picks():
+        written = write_side_files(runs.export(rec, pick), runs.side_dir)
+        if written:
+            print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return runs
 
 
 def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]

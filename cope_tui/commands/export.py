@@ -15,7 +15,7 @@ from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
-from cope_tui.service.export import ExportAsk, export_command, save_export
+from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export
@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file (default: <model id>.gguf)")
     p.add_argument("--hf-model", metavar="REPO|DIR",
                    help="sglang-kt: the Hugging Face weights SGLang loads (default: the model's repo id)")
-    p.add_argument("--out", metavar="FILE", help="write the command here, artefacts beside it")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the command here, artefacts beside it (default: the command on stdout, its artefacts "
+                        "in the cache folder's exports/)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_plan_flags(p)
     p.set_defaults(run=run)
@@ -58,13 +60,16 @@ def run(args: argparse.Namespace) -> int:
     for note in export.notes:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)
-    if args.out:
-        written = save_export(export, args.out)
+    # The files the command names are there before it is shown: beside --out, else in the
+    # cache folder's exports/ (a write that fails is one line, and no command).
+    written = save_export(export, args.out) if args.out else write_side_files(export, ask.side_dir)
+    if written:
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-    elif export.tensors:
-        print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)
     if args.json:
-        write_json(export.to_dict())
+        doc = export.to_dict()
+        doc["written"] = [str(p) for p in written]
+        write_json(doc)
     else:
-        sys.stdout.write(render_export(export, side_files_written=bool(args.out)))
+        sys.stdout.write(render_export(export, side_files_written=True,
+                                       side_dir=None if args.out else ask.side_dir))
     return EXIT_OK

@@ -46,7 +46,7 @@ from engine.llamacpp.llamacpp_flags import (
 from engine.models.model import ModelSpec
 from engine.replays.policy import Candidate, Kind, parse_candidate_id
 from engine.runtimes import REGISTRY, RUNTIME_NAMES, STOCK_NAME, ExportPlan, LaunchOptions, placement_of, runtime_named
-from engine.runtimes.base import SideFile
+from engine.runtimes.base import Placeholder, SideFile
 from engine.runtimes.fork_profile import fork_profile_csv
 from engine.runtimes.host import host_choice
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
@@ -54,6 +54,8 @@ from engine.runtimes.sglang_memory import checkpoint_of_hf_model
 from engine.traces.popularity import profile_source
 
 RUNTIMES = RUNTIME_NAMES
+GGUF_PLACEHOLDER = ("the path of the model's GGUF file: COPE was given none (--model-path FILE, or plan from the "
+                    ".gguf with --model FILE.gguf)")
 
 
 def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
@@ -109,6 +111,7 @@ class Export:
     support: str = "exact"  # how the runtime runs the asked candidate: exact | approximate | no
     ram: RamFit | None = None
     spelled_for: str = ""  # the build whose flags argv uses
+    placeholders: tuple[Placeholder, ...] = ()  # words of argv to replace before running, and with what
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -157,6 +160,7 @@ class Export:
             "candidate_tpot_s": self.candidate_tpot_s,
             "nearest_tpot_s": self.nearest_tpot_s,
             "spelled_for": self.spelled_for,
+            "placeholders": [p.to_dict() for p in self.placeholders],
         }
 
 
@@ -273,6 +277,7 @@ def export_candidate(
     build = (builds or {}).get(rt.info.name)
     # The file named for the command, else the GGUF the model was read from, else a placeholder.
     gguf = model_path or model.gguf_path or f"{model.id}.gguf"
+    unknown = () if model_path or model.gguf_path else (Placeholder(gguf, GGUF_PLACEHOLDER),)
     opts = LaunchOptions(binary, gguf, context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
@@ -283,7 +288,8 @@ def export_candidate(
     label = llama_shape(candidate, placement, model).label
     support = rt.support(candidate, placement, model, plan)
     problem = rt.binary_problem(placement, binary) if support.runs else None
-    common = dict(label=label, own_tpot=own_tpot, runtime=rt.info.name, binary=binary, support=support.level)
+    common = dict(label=label, own_tpot=own_tpot, runtime=rt.info.name, binary=binary, support=support.level,
+                  unknown=unknown)
     if support.runs and problem is None:
         run = support.runs_as or candidate
         return _build(rt, candidate, run, model, plan, opts, reason=support.note, **common)
@@ -313,15 +319,19 @@ def _elsewhere(candidate: Candidate, placement, model: ModelSpec, plan: ExportPl
 
 def _build(rt, candidate: Candidate, run: Candidate, model: ModelSpec, plan: ExportPlan,  # type: ignore[no-untyped-def]
            opts: LaunchOptions, *, label: str, reason: str, own_tpot: float | None, runtime: str, binary: str,
-           support: str, nearest_tpot: float | None = None, nearest: bool = False) -> Export:
+           support: str, unknown: tuple[Placeholder, ...] = (), nearest_tpot: float | None = None,
+           nearest: bool = False) -> Export:
     placement = placement_of(run, model, plan.memory, plan.popularity)
     choice = host_choice(rt, run, placement, model, plan)
     launch = rt.launch(run, placement, model, plan, opts, mapped=choice.mapped)
     notes = launch.notes + ((choice.note,) if choice.note else ())
     nearest_id = run.id if nearest else None
+    # a placeholder the command does not print (SGLang's converted folder in place of the GGUF) is not said
+    words = set(launch.command.argv)
+    placeholders = tuple(dict.fromkeys(p for p in (*unknown, *launch.placeholders) if p.word in words))
     return Export(candidate.id, run.id, label, reason, launch.command, launch.side_files, nearest_id,
                   own_tpot, nearest_tpot, runtime, binary, launch.tensors, notes, support, choice.fit,
-                  launch.spelled_for)
+                  launch.spelled_for, placeholders)
 
 
 def _ms(tpot: float | None) -> str:
@@ -367,6 +377,26 @@ def write_export(export: Export, out: str | os.PathLike,
     return written
 
 
+def write_artefacts(export: Export, folder: str | os.PathLike,
+                    write_tensor: Callable[[BinaryIO, np.ndarray], None] | None = None) -> list[Path]:
+    """The export's artefacts (the fork's profile, kt-kernel's counts) written into `folder`,
+    where its command names them when it was made with that side_dir: all or none, each
+    atomically (engine.core.files.write_all), the folder made when missing. [] when the
+    command reads no file."""
+    if not export.side_files and not export.tensors:
+        return []
+    if export.tensors and write_tensor is None:
+        raise ValueError("this export has routing-count artefacts: pass write_tensor")
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(folder)) from None
+    files: list = [(folder / f.name, lambda h, f=f: h.write(f.text), False) for f in export.side_files]
+    files += [(folder / name, lambda h, c=counts: write_tensor(h, c), True) for name, counts in export.tensors]
+    return write_all(files)
+
+
 def expert_regexes(export: Export) -> list[str]:
     """The tensor patterns of the -ot overrides of an export's command (for tests and checks)."""
     return [override.rsplit("=", 1)[0] for arg in export.command.args if arg.key == "override_tensor"
@@ -378,5 +408,5 @@ __all__ = [
     "ExportPlan", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
     "command_file_text", "export_candidate", "export_for", "expert_regexes", "fork_profile_csv",
     "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "run_refusal", "runs_elsewhere",
-    "runs_where", "write_export",
+    "runs_where", "write_artefacts", "write_export",
 ]
