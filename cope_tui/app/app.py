@@ -39,6 +39,7 @@ from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
 from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
+from cope_tui.service.last_plan import record_plan
 from cope_tui.service.workload import rank, workload_of
 from engine.advice.run_advice import plan_runs
 from engine.core.errors import CopeInputError
@@ -212,6 +213,10 @@ class CopeApp(TraceActions, Workers, App[None]):
         first = self.advice is None
         replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
         self.advice, self.choices = message.advice, message.choices
+        try:  # the plan `cope export`, verify and estimate reuse (cope_tui/service/last_plan.py)
+            record_plan(self.choices, by="the app")
+        except (OSError, CopeInputError):
+            pass  # a cache folder that cannot take it changes nothing the app shows
         workload = workload_of(self.choices)
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it

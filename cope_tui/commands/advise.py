@@ -14,6 +14,7 @@ from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
 from cope_tui.service.export import ExportAsk, export_command, write_side_files
+from cope_tui.service.last_plan import record_plan
 from cope_tui.service.runtimes import run_advice, scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_cpu_only(args, choices)
     workload = workload_of(choices)  # None: decode only (checked before the ranking)
     advice = advice_from_args(args)
+    keep_plan(choices)
     recommendation = advice.rec
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
@@ -67,6 +69,16 @@ def run(args: argparse.Namespace) -> int:
             what = "the fastest estimate" if ranking is None else "the fastest request"
             sys.stdout.write(f"\nllama.cpp command for {what}:\n" + render_export(export))
     return EXIT_OK
+
+
+def keep_plan(choices) -> None:  # type: ignore[no-untyped-def]
+    """This plan becomes the one export, verify and estimate reuse (cope_tui/service/last_plan.py);
+    a cache folder that cannot take it is a warning, not a failed advise."""
+    try:
+        record_plan(choices, by="cope advise")
+    except (OSError, CopeInputError) as exc:
+        print(f"cope: warning: the plan was not recorded for cope export: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
 
 
 def write_pick_files(rec, runs):  # type: ignore[no-untyped-def]
@@ -97,6 +109,7 @@ def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-
     if choices.prompt_tokens is not None or choices.workload is not None:
         raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
+    keep_plan(choices)
     if args.json:
         write_json(plan.to_dict())
     else:

@@ -12,9 +12,8 @@ import argparse
 import sys
 
 from cope_tui.commands.output import write_json
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
 from cope_tui.exit_codes import EXIT_OK
-from cope_tui.options import choices_from_args
 from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.workload import rank, workload_of
@@ -51,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
         raise CopeInputError(f"--binary names a llama.cpp program; {SGLANG_KT_NAME} runs python -m sglang.launch_server")
     if args.out:  # the target checked before any work or any side file (a FIFO there leaves the .pt alone)
         args.out = str(output_path(args.out, flag="--out"))
-    workload = workload_of(choices_from_args(args))
-    advice = advice_from_args(args)
+    choices, plan_line = reused_choices(args)  # the last plan advise or the app made, said first
+    workload = workload_of(choices)
+    advice = advice_for(args, choices)
     ask = ExportAsk(candidate_id=args.candidate, runtime=args.runtime, binary=args.binary,
                     model_path=args.model_path, hf_model=args.hf_model, out=args.out or None)
     export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = export.to_dict()
         doc["written"] = [str(p) for p in written]
+        doc["plan"] = plan_line
         write_json(doc)
     else:
-        sys.stdout.write(render_export(export, side_files_written=True,
-                                       side_dir=None if args.out else ask.side_dir))
+        sys.stdout.write(f"# plan: {plan_line}\n" + render_export(export, side_files_written=True,
+                                                                   side_dir=None if args.out else ask.side_dir))
     return EXIT_OK

@@ -10,9 +10,8 @@ import shutil
 import sys
 
 from cope_tui.commands.output import one_line, write_json
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only
 from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
 from engine.core.errors import CopeInputError
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model_path):
         raise CopeInputError("no such file (--model-path)", path=args.model_path)
 
-    choices = choices_from_args(args)
+    choices, _ = reused_choices(args)  # the last plan advise or the app made, said first
     if (choices.gpu or "").lower() == NO_GPU:  # nothing to split: the one CPU-only plan
         if args.candidate != CPU_ONLY:
             raise CopeInputError(f"--candidate {args.candidate}: with --gpu none the one plan is {CPU_ONLY}")
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         request = cpu_plan.request
         report = verify_cpu_only(cpu_plan, bench=bench, model_path=args.model_path, time_limit_s=args.time_limit)
     else:
-        advice = advice_from_args(args)
+        advice = advice_for(args, choices)
         request = advice.rec.request
         report = verify(advice, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
                         time_limit_s=args.time_limit)
