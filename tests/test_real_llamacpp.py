@@ -244,3 +244,15 @@ def test_the_fork_command_without_out_starts_with_its_profile(ggufs, tmp_path, m
         log = server.log_path.read_text(errors="replace")
     assert body.get("tokens_predicted", 0) > 0 or body.get("content"), body
     assert "cannot open" not in log.lower() and "no CPU-resident MoE layers" not in log, log[-2000:]
+
+
+def test_detect_reads_the_pinned_builds_version_text():
+    """`cope detect` says what the pinned build's --version says (a source archive's build
+    prints a version with no build number), not 'version not reported'."""
+    done = subprocess.run([os.path.join(BIN, "llama-server"), "--version"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    printed = done.stdout + done.stderr
+    (stock,) = [r for r in detect_runtimes(BIN).found if r.name == "llama.cpp"]
+    assert stock.version != "version not reported", printed
+    words = stock.version.replace("(", " ").replace(")", " ").replace("build ", " ").split()
+    assert words and all(w.rstrip(",") in printed for w in words), (stock.version, printed)
