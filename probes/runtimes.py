@@ -150,7 +150,7 @@ def _llama_family(programs: dict[str, str], run: Runner, timeout_s: float) -> tu
     main_name = os.path.basename(main)
     name, how = _family_of(version_text, helps.get(main_name, ""), main)
     where = os.path.dirname(main)
-    build = build_from_help(name, helps, f"{', '.join(sorted(helps))} --help in {where}")
+    build = build_from_help(name, helps, f"{', '.join(sorted(helps))} --help in {where}", where)
     note = "" if build is not None else f"{main} --help listed no options: commands are spelled for COPE's manifest"
     return InstalledRuntime(name, version, where, tuple(sorted(programs)), how, build), note
 

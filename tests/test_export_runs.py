@@ -250,3 +250,42 @@ def test_an_unwritable_exports_folder_prints_no_command(capsys, monkeypatch, tmp
     assert main(FORK_ASK) != EXIT_OK
     out, err = capsys.readouterr()
     assert "--moe-cache-profile" not in out and "cope: error:" in err and len(err.strip().splitlines()) <= 2
+
+
+# --- the program a command names is the runtime's own (issue 46, part 5) ------------------------
+
+def _found_here(runtime: str, folder: str, programs=("llama-server",)):  # type: ignore[no-untyped-def]
+    """A build of `runtime` found in `folder` whose programs' --help listed what its manifest lists."""
+    from engine.llamacpp.builds import LlamaBuild, shipped_build
+
+    shipped = shipped_build(runtime)
+    return LlamaBuild(runtime, tuple((p, shipped.program(p)) for p in programs),
+                      f"{', '.join(programs)} --help in {folder}", detected=True, folder=folder)
+
+
+def test_a_runtime_found_here_is_named_by_its_path_and_another_by_a_placeholder(advised):
+    rec = advised["one-card"]
+    builds = {"llama.cpp": _found_here("llama.cpp", "/opt/stock/bin")}
+    stock = export_for(rec, rec.estimate_of("partition-first"), model_path=MODEL_PATH, builds=builds)
+    assert stock.argv[0] == "/opt/stock/bin/llama-server" and stock.placeholders == ()
+    # ik_llama.cpp was not found: its bare llama-server would run the stock one found here
+    ik = export_for(rec, rec.estimate_of("partition-first"), runtime="ik_llama.cpp", model_path=MODEL_PATH,
+                    builds=builds)
+    (program,) = ik.placeholders
+    assert ik.argv[0] == program.word == "llama-server"
+    assert "ik_llama.cpp's llama-server" in program.put and "/opt/stock/bin/llama-server" in program.put
+    assert "stock llama.cpp's" in program.put
+
+
+def test_a_program_not_found_with_the_build_is_spelled_for_the_manifest_and_says_so(advised):
+    """Only llama-server found: its llama-bench is spelled for the shipped manifest, the note says which
+    and why, and the bare name stays (nothing says where that llama-bench is)."""
+    rec = advised["one-card"]
+    builds = {"llama.cpp": _found_here("llama.cpp", "/opt/stock/bin")}
+    bench = export_for(rec, rec.estimate_of("partition-first"), binary="llama-bench", model_path=MODEL_PATH,
+                       builds=builds)
+    assert bench.argv[0] == "llama-bench" and bench.spelled_for.startswith("ggml-org/llama.cpp at ")
+    assert any(n.startswith(f"spelled for {bench.spelled_for}: no llama-bench was found with the build of stock "
+                            "llama.cpp read (llama-server --help in /opt/stock/bin)") for n in bench.notes), bench.notes
+    name, words = program_of("llama.cpp", "llama-bench", bench.argv)
+    assert not argv_problems(words, load("llama.cpp")["programs"][name])

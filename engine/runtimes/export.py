@@ -278,6 +278,7 @@ def export_candidate(
     # The file named for the command, else the GGUF the model was read from, else a placeholder.
     gguf = model_path or model.gguf_path or f"{model.id}.gguf"
     unknown = () if model_path or model.gguf_path else (Placeholder(gguf, GGUF_PLACEHOLDER),)
+    unknown += _shadowed(rt, binary, builds)
     opts = LaunchOptions(binary, gguf, context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
@@ -308,6 +309,21 @@ def export_candidate(
     reason += f"; nearest that runs here: {nearest.id} ({_ms(near_tpot)} against {_ms(own_tpot)})"
     return _build(rt, candidate, nearest, model, plan, opts, reason=reason, nearest_tpot=near_tpot, nearest=True,
                   **common)
+
+
+def _shadowed(rt, binary: str, builds: Mapping[str, LlamaBuild] | None) -> tuple[Placeholder, ...]:  # type: ignore[no-untyped-def]
+    """The bare program name as a placeholder when no build of `rt` was found here but
+    another runtime's `binary` was: pasted, the name would run that one."""
+    found = builds or {}
+    if not rt.info.can_map or rt.info.name in found:
+        return ()
+    for name, build in found.items():
+        where = build.path_of(binary)
+        if where is not None:
+            title = runtime_named(name).info.title
+            return (Placeholder(binary, f"the path of {rt.info.title}'s {binary}: the {binary} found here "
+                                        f"({where}) is {title}'s"),)
+    return ()
 
 
 def _elsewhere(candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan, rt) -> str:  # type: ignore[no-untyped-def]

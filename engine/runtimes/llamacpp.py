@@ -236,7 +236,7 @@ class LlamaFamily:
         binary = opts.binary
         if binary == "llama-bench" and "," in opts.model_path:
             raise CopeInputError(f"--model-path {opts.model_path!r}: llama-bench splits -m on ',', rename the file")
-        build = opts.build or shipped_build(self.info.name)
+        build, unread = self._build_for(binary, opts.build)
         base = [("model", opts.model_path), ("gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1)),
                 ("flash_attn", None), ("context", opts.context), ("threads", opts.threads)]
         if self.fit_off:
@@ -266,9 +266,18 @@ class LlamaFamily:
             args += spelled(binary, "cuda_offload_batch", None, build)
         elif placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
-        command = CommandLine(binary, tuple(args), tuple(env))
-        notes += self._spelling_notes(binary, build, command.argv, used)
+        # the program of the build found here by its path: the bare name may run another runtime's
+        command = CommandLine(build.path_of(binary) or binary, tuple(args), tuple(env))
+        notes += self._spelling_notes(binary, build, command.argv, used, unread)
         return Launch(command, tuple(side), (), tuple(notes), build.origin)
+
+    def _build_for(self, binary: str, found: LlamaBuild | None) -> tuple[LlamaBuild, LlamaBuild | None]:
+        """The build `binary` is spelled for: the one found here when its --help was read,
+        else the runtime's manifest (a build found with llama-server alone says nothing of its
+        llama-bench); and the found build whose `binary` was not read, for the note."""
+        if found is not None and found.program(binary) is not None:
+            return found, None
+        return shipped_build(self.info.name), found
 
     def _device_args(self, binary: str, backend: str, build: LlamaBuild) -> tuple[Arg, ...]:
         """-dev naming the plan's backend's first card; a program without -dev (ik_llama.cpp's
@@ -281,14 +290,16 @@ class LlamaFamily:
         return spelled(binary, "device", f"{backend}0", build)
 
     def _spelling_notes(self, binary: str, build: LlamaBuild, argv: tuple[str, ...],
-                        used: list[str]) -> list[str]:
+                        used: list[str], unread: LlamaBuild | None = None) -> list[str]:
         """What a person with another build needs to know: which build the command is
-        spelled for when none was read, and the options the build does not list."""
+        spelled for when none was read (or not this program of it), and the options the
+        build does not list."""
         notes = []
         if not build.detected:
             # llama.cpp's own history; the forks are pinned at the commit their manifest names.
             older = older_spellings(binary, used, build) if self is STOCK else []
-            found = f"no build of {self.info.title} was read (PATH or --llama-bin DIR)"
+            found = (f"no {binary} was found with the build of {self.info.title} read ({unread.origin})"
+                     if unread is not None else f"no build of {self.info.title} was read (PATH or --llama-bin DIR)")
             notes.append(f"spelled for {build.origin}: {found}" + "".join(f"; {o}" for o in older))
         rejected = build.rejected(binary, argv)
         if rejected:
@@ -362,7 +373,7 @@ class LlamaFamily:
         if plan.synthetic_profile:
             notes.append(f"SYNTHETIC routing: {name} pins experts of made-up routing, not of how this model "
                          "routes; record or pull a real trace (cope trace) before running it")
-        build = opts.build or shipped_build(self.info.name)
+        build, _ = self._build_for(opts.binary, opts.build)
         if opts.binary not in SERVER_LIKE:
             # llama-bench has no cache flags, but its model parameters leave the cache unset, and
             # init_moe_expert_cache then reads the environment (src/llama-model.cpp at FORK_COMMIT).
