@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from engine.advice.advise import Recommendation
 from engine.advice.command_estimate import CommandEstimate
 from engine.advice.run_advice import CandidateRuns, RunAdvice, plan_runs
@@ -175,14 +177,17 @@ def runtime_line(export: Export) -> str:
     return f"{runtime.title} runs it {how}; get it: {runtime.install}, {runtime.home}"
 
 
-def render_export(export: Export, *, side_files_written: bool = False) -> str:
-    """Comment lines (safe to paste into a shell) and the command."""
+def render_export(export: Export, *, side_files_written: bool = False, side_dir: str | None = None) -> str:
+    """Comment lines (safe to paste into a shell) and the command; `side_dir`: the folder
+    its artefacts were written to (None with side_files_written: beside the saved command)."""
     lines = [f"# {export.candidate_id}: {label_text(export.label)}", f"# {runtime_line(export)}", f"# {export.reason}"]
     if export.nearest_id is not None or export.exported_id != export.candidate_id:
         lines.append(f"# the command below runs {export.exported_id} instead")
     for name in export.artefact_names:
-        lines.append(f"# artefact {name}: " + ("written beside the command" if side_files_written
-                                                else "write it with --out FILE"))
+        where = ("write it with --out FILE" if not side_files_written else "written beside the command"
+                 if side_dir is None else f"written to {os.path.join(side_dir, name)}")
+        lines.append(f"# artefact {name}: {where}")
+    lines += [f"# placeholder {p.word}: put {p.put}" for p in export.placeholders]
     lines += [f"# {note}" for note in export.notes]
     lines.append(export.display())
     return "\n".join(lines) + "\n"

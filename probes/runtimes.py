@@ -35,7 +35,11 @@ from probes.llama_help import read_help
 LLAMA_PROGRAMS = ("llama-server", "llama-cli", "llama-bench")
 IK_MARKERS = ("--run-time-repack", "--smart-expert-reduction")
 FORK_MARKERS = ("--moe-cache-profile",)
-_VERSION = re.compile(r"version:\s*(\d+)\s*\(([^)]*)\)")
+# "version: 6500 (abc1234)" (a build from git: its build number and commit), or a version
+# string with what the build knows in brackets ("version: 0.5.0-dev (build 0, commit
+# unknown)", a build from a source archive such as the pinned llama-cpp-python sdist's).
+_VERSION = re.compile(r"version:\s*([0-9][\w.+-]*)\s*\(([^)]*)\)")
+VERSION_LINE_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,20 @@ def _helps(programs: dict[str, str], run: Runner, timeout_s: float) -> dict[str,
     return helps
 
 
+def version_of(text: str) -> str:
+    """What a llama.cpp-family `--version` says of the build: "build N (commit)" for a build
+    number, the version and its bracket otherwise, else its first line as printed (cut);
+    "version not reported" only when it printed nothing."""
+    match = _VERSION.search(text)
+    if match:
+        number, said = match.groups()
+        return f"build {number} ({said})" if number.isdigit() else f"{number} ({said})"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not first:
+        return "version not reported"
+    return first if len(first) <= VERSION_LINE_CHARS else first[:VERSION_LINE_CHARS - 3] + "..."
+
+
 def _family_of(version_text: str, help_text: str, main: str) -> tuple[str, str]:
     """The registry name of a llama.cpp-family build and how it was told apart."""
     if "ik_llama" in version_text.lower():
@@ -127,13 +145,12 @@ def _llama_family(programs: dict[str, str], run: Runner, timeout_s: float) -> tu
         version_text = run([main, "--version"], timeout_s)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"{main} --version could not run ({exc})"
-    match = _VERSION.search(version_text)
-    version = f"build {match.group(1)} ({match.group(2)})" if match else "version not reported"
+    version = version_of(version_text)
     helps = _helps(programs, run, timeout_s)
     main_name = os.path.basename(main)
     name, how = _family_of(version_text, helps.get(main_name, ""), main)
     where = os.path.dirname(main)
-    build = build_from_help(name, helps, f"{', '.join(sorted(helps))} --help in {where}")
+    build = build_from_help(name, helps, f"{', '.join(sorted(helps))} --help in {where}", where)
     note = "" if build is not None else f"{main} --help listed no options: commands are spelled for COPE's manifest"
     return InstalledRuntime(name, version, where, tuple(sorted(programs)), how, build), note
 

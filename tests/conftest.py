@@ -49,6 +49,17 @@ def _empty_cope_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_last_plan():
+    """Each test starts with no recorded plan: `cope advise` records the one that export,
+    verify and estimate reuse (cope_tui/service/last_plan.py), and no test may depend on
+    which ran before it."""
+    from cope_tui.service.last_plan import plan_path
+
+    plan_path().unlink(missing_ok=True)
+    yield
+
+
 @pytest.fixture
 def hf_env(tmp_path, monkeypatch):
     """A private Hub cache, no token, online; returns a function pointing the client at an endpoint.

@@ -310,7 +310,8 @@ def test_cope_export_prints_the_command_and_writes_it(capsys, tmp_path):
     code = main(["export", "--candidate", "partition-last", *FAST, "--model-path", MODEL_PATH, "--out", str(out)])
     stdout = capsys.readouterr().out
     assert code == EXIT_OK
-    assert stdout.startswith("# partition-last: stock llama.cpp expresses it\n")
+    assert stdout.startswith("# plan: no plan recorded (cope advise records one): --cpu desktop-ddr5 --tokens 100, "
+                             "the rest COPE's defaults\n# partition-last: stock llama.cpp expresses it\n")
     command = stdout.splitlines()[-1]
     assert shlex.split(command)[:3] == ["llama-server", "-m", MODEL_PATH]
     written = out.read_text().splitlines()
@@ -333,7 +334,7 @@ def test_an_exported_command_names_its_artefacts_by_absolute_path(capsys, tmp_pa
 
 def test_the_header_says_the_label_in_words_and_which_runtime_runs_it(capsys):
     assert main(["export", "--candidate", "all-cpu", "--runtime", "ik_llama.cpp", *FAST]) == EXIT_OK
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[1:]  # after the line that says which plan
     assert lines[0] == "# all-cpu: stock llama.cpp expresses it"
     assert lines[1].startswith("# ik_llama.cpp runs it exactly")
 
@@ -341,7 +342,7 @@ def test_the_header_says_the_label_in_words_and_which_runtime_runs_it(capsys):
 def test_no_internal_label_reaches_an_export_header(capsys):
     assert main(["export", "--candidate", "fixed.ready-first.uniform", *FAST]) == EXIT_OK
     header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")]
-    assert header[0] == "# fixed.ready-first.uniform: no llama.cpp expresses it"
+    assert header[0].startswith("# plan: ") and header[1] == "# fixed.ready-first.uniform: no llama.cpp expresses it"
     assert not any(label in line for line in header for label in ("not-expressible", "runs-on-stock", "needs-fork"))
 
 

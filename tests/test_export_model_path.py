@@ -39,11 +39,12 @@ def test_every_cli_command_loads_the_file_as_given(gguf_elsewhere, capsys, given
     assert _m(doc["recommendation"]["run_now"]["argv"]) == path
     assert main(["export", "--json", "--candidate", "all-gpu", *flags]) == EXIT_OK
     assert _m(json.loads(capsys.readouterr().out)["argv"]) == path
+    assert main(["export", "--json", "--candidate", "all-gpu", *flags, "--model-path", "/srv/other.gguf"]) == EXIT_OK
+    assert _m(json.loads(capsys.readouterr().out)["argv"]) == "/srv/other.gguf"  # named for the command: wins
+    # last: the --gpu none plan becomes the one a later export without --gpu would reuse
     assert main(["advise", "--gpu", "none", *flags]) == EXIT_OK
     command = next(line for line in capsys.readouterr().out.splitlines() if "llama-server" in line)
     assert _m(shlex.split(command)) == path
-    assert main(["export", "--json", "--candidate", "all-gpu", *flags, "--model-path", "/srv/other.gguf"]) == EXIT_OK
-    assert _m(json.loads(capsys.readouterr().out)["argv"]) == "/srv/other.gguf"  # named for the command: wins
 
 
 def test_a_tilde_path_is_expanded_in_the_command(gguf_elsewhere, capsys, monkeypatch):

@@ -69,6 +69,12 @@ def _flags(plan: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in {"cpu": CPU, "tokens": TOKENS, **plan}.items()]
 
 
+def _export_doc(capsys, argv: list[str]) -> dict:
+    """`cope export --json`'s document less what only the command line has: the plan it says it
+    used and the files it wrote."""
+    return {k: v for k, v in _json(capsys, argv).items() if k not in ("plan", "written")}
+
+
 def _cli_side(capsys, plan: dict, model_path: str | None, pasted_model: str) -> dict:
     flags = _flags(plan)
     doc = _json(capsys, ["advise", "--json", "--export", *flags])
@@ -82,12 +88,12 @@ def _cli_side(capsys, plan: dict, model_path: str | None, pasted_model: str) -> 
         if row is None:
             continue
         path = ["--model-path", model_path] if model_path is not None else []
-        exports[(row["id"], name, None)] = _json(
+        exports[(row["id"], name, None)] = _export_doc(
             capsys, ["export", "--json", "--candidate", row["id"], "--runtime", name, *path, *flags])
     bench_row = next(r["id"] for r in rows if r["identical_to"] is None and
                      any(x["name"] == STOCK_NAME and x["exact"] for x in r["runtimes"]))
     path = ["--model-path", model_path] if model_path is not None else []
-    exports[(bench_row, STOCK_NAME, "llama-bench")] = _json(
+    exports[(bench_row, STOCK_NAME, "llama-bench")] = _export_doc(
         capsys, ["export", "--json", "--candidate", bench_row, "--binary", "llama-bench", *path, *flags])
     estimates = {}
     for command in PASTED:

@@ -211,3 +211,48 @@ def test_a_two_card_export_parses_its_split_and_names_cards_at_the_buffer_lookup
     done = _run_bench(bench.argv, bench.env_dict)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and "unrecognized buffer type 'CUDA0'" in out and "Available buffer types:" in out
+
+
+FORK_BIN = os.environ.get("COPE_FORK_BIN", "")
+
+
+@pytest.mark.skipif(not (FORK_BIN and os.path.isfile(os.path.join(FORK_BIN, "llama-server"))),
+                    reason="COPE_FORK_BIN does not name a folder with the MoE expert-cache fork's llama-server "
+                           "(github.com/thecodacus/llama.cpp, branch fable5/moe-cache-readme)")
+def test_the_fork_command_without_out_starts_with_its_profile(ggufs, tmp_path, monkeypatch):
+    """The fork's command as `cope export` prints it without --out (issue 46): its profile is
+    written to the cache folder's exports/ and named there by absolute path, so the fork
+    opens it (a profile it cannot open leaves its cache off and every expert on the CPU);
+    the server starts from another folder and answers."""
+    from cope_tui.service.export import ExportAsk, write_side_files
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = ggufs["deepseek2"]  # an architecture the fork's cache is wired for
+    model = model_from_gguf(path)
+    side_dir = ExportAsk().side_dir
+    export = export_candidate(parse_candidate_id("fixed.parallel.uniform"), model, _plan(model, "partial"),
+                              runtime="fork", model_path=str(path), context=CONTEXT, threads=THREADS,
+                              side_dir=side_dir)
+    (profile,) = write_side_files(export, side_dir)
+    argv = list(export.argv)
+    assert argv[argv.index("--moe-cache-profile") + 1] == str(profile) and profile.is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with run_server([os.path.join(FORK_BIN, "llama-server"), *argv[1:]], export.env_dict) as server:
+        body = server.complete()
+        log = server.log_path.read_text(errors="replace")
+    assert body.get("tokens_predicted", 0) > 0 or body.get("content"), body
+    assert "cannot open" not in log.lower() and "no CPU-resident MoE layers" not in log, log[-2000:]
+
+
+def test_detect_reads_the_pinned_builds_version_text():
+    """`cope detect` says what the pinned build's --version says (a source archive's build
+    prints a version with no build number), not 'version not reported'."""
+    done = subprocess.run([os.path.join(BIN, "llama-server"), "--version"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    printed = done.stdout + done.stderr
+    (stock,) = [r for r in detect_runtimes(BIN).found if r.name == "llama.cpp"]
+    assert stock.version != "version not reported", printed
+    words = stock.version.replace("(", " ").replace(")", " ").replace("build ", " ").split()
+    assert words and all(w.rstrip(",") in printed for w in words), (stock.version, printed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import plan
 from engine.advice.run_advice import ALL_GPU_GROUP, plan_runs
+from engine.core.cache_dirs import exports_dir
 
 FAST = ["--tokens", "100", "--cpu", "desktop-ddr5"]
 
@@ -142,9 +144,15 @@ def test_cope_export_writes_the_sglang_kt_command_and_activation_file(capsys, tm
     assert tuple(counts.shape) == (1, 48, 128) and routed.sum(dim=2).unique().tolist() == [100 * 8]
     assert out_file.read_text().splitlines()[-1] == command
     assert "# SYNTHETIC routing" in out_file.read_text() and "cope: warning: SYNTHETIC routing" in err
-    # Without --out the .pt is not written, and stderr says so.
+    # Without --out the .pt is written where the printed command names it: the cache folder's exports/
+    # (issue 46: SGLang would otherwise stop at torch.load), and stderr names it.
     assert main(["export", "--runtime", "sglang-kt", "--candidate", "fixed.parallel.nonuniform", *FAST]) == EXIT_OK
-    assert "is written only with --out FILE" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    argv = shlex.split(out.splitlines()[-1])
+    named = Path(argv[argv.index("--init-expert-location") + 1])
+    assert named.is_absolute() and named.parent == exports_dir().absolute() and f"cope: wrote {named}" in err
+    assert torch.equal(torch.load(named, weights_only=True)["logical_count"], counts)
+    assert f"# artefact {named.name}: written to {named}" in out
 
 
 def test_cope_export_runtime_names(capsys):

@@ -208,3 +208,17 @@ def test_help_is_read_once_per_binary_and_again_when_it_changes(tmp_path):
     [found] = scan.to_dict()["found"][:1]
     assert found["spelling"] == ("llama-server: copies weights with -lm none, takes --fit off, "
                                  "no MoE cache flags")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("version: 4321 (abc1234)\nbuilt with cc for x86_64-linux-gnu\n", "build 4321 (abc1234)"),
+    # a build from a source archive (the pinned llama-cpp-python sdist's): no build number, no commit
+    ("version: 0.5.0-dev (build 0, commit unknown)\nbuilt with GNU 13.3.0 for Linux x86_64\n",
+     "0.5.0-dev (build 0, commit unknown)"),
+    ("llama.cpp b7000 something new\n", "llama.cpp b7000 something new"),
+    ("\n\n", "version not reported"),
+])
+def test_every_version_text_says_what_it_says(text, said):
+    from probes.runtimes import version_of
+
+    assert version_of(text) == said

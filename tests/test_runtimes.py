@@ -115,8 +115,12 @@ def test_ik_llama_cpp_spells_partitions_as_overrides_and_never_fit_off():
         # ik_llama.cpp (at its manifest's commit) has no -lm: --no-mmap; stock has only -lm.
         assert x.argv[-1] == "--no-mmap" and stock.argv[-2:] == ("-lm", "none") and "--no-mmap" not in stock.argv
     assert "--cpu-moe" in do_export(model.id, "ik_llama.cpp", "partial", "all-cpu").argv
-    with pytest.raises(CopeInputError, match="--binary must be one of llama-server, llama-cli for ik_llama.cpp"):
-        do_export(model.id, "ik_llama.cpp", "partial", "all-cpu", binary="llama-bench")
+    # ik's llama-bench (examples/llama-bench/llama-bench.cpp at 8337e4c): no --cpu-moe, -ncmoe or -lm there,
+    # so every layer as one -ot and the copy as -mmp 0
+    bench = do_export(model.id, "ik_llama.cpp", "partial", "all-cpu", binary="llama-bench")
+    (pattern,) = expert_regexes(bench)
+    assert {int(b) for b in pattern.split("(")[1].split(")")[0].split("|")} == set(model.moe_blocks)
+    assert bench.argv[-2:] == ("-mmp", "0") and "-c" not in bench.argv and bench.argv[bench.argv.index("-fa") + 1] == "1"
 
 
 def test_sglang_kt_frequency_export_carries_counts_and_exact_total():

@@ -38,7 +38,8 @@ from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
-from cope_tui.service.export import ExportAsk, export_command, save_export
+from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
+from cope_tui.service.last_plan import record_plan
 from cope_tui.service.workload import rank, workload_of
 from engine.advice.run_advice import plan_runs
 from engine.core.errors import CopeInputError
@@ -212,6 +213,10 @@ class CopeApp(TraceActions, Workers, App[None]):
         first = self.advice is None
         replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
         self.advice, self.choices = message.advice, message.choices
+        try:  # the plan `cope export`, verify and estimate reuse (cope_tui/service/last_plan.py)
+            record_plan(self.choices, by="the app")
+        except (OSError, CopeInputError):
+            pass  # a cache folder that cannot take it changes nothing the app shows
         workload = workload_of(self.choices)
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it
@@ -446,9 +451,15 @@ class CopeApp(TraceActions, Workers, App[None]):
         export = self.current_export()
         if export is None:
             return
+        try:  # the files the command names are written first (the cache folder's exports/), or nothing is copied
+            written = write_side_files(export, ExportAsk().side_dir)
+        except (OSError, CopeInputError) as exc:
+            self.say(f"Not copied: its files could not be written: {getattr(exc, 'strerror', None) or exc}", "error")
+            return
         self.copy_to_clipboard(export.display())
         # OSC 52 asks the terminal to take the text; nothing comes back to say it did.
-        self.say(f"Sent the {export.runtime} command of {export.exported_id} to the terminal's clipboard (OSC 52); "
+        wrote = f"; wrote {', '.join(str(p) for p in written)}" if written else ""
+        self.say(f"Sent the {export.runtime} command of {export.exported_id} to the terminal's clipboard (OSC 52){wrote}; "
                  "if nothing was copied, your terminal does not support it: save it with s instead")
 
     def action_save(self) -> None:

@@ -4,14 +4,17 @@ what to run now (the best candidate an installed runtime runs)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from dataclasses import replace
 
 from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
-from cope_tui.service.export import ExportAsk, export_command
+from cope_tui.service.export import ExportAsk, export_command, write_side_files
+from cope_tui.service.last_plan import record_plan
 from cope_tui.service.runtimes import run_advice, scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
@@ -21,6 +24,7 @@ from engine.advice.llama_default import llama_default
 from engine.advice.report import recommendation_to_dict
 from engine.hardware.gpu_set import cards_of
 from engine.runtimes import STOCK_NAME
+from engine.core.cache_dirs import exports_dir
 from engine.core.errors import CopeInputError
 from engine.hardware.platform import NO_GPU
 
@@ -43,10 +47,12 @@ def run(args: argparse.Namespace) -> int:
         return _run_cpu_only(args, choices)
     workload = workload_of(choices)  # None: decode only (checked before the ranking)
     advice = advice_from_args(args)
+    keep_plan(choices)
     recommendation = advice.rec
     ranking = rank(advice, workload) if workload is not None else None
     scan = scan_runtimes(args.llama_bin)
     runs = run_advice(recommendation, scan, ranking)  # with a workload, the picks follow request time
+    runs = write_pick_files(recommendation, runs)
     # the fastest estimate on stock llama.cpp, or with a workload the fastest request with its -b/-ub
     export = export_command(advice, ExportAsk(), ranking=ranking, builds=scan.builds) if args.export else None
     for note in _synthetic_warnings(runs):
@@ -110,6 +116,27 @@ def _llama_default(advice, runs, cache):  # type: ignore[no-untyped-def]
     return llama_default(request, advice.cost_model, export.argv, runs.run_now.estimate.tpot_s)
 
 
+def keep_plan(choices) -> None:  # type: ignore[no-untyped-def]
+    """This plan becomes the one export, verify and estimate reuse (cope_tui/service/last_plan.py);
+    a cache folder that cannot take it is a warning, not a failed advise."""
+    try:
+        record_plan(choices, by="cope advise")
+    except (OSError, CopeInputError) as exc:
+        print(f"cope: warning: the plan was not recorded for cope export: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
+
+
+def write_pick_files(rec, runs):  # type: ignore[no-untyped-def]
+    """The run-now and best-overall commands name their artefacts (the fork's profile,
+    kt-kernel's counts) in the cache folder's exports/, written there before they are shown."""
+    runs = replace(runs, side_dir=os.path.abspath(exports_dir()))
+    for pick in runs.picks():
+        written = write_side_files(runs.export(rec, pick), runs.side_dir)
+        if written:
+            print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return runs
+
+
 def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
     """An artefact (fork profile, kt-kernel counts) of the run-now or best-overall pick
     learnt from SYNTHETIC routing is said on stderr as well."""
@@ -127,6 +154,7 @@ def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-
     if choices.prompt_tokens is not None or choices.workload is not None:
         raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
+    keep_plan(choices)
     if args.json:
         write_json(plan.to_dict())
     else:

@@ -11,7 +11,8 @@ import os
 import sys
 
 from cope_tui.commands.output import write_json
-from cope_tui.commands.plan_args import add_plan_flags, advice_for, choices_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
+from cope_tui.service.last_plan import MACHINE
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.service.advice import parse_pasted
 from cope_tui.service.pasted import estimate_pasted, pasted_choices
@@ -44,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         command = parse_llama_command(words)
     # The app's paste field takes the same path (cope_tui/service/pasted.py).
-    pasted = pasted_choices(command, choices_from_args(args), gguf_file=getattr(args, "gguf_file", None))
+    # the machine of the last plan advise or the app made (the command says the model, -t and -c)
+    choices, _ = reused_choices(args, only=MACHINE)
+    pasted = pasted_choices(command, choices, gguf_file=getattr(args, "gguf_file", None))
     if pasted.said:
         print(f"cope: {pasted.said}", file=sys.stderr)
     builds = None

@@ -12,10 +12,9 @@ import argparse
 import sys
 
 from cope_tui.commands.output import write_json
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
 from cope_tui.exit_codes import EXIT_OK
-from cope_tui.options import choices_from_args
-from cope_tui.service.export import ExportAsk, export_command, save_export
+from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export
@@ -38,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file (default: <model id>.gguf)")
     p.add_argument("--hf-model", metavar="REPO|DIR",
                    help="sglang-kt: the Hugging Face weights SGLang loads (default: the model's repo id)")
-    p.add_argument("--out", metavar="FILE", help="write the command here, artefacts beside it")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the command here, artefacts beside it (default: the command on stdout, its artefacts "
+                        "in the cache folder's exports/)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_plan_flags(p)
     p.set_defaults(run=run)
@@ -49,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
         raise CopeInputError(f"--binary names a llama.cpp program; {SGLANG_KT_NAME} runs python -m sglang.launch_server")
     if args.out:  # the target checked before any work or any side file (a FIFO there leaves the .pt alone)
         args.out = str(output_path(args.out, flag="--out"))
-    workload = workload_of(choices_from_args(args))
-    advice = advice_from_args(args)
+    choices, plan_line = reused_choices(args)  # the last plan advise or the app made, said first
+    workload = workload_of(choices)
+    advice = advice_for(args, choices)
     ask = ExportAsk(candidate_id=args.candidate, runtime=args.runtime, binary=args.binary,
                     model_path=args.model_path, hf_model=args.hf_model, out=args.out or None)
     export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
@@ -58,13 +60,17 @@ def run(args: argparse.Namespace) -> int:
     for note in export.notes:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)
-    if args.out:
-        written = save_export(export, args.out)
+    # The files the command names are there before it is shown: beside --out, else in the
+    # cache folder's exports/ (a write that fails is one line, and no command).
+    written = save_export(export, args.out) if args.out else write_side_files(export, ask.side_dir)
+    if written:
         print("cope: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-    elif export.tensors:
-        print(f"cope: {', '.join(n for n, _ in export.tensors)} is written only with --out FILE", file=sys.stderr)
     if args.json:
-        write_json(export.to_dict())
+        doc = export.to_dict()
+        doc["written"] = [str(p) for p in written]
+        doc["plan"] = plan_line
+        write_json(doc)
     else:
-        sys.stdout.write(render_export(export, side_files_written=bool(args.out)))
+        sys.stdout.write(f"# plan: {plan_line}\n" + render_export(export, side_files_written=True,
+                                                                   side_dir=None if args.out else ask.side_dir))
     return EXIT_OK

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cope_tui.options import add_flags, choices_from_args
+from cope_tui.options import PlanChoices, add_flags, choices_from_args
 from cope_tui.service.advice import Advice, plan
+from cope_tui.service.last_plan import with_last_plan
 from engine.cost.cost_model import Fidelity
 
 
@@ -15,6 +16,17 @@ def add_plan_flags(p: argparse.ArgumentParser, *, with_context_threads: bool = T
     """The plan flags (same meaning in every command); `estimate` takes -t and -c from
     the llama.cpp command instead."""
     add_flags(p, skip=() if with_context_threads else ("context", "threads"))
+
+
+def reused_choices(args: argparse.Namespace, *, only: tuple[str, ...] | None = None) -> tuple[PlanChoices, str]:
+    """The plan flags given, the rest from the last plan `cope advise` or the app made
+    (cope_tui/service/last_plan.py; `only`: just those settings), and the line that says
+    which plan: printed first on stderr when settings came from the last plan (the flags
+    given are then not all there is to it)."""
+    used = with_last_plan(choices_from_args(args), only=only)
+    if used.reused:
+        print(f"cope: plan: {used.line}", file=sys.stderr, flush=True)
+    return used.choices, used.line
 
 
 def _say_probe(done: int, total: int, label: str) -> None:

@@ -10,9 +10,8 @@ import shutil
 import sys
 
 from cope_tui.commands.output import one_line, write_json
-from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
+from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
 from cope_tui.exit_codes import EXIT_INPUT, EXIT_OK
-from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only
 from cope_tui.service.verify import CPU_ONLY, VerifyReport, verify, verify_cpu_only
 from engine.core.errors import CopeInputError
@@ -35,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llama-bench", metavar="PATH", help="the llama-bench binary (default: from PATH)")
     p.add_argument("--model-path", metavar="FILE", help="the GGUF file to benchmark")
     p.add_argument("--runtime", choices=VERIFY_CHOICES, default=STOCK_NAME,
-                   help="llama.cpp's llama-bench (stock means the same) or the MoE expert-cache fork's")
+                   help="llama.cpp's llama-bench (stock means the same), ik_llama.cpp's or the MoE expert-cache fork's")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                    help="seconds for all benchmark runs together (default 600)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model_path):
         raise CopeInputError("no such file (--model-path)", path=args.model_path)
 
-    choices = choices_from_args(args)
+    choices, _ = reused_choices(args)  # the last plan advise or the app made, said first
     if (choices.gpu or "").lower() == NO_GPU:  # nothing to split: the one CPU-only plan
         if args.candidate != CPU_ONLY:
             raise CopeInputError(f"--candidate {args.candidate}: with --gpu none the one plan is {CPU_ONLY}")
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         request = cpu_plan.request
         report = verify_cpu_only(cpu_plan, bench=bench, model_path=args.model_path, time_limit_s=args.time_limit)
     else:
-        advice = advice_from_args(args)
+        advice = advice_for(args, choices)
         request = advice.rec.request
         report = verify(advice, args.candidate, bench=bench, model_path=args.model_path, runtime=args.runtime,
                         time_limit_s=args.time_limit)

@@ -5,7 +5,8 @@
 `compose_export`, which the JSON report's run-now and best-overall picks use too): the
 runtime from the registry, the model path as the person gave it (else the GGUF the model
 was read from), the artefacts (the fork's profile CSV, kt-kernel's counts) named beside
-where the command is saved, and with a workload the -b/-ub it chose. The front ends only
+where the command is saved, else in the cache folder's exports/ (`write_side_files` puts
+them there before the command is shown), and with a workload the -b/-ub it chose. The front ends only
 turn their input into an `ExportAsk` and show or save the `Export`.
 """
 
@@ -22,7 +23,8 @@ from engine.advice.run_advice import compose_export
 from engine.advice.workload import WorkloadRanking
 from engine.llamacpp.builds import LlamaBuild
 from engine.runtimes import STOCK_NAME
-from engine.runtimes.export import Export, write_export
+from engine.core.cache_dirs import exports_dir
+from engine.runtimes.export import Export, write_artefacts, write_export
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,14 @@ class ExportAsk:
     hf_model: str | None = None  # sglang-kt: the weights SGLang loads (None: the model's repo id)
     out: str | os.PathLike | None = None  # where the command will be saved: its artefacts are named beside it
 
+    @property
+    def side_dir(self) -> str:
+        """Where the command's artefacts are, by absolute path so it runs from any folder:
+        beside `out`, else the cache folder's exports/ (written there by `write_side_files`)."""
+        if self.out is not None:
+            return os.path.dirname(os.path.abspath(self.out))
+        return os.path.abspath(exports_dir())
+
 
 def export_command(advice: Advice, ask: ExportAsk, *, ranking: WorkloadRanking | None = None,
                    builds: Mapping[str, LlamaBuild] | None = None) -> Export:
@@ -47,10 +57,15 @@ def export_command(advice: Advice, ask: ExportAsk, *, ranking: WorkloadRanking |
         target = rec.estimate_of(ask.candidate_id)
     else:
         target = rec.best if ranking is None else ranking.best.estimate
-    # Artefacts by absolute path: the saved command runs from any folder.
-    side_dir = None if ask.out is None else os.path.dirname(os.path.abspath(ask.out))
     return compose_export(rec, target, ranking=ranking, runtime=ask.runtime, binary=ask.binary,
-                          model_path=ask.model_path, side_dir=side_dir, hf_model=ask.hf_model, builds=builds)
+                          model_path=ask.model_path, side_dir=ask.side_dir, hf_model=ask.hf_model, builds=builds)
+
+
+def write_side_files(export: Export, side_dir: str | os.PathLike) -> list[Path]:
+    """The export's artefacts written where its command names them (`side_dir`, as the
+    export was made with), all or none, each atomically; [] when it reads no file. A
+    command whose files cannot be written is not to be printed: the error is one line."""
+    return write_artefacts(export, side_dir, write_tensor=save_counts_pt)
 
 
 def save_export(export: Export, out: str | os.PathLike) -> list[Path]:
@@ -59,4 +74,4 @@ def save_export(export: Export, out: str | os.PathLike) -> list[Path]:
     return write_export(export, out, write_tensor=save_counts_pt)
 
 
-__all__ = ["ExportAsk", "export_command", "save_export"]
+__all__ = ["ExportAsk", "export_command", "save_export", "write_side_files"]

@@ -153,8 +153,9 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     jobs = [("exported", exported)]
     baseline = rec.baseline()
     if baseline.candidate.id != exported.exported_id:
-        jobs.append(("baseline", compose_export(rec, baseline, binary="llama-bench", model_path=model_path,
-                                                builds=bench_builds(bench, "llama.cpp"))))
+        # the same llama-bench runs both: the baseline is spelled for its runtime too (ik's has no -ncmoe)
+        jobs.append(("baseline", compose_export(rec, baseline, runtime=runtime, binary="llama-bench",
+                                                model_path=model_path, builds=builds)))
     priced = at_bench_depth(advice)
     deadline = time.monotonic() + time_limit_s
     rows = []

@@ -133,6 +133,7 @@ class RunAdvice:
     plan: ExportPlan
     ranking: "WorkloadRanking | None" = None  # with a workload: the picks follow its request times
     builds: Mapping[str, LlamaBuild] = field(default_factory=dict)  # found here: what commands are spelled for
+    side_dir: str | None = None  # where the picks' artefacts are written (their paths in argv)
 
     def row(self, candidate_id: str) -> CandidateRuns:
         return next(r for r in self.rows if r.id == candidate_id)
@@ -163,7 +164,12 @@ class RunAdvice:
         """The command of a pick on its runtime, spelled for the builds found here, with the
         -b/-ub a workload chose for it (`compose_export` keywords pass through)."""
         return compose_export(rec, pick.estimate, runtime=pick.runtime, ranking=self.ranking,
-                              **{"builds": self.builds, **kw})
+                              **{"builds": self.builds, "side_dir": self.side_dir, **kw})
+
+    def picks(self) -> tuple[RunPick, ...]:
+        """run_now and best_overall, each once."""
+        found = [p for p in (self.run_now, self.best_overall) if p is not None]
+        return tuple(p for i, p in enumerate(found) if all(p is not q for q in found[:i]))
 
 
 def pick_order(rows: Iterable[CandidateRuns], ranking: "WorkloadRanking | None") -> list[CandidateRuns]:

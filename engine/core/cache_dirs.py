@@ -13,7 +13,9 @@ first to ignore a relative XDG_CACHE_HOME or HOME and to read XDG_CACHE_HOME on 
 
 Under the root: `traces/<model>-<what>.cope.npz`, `profiles/<key>.json`,
 `machine/cpu-bandwidth-<key>.json` (engine.hardware.bandwidth_store) and
-`machine/calibration-<key>-<model>-<quant>.json` (engine.cost.calibration_io).
+`machine/calibration-<key>-<model>-<quant>.json` (engine.cost.calibration_io), `exports/`
+(an export's artefacts when no --out names a folder) and `plans/last.json` (the last plan
+advise or the app made, which export, verify and estimate reuse).
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ def locks_dir(root: str | os.PathLike | None = None) -> Path:
     """Lock files of runs that write a cache entry (probes/profile_cache.py), kept apart so
     no cache folder holds anything but its entries."""
     return cache_root(root) / "locks"
+
+
+def exports_dir(root: str | os.PathLike | None = None) -> Path:
+    """Where an export's artefacts (the fork's profile CSV, kt-kernel's counts) go when no
+    --out names a folder, so the command printed names files that are there."""
+    return cache_root(root) / "exports"
+
+
+def plans_dir(root: str | os.PathLike | None = None) -> Path:
+    """The last plan `cope advise` or the app made (cope_tui/service/last_plan.py)."""
+    return cache_root(root) / "plans"
 
 
 def machine_dir(root: str | os.PathLike | None = None) -> Path:

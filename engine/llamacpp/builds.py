@@ -16,6 +16,7 @@ value (llama.cpp's `-fa` took none before it took on|off|auto).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,6 +58,14 @@ class LlamaBuild:
     programs: tuple[tuple[str, ProgramFlags], ...]
     origin: str  # "llama-server --help in /usr/local/bin" or "ggml-org/llama.cpp at 0c1e570 (manifest)"
     detected: bool  # read from a build on this machine (False: the manifest COPE ships)
+    folder: str = ""  # where its programs were found ("" for a manifest): a command names them there
+
+    def path_of(self, binary: str) -> str | None:
+        """Where this build's `binary` is, when it was found here (its --help read); None
+        otherwise."""
+        if not (self.detected and self.folder) or binary not in dict(self.programs):
+            return None
+        return os.path.join(self.folder, binary)
 
     def program(self, binary: str) -> ProgramFlags | None:
         """The flags of `binary`; a program whose help was not read shares llama-server's
@@ -96,14 +105,14 @@ def flags_from_help(text: str) -> ProgramFlags:
     return ProgramFlags(frozenset(options), frozenset(valued))
 
 
-def build_from_help(runtime: str, helps: Mapping[str, str], origin: str) -> LlamaBuild | None:
+def build_from_help(runtime: str, helps: Mapping[str, str], origin: str, folder: str = "") -> LlamaBuild | None:
     """The build whose programs printed `helps` ({program: --help text}); None when no
     help listed any option (a program that would not run)."""
     programs = tuple((name, flags_from_help(text)) for name, text in sorted(helps.items()))
     programs = tuple((name, flags) for name, flags in programs if flags.options)
     if not programs:
         return None
-    return LlamaBuild(runtime, programs, origin, detected=True)
+    return LlamaBuild(runtime, programs, origin, detected=True, folder=folder)
 
 
 def build_from_manifest(doc: Mapping) -> LlamaBuild:

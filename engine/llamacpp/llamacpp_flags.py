@@ -166,8 +166,11 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("main_gpu", ("-mg", "--main-gpu")),
     # ik_llama.cpp's CUDA parameters (common/common.cpp {-cuda,--cuda-params}, parsed by
     # ggml/src/ggml-cuda.cu ggml_cuda_parse_params): offload every MoE matmul, whatever the batch.
-    Flag("cuda_offload_batch", spelling=_server(Spelling("-cuda", "offload-batch-size=0")),
-         source="ikawrakow/ik_llama.cpp common/common.cpp -cuda; ggml-cuda.cu offload-batch-size"),
+    # ik's llama-bench takes the same -cuda string (examples/llama-bench/llama-bench.cpp at 8337e4c:
+    # cparams.cuda_params), so its bench stages as its server does.
+    Flag("cuda_offload_batch", spelling={b: (Spelling("-cuda", "offload-batch-size=0"),) for b in BINARIES},
+         source="ikawrakow/ik_llama.cpp common/common.cpp -cuda; llama-bench.cpp -cuda; ggml-cuda.cu "
+         "offload-batch-size"),
     Flag("moe_cache_profile", spelling=_server(Spelling("--moe-cache-profile")), source="thecodacus/llama.cpp README.md"),
     Flag("moe_cache_slots", spelling=_server(Spelling("--moe-cache-slots")), source="thecodacus/llama.cpp README.md"),
     # llama.cpp's GPU cache of host experts (since b11480, PR #29887; engine/llamacpp/moe_cache.py):

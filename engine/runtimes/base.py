@@ -135,6 +135,19 @@ class SideFile:
 
 
 @dataclass(frozen=True)
+class Placeholder:
+    """A word of a printed command that stands for something COPE does not know (the GGUF
+    file when none was named, the folder a conversion writes): the word, and what to put
+    there."""
+
+    word: str
+    put: str
+
+    def to_dict(self) -> dict:
+        return {"word": self.word, "put": self.put}
+
+
+@dataclass(frozen=True)
 class Launch:
     """A command and the files it needs. `tensors` are routing-count arrays a front end
     writes with torch (engine/ never imports it)."""
@@ -144,6 +157,7 @@ class Launch:
     tensors: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)  # (file name, counts)
     notes: tuple[str, ...] = ()
     spelled_for: str = ""  # the build whose flags the command uses (engine/llamacpp/builds.py LlamaBuild.origin)
+    placeholders: tuple[Placeholder, ...] = ()  # words to replace before running
 
 
 @dataclass(frozen=True)

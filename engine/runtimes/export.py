@@ -46,7 +46,7 @@ from engine.llamacpp.llamacpp_flags import (
 from engine.models.model import ModelSpec
 from engine.replays.policy import Candidate, Kind, parse_candidate_id
 from engine.runtimes import REGISTRY, RUNTIME_NAMES, STOCK_NAME, ExportPlan, LaunchOptions, placement_of, runtime_named
-from engine.runtimes.base import SideFile
+from engine.runtimes.base import Placeholder, SideFile
 from engine.runtimes.fork_profile import fork_profile_csv
 from engine.runtimes.host import host_choice
 from engine.runtimes.llamacpp import FORK_ARCHS, NEEDS_FORK, NOT_EXPRESSIBLE, RUNS_ON_STOCK, llama_shape
@@ -54,6 +54,8 @@ from engine.runtimes.sglang_memory import checkpoint_of_hf_model
 from engine.traces.popularity import profile_source
 
 RUNTIMES = RUNTIME_NAMES
+GGUF_PLACEHOLDER = ("the path of the model's GGUF file: COPE was given none (--model-path FILE, or plan from the "
+                    ".gguf with --model FILE.gguf)")
 
 
 def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
@@ -109,6 +111,7 @@ class Export:
     support: str = "exact"  # how the runtime runs the asked candidate: exact | approximate | no
     ram: RamFit | None = None
     spelled_for: str = ""  # the build whose flags argv uses
+    placeholders: tuple[Placeholder, ...] = ()  # words of argv to replace before running, and with what
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -157,12 +160,24 @@ class Export:
             "candidate_tpot_s": self.candidate_tpot_s,
             "nearest_tpot_s": self.nearest_tpot_s,
             "spelled_for": self.spelled_for,
+            "placeholders": [p.to_dict() for p in self.placeholders],
         }
 
 
 def runs_where(candidate: Candidate, model: ModelSpec, memory) -> str:  # type: ignore[no-untyped-def]
     """The llama.cpp label of a candidate: runs-on-stock, needs-fork or not-expressible."""
     return llama_shape(candidate, placement_of(candidate, model, memory), model).label
+
+
+def run_refusal(runtime, candidate: Candidate, model: ModelSpec, plan: ExportPlan, binary: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Why `runtime`'s `binary` does not run the candidate's command with this plan (its
+    backend, card count, the program), as the runtime registry says; None: it does. RAM is
+    not asked here (a command that does not fit says so in its notes)."""
+    placement = placement_of(candidate, model, plan.memory, plan.popularity)
+    support = runtime.support(candidate, placement, model, plan)
+    if not support.runs:
+        return support.note
+    return runtime.binary_problem(placement, binary)
 
 
 def _runnable_here(runtime, candidate: Candidate, model: ModelSpec, plan: ExportPlan, binary: str) -> bool:  # type: ignore[no-untyped-def]
@@ -178,10 +193,22 @@ def _runnable_here(runtime, candidate: Candidate, model: ModelSpec, plan: Export
     return host_choice(runtime, candidate, placement, model, plan).fits
 
 
+class NothingRuns(CopeInputError):
+    """No candidate COPE ranked runs on the runtime's program here; `why`: the reason its
+    fallback (the layer partition) does not, when it was asked."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 def nearest_runnable(candidate: Candidate, model: ModelSpec, plan: ExportPlan, runtime: str,
                      binary: str) -> tuple[Candidate, float | None]:
     """The candidate the runtime runs (exactly, or cut to what it holds) and that fits RAM
-    whose estimated TPOT is closest (ties: the faster)."""
+    whose estimated TPOT is closest (ties: the faster). With none, the llama.cpp family's
+    layer partition (or every expert on the GPU), when the registry says the runtime and
+    program run it here, even where RAM is short (its notes say so); else a one-line
+    refusal with the reason."""
     rt = runtime_named(runtime)
     tpots = dict(plan.tpot_s)
     target = tpots.get(candidate.id)
@@ -193,11 +220,35 @@ def nearest_runnable(candidate: Candidate, model: ModelSpec, plan: ExportPlan, r
     if not options:
         if rt.info.can_map:  # the llama.cpp family always has a layer partition
             fallback = Candidate(Kind.PARTITION_FIRST) if not plan.memory.all_gpu_fits else Candidate(Kind.ALL_GPU)
-            return fallback, tpots.get(fallback.id)
-        raise CopeInputError(f"nothing COPE ranked runs on {rt.info.name} here")
+            why = run_refusal(rt, fallback, model, plan, binary)
+            if why is None:
+                return fallback, tpots.get(fallback.id)
+            raise NothingRuns(f"nothing COPE ranked runs on {rt.info.name} {binary} here: {why}", why)
+        raise NothingRuns(f"nothing COPE ranked runs on {rt.info.name} here", "")
     if target is None:
         return min(options, key=lambda o: (o[1], o[0].id))
     return min(options, key=lambda o: (abs(o[1] - target), o[1], o[0].id))
+
+
+def runs_elsewhere(candidate: Candidate, model: ModelSpec, plan: ExportPlan, runtime: str,
+                   binary: str | None) -> str:
+    """The nearest command that does run, on another runtime of the registry (stock first),
+    as the `cope export` flags that print it; "" when none does."""
+    for other in REGISTRY:
+        if other.info.name == runtime:
+            continue
+        program = binary if binary in other.info.binaries else other.info.binaries[0]
+        try:
+            near, tpot = (candidate, dict(plan.tpot_s).get(candidate.id)) if \
+                run_refusal(other, candidate, model, plan, program) is None else \
+                nearest_runnable(candidate, model, plan, other.info.name, program)
+        except CopeInputError:
+            continue
+        flags = f"--candidate {near.id} --runtime {other.info.name}"
+        if program != other.info.binaries[0]:
+            flags += f" --binary {program}"
+        return f"{flags} ({_ms(tpot)})"
+    return ""
 
 
 def export_candidate(
@@ -226,6 +277,8 @@ def export_candidate(
     build = (builds or {}).get(rt.info.name)
     # The file named for the command, else the GGUF the model was read from, else a placeholder.
     gguf = model_path or model.gguf_path or f"{model.id}.gguf"
+    unknown = () if model_path or model.gguf_path else (Placeholder(gguf, GGUF_PLACEHOLDER),)
+    unknown += _shadowed(rt, binary, builds)
     opts = LaunchOptions(binary, gguf, context, threads, side_dir, hf_model, build)
     tpots = dict(plan.tpot_s)
     own_tpot = float(target.tpot_s) if hasattr(target, "tpot_s") else tpots.get(candidate.id)
@@ -236,7 +289,8 @@ def export_candidate(
     label = llama_shape(candidate, placement, model).label
     support = rt.support(candidate, placement, model, plan)
     problem = rt.binary_problem(placement, binary) if support.runs else None
-    common = dict(label=label, own_tpot=own_tpot, runtime=rt.info.name, binary=binary, support=support.level)
+    common = dict(label=label, own_tpot=own_tpot, runtime=rt.info.name, binary=binary, support=support.level,
+                  unknown=unknown)
     if support.runs and problem is None:
         run = support.runs_as or candidate
         return _build(rt, candidate, run, model, plan, opts, reason=support.note, **common)
@@ -244,10 +298,32 @@ def export_candidate(
     try:
         nearest, near_tpot = nearest_runnable(candidate, model, plan, rt.info.name, binary)
     except CopeInputError as exc:
-        raise CopeInputError(f"{exc}: {support.note}") from None
+        # One line: why nothing runs, and the nearest command that does (another runtime's).
+        elsewhere = runs_elsewhere(candidate, model, plan, rt.info.name, binary)
+        own = problem or support.note
+        others = getattr(exc, "why", "")
+        who = f"{rt.info.name} {binary}" if rt.info.can_map else rt.info.name
+        said = f"nothing COPE ranked runs on {who} here ({candidate.id}: {own}" + (
+            f"; its layer partition: {others})" if others and others != own else ")")
+        raise CopeInputError(said + (f"; nearest that runs: cope export {elsewhere}" if elsewhere else "")) from None
     reason += f"; nearest that runs here: {nearest.id} ({_ms(near_tpot)} against {_ms(own_tpot)})"
     return _build(rt, candidate, nearest, model, plan, opts, reason=reason, nearest_tpot=near_tpot, nearest=True,
                   **common)
+
+
+def _shadowed(rt, binary: str, builds: Mapping[str, LlamaBuild] | None) -> tuple[Placeholder, ...]:  # type: ignore[no-untyped-def]
+    """The bare program name as a placeholder when no build of `rt` was found here but
+    another runtime's `binary` was: pasted, the name would run that one."""
+    found = builds or {}
+    if not rt.info.can_map or rt.info.name in found:
+        return ()
+    for name, build in found.items():
+        where = build.path_of(binary)
+        if where is not None:
+            title = runtime_named(name).info.title
+            return (Placeholder(binary, f"the path of {rt.info.title}'s {binary}: the {binary} found here "
+                                        f"({where}) is {title}'s"),)
+    return ()
 
 
 def _elsewhere(candidate: Candidate, placement, model: ModelSpec, plan: ExportPlan, rt) -> str:  # type: ignore[no-untyped-def]
@@ -259,15 +335,19 @@ def _elsewhere(candidate: Candidate, placement, model: ModelSpec, plan: ExportPl
 
 def _build(rt, candidate: Candidate, run: Candidate, model: ModelSpec, plan: ExportPlan,  # type: ignore[no-untyped-def]
            opts: LaunchOptions, *, label: str, reason: str, own_tpot: float | None, runtime: str, binary: str,
-           support: str, nearest_tpot: float | None = None, nearest: bool = False) -> Export:
+           support: str, unknown: tuple[Placeholder, ...] = (), nearest_tpot: float | None = None,
+           nearest: bool = False) -> Export:
     placement = placement_of(run, model, plan.memory, plan.popularity)
     choice = host_choice(rt, run, placement, model, plan)
     launch = rt.launch(run, placement, model, plan, opts, mapped=choice.mapped)
     notes = launch.notes + ((choice.note,) if choice.note else ())
     nearest_id = run.id if nearest else None
+    # a placeholder the command does not print (SGLang's converted folder in place of the GGUF) is not said
+    words = set(launch.command.argv)
+    placeholders = tuple(dict.fromkeys(p for p in (*unknown, *launch.placeholders) if p.word in words))
     return Export(candidate.id, run.id, label, reason, launch.command, launch.side_files, nearest_id,
                   own_tpot, nearest_tpot, runtime, binary, launch.tensors, notes, support, choice.fit,
-                  launch.spelled_for)
+                  launch.spelled_for, placeholders)
 
 
 def _ms(tpot: float | None) -> str:
@@ -313,6 +393,26 @@ def write_export(export: Export, out: str | os.PathLike,
     return written
 
 
+def write_artefacts(export: Export, folder: str | os.PathLike,
+                    write_tensor: Callable[[BinaryIO, np.ndarray], None] | None = None) -> list[Path]:
+    """The export's artefacts (the fork's profile, kt-kernel's counts) written into `folder`,
+    where its command names them when it was made with that side_dir: all or none, each
+    atomically (engine.core.files.write_all), the folder made when missing. [] when the
+    command reads no file."""
+    if not export.side_files and not export.tensors:
+        return []
+    if export.tensors and write_tensor is None:
+        raise ValueError("this export has routing-count artefacts: pass write_tensor")
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(folder)) from None
+    files: list = [(folder / f.name, lambda h, f=f: h.write(f.text), False) for f in export.side_files]
+    files += [(folder / name, lambda h, c=counts: write_tensor(h, c), True) for name, counts in export.tensors]
+    return write_all(files)
+
+
 def expert_regexes(export: Export) -> list[str]:
     """The tensor patterns of the -ot overrides of an export's command (for tests and checks)."""
     return [override.rsplit("=", 1)[0] for arg in export.command.args if arg.key == "override_tensor"
@@ -323,5 +423,6 @@ __all__ = [
     "BINARIES", "EXPS_REGEX_TAIL", "FORK_ARCHS", "MIN_GPU_LAYERS_FLAG", "OFFLOAD_ENV", "Export",
     "ExportPlan", "NEEDS_FORK", "NOT_EXPRESSIBLE", "RUNS_ON_STOCK", "RUNTIMES",
     "command_file_text", "export_candidate", "export_for", "expert_regexes", "fork_profile_csv",
-    "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "runs_where", "write_export",
+    "layer_set_regex", "nearest_runnable", "plan_from_recommendation", "run_refusal", "runs_elsewhere",
+    "runs_where", "write_artefacts", "write_export",
 ]

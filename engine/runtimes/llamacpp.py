@@ -16,7 +16,10 @@ so COPE spells every partial layer set as `-ot`. Its CUDA backend decides offloa
 with its own `-cuda` parameters, not GGML_OP_OFFLOAD_MIN_BATCH: staging every routed CPU
 expert at decode is `-cuda offload-batch-size=0` (IK_STAGING). Its other MoE options
 (`-ser` smart expert reduction changes routing: out of scope; `-rtr` run-time repack,
-`-fmoe` fused up/gate, on by default) do not change placement.
+`-fmoe` fused up/gate, on by default) do not change placement. Its llama-bench
+(examples/llama-bench/llama-bench.cpp at 8337e4c) has its own parser: `-mmp 0` for a copy,
+`-fa 1`, the same `-cuda` string, `-ot` split on ',' like the server's (BENCH_OT_JOIN), and
+no `-dev`.
 """
 
 from __future__ import annotations
@@ -66,6 +69,13 @@ CACHE_SLOTS_ENV = "GGML_MOE_CACHE_SLOTS"
 # a merged tensor, and init_moe_expert_cache then finds no layer to cache (at FORK_COMMIT).
 MERGED_GATE_UP = ("this GGUF stores gate and up as one tensor (ffn_gate_up_exps), and the fork's cache "
                   "stays off for it (it logs \"no CPU-resident MoE layers\")")
+
+# How llama-bench splits one -ot value. Stock (tools/llama-bench/llama-bench.cpp at 0c1e570): ','
+# separates test configurations and ';' the overrides of one. ik_llama.cpp
+# (examples/llama-bench/llama-bench.cpp at 8337e4c, parse_buft_overrides): every -ot is split
+# on ',' into overrides of the one configuration, as its server's (common/common.cpp), and
+# a ';' stays inside a pattern ("Invalid tensor buffer type override").
+BENCH_OT_JOIN = {"llama.cpp": ";", "fork": ";", "ik_llama.cpp": ","}
 
 RUNS_ON_STOCK = "runs-on-stock"
 NEEDS_FORK = "needs-fork"
@@ -143,13 +153,15 @@ class LlamaFamily:
     """One llama.cpp-family runtime; the knobs say where it differs from stock."""
 
     def __init__(self, info: Runtime, *, fit_off: bool, first_n_flag: bool, stage_env: bool, moe_cache: bool,
-                 stage_flag: bool = False):
+                 stage_flag: bool = False, bench_overrides_join: str = ";"):
         self.info = info
         self.fit_off = fit_off  # spell `--fit off` (stock's auto-fit is on by default)
         self.first_n_flag = first_n_flag  # `--n-cpu-moe N` keeps the first N blocks (stock); else -ot
         self.stage_env = stage_env  # reads GGML_OP_OFFLOAD_MIN_BATCH
         self.stage_flag = stage_flag  # stages with -cuda offload-batch-size=0 (ik_llama.cpp)
         self.moe_cache = moe_cache  # the fork's --moe-cache-*
+        # What separates two overrides inside one llama-bench -ot (BENCH_OT_JOIN).
+        self.bench_overrides_join = bench_overrides_join
 
     # --- what it runs ------------------------------------------------------------------
     def support(self, candidate: Candidate, placement: Placement, model: ModelSpec, plan: ExportPlan) -> Support:
@@ -224,7 +236,7 @@ class LlamaFamily:
         binary = opts.binary
         if binary == "llama-bench" and "," in opts.model_path:
             raise CopeInputError(f"--model-path {opts.model_path!r}: llama-bench splits -m on ',', rename the file")
-        build = opts.build or shipped_build(self.info.name)
+        build, unread = self._build_for(binary, opts.build)
         base = [("model", opts.model_path), ("gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1)),
                 ("flash_attn", None), ("context", opts.context), ("threads", opts.threads)]
         if self.fit_off:
@@ -243,7 +255,7 @@ class LlamaFamily:
         elif plan.gpu_backend != "CUDA" and not placement.all_on_cpu:
             # a build with several backends sees one card once a backend: name the plan's
             # (src/llama.cpp: -dev picks the devices; ggml-vulkan.cpp, ggml-cuda.cu name them)
-            args += spelled(binary, "device", f"{plan.gpu_backend}0", build)
+            args += self._device_args(binary, plan.gpu_backend, build)
             notes.append(f"-dev {plan.gpu_backend}0: llama.cpp's {plan.gpu_backend} backend (buffer names as "
                          "ggml registers them at 0c1e570)")
         experts_on_cpu = placement.layout is Layout.EXPERTS or bool(placement.cpu_layers.any())  # type: ignore[union-attr]
@@ -254,19 +266,40 @@ class LlamaFamily:
             args += spelled(binary, "cuda_offload_batch", None, build)
         elif placement.layout is Layout.STAGED:
             env.append((OFFLOAD_ENV, "1"))
-        command = CommandLine(binary, tuple(args), tuple(env))
-        notes += self._spelling_notes(binary, build, command.argv, used)
+        # the program of the build found here by its path: the bare name may run another runtime's
+        command = CommandLine(build.path_of(binary) or binary, tuple(args), tuple(env))
+        notes += self._spelling_notes(binary, build, command.argv, used, unread)
         return Launch(command, tuple(side), (), tuple(notes), build.origin)
 
+    def _build_for(self, binary: str, found: LlamaBuild | None) -> tuple[LlamaBuild, LlamaBuild | None]:
+        """The build `binary` is spelled for: the one found here when its --help was read,
+        else the runtime's manifest (a build found with llama-server alone says nothing of its
+        llama-bench); and the found build whose `binary` was not read, for the note."""
+        if found is not None and found.program(binary) is not None:
+            return found, None
+        return shipped_build(self.info.name), found
+
+    def _device_args(self, binary: str, backend: str, build: LlamaBuild) -> tuple[Arg, ...]:
+        """-dev naming the plan's backend's first card; a program without -dev (ik_llama.cpp's
+        llama-bench at 8337e4c parses none) is refused rather than left to run on whatever
+        backend it finds first."""
+        program = build.program(binary)
+        if program is not None and not program.takes("-dev"):
+            raise CopeInputError(f"{self.info.title}'s {binary} ({build.origin}) has no -dev to choose llama.cpp's "
+                                 f"{backend} backend")
+        return spelled(binary, "device", f"{backend}0", build)
+
     def _spelling_notes(self, binary: str, build: LlamaBuild, argv: tuple[str, ...],
-                        used: list[str]) -> list[str]:
+                        used: list[str], unread: LlamaBuild | None = None) -> list[str]:
         """What a person with another build needs to know: which build the command is
-        spelled for when none was read, and the options the build does not list."""
+        spelled for when none was read (or not this program of it), and the options the
+        build does not list."""
         notes = []
         if not build.detected:
             # llama.cpp's own history; the forks are pinned at the commit their manifest names.
             older = older_spellings(binary, used, build) if self is STOCK else []
-            found = f"no build of {self.info.title} was read (PATH or --llama-bin DIR)"
+            found = (f"no {binary} was found with the build of {self.info.title} read ({unread.origin})"
+                     if unread is not None else f"no build of {self.info.title} was read (PATH or --llama-bin DIR)")
             notes.append(f"spelled for {build.origin}: {found}" + "".join(f"; {o}" for o in older))
         rejected = build.rejected(binary, argv)
         if rejected:
@@ -292,9 +325,8 @@ class LlamaFamily:
     def _card_args(self, args: list[Arg], plan: ExportPlan, cpu_layers: np.ndarray, binary: str,
                    build: LlamaBuild, notes: list[str]) -> list[Arg]:
         """`args` with -ts (each card's blocks) and an -ot a card for the experts it holds.
-        llama-bench reads each -ot as test configurations (',' between them, ';' between
-        overrides: tools/llama-bench/llama-bench.cpp), so there the overrides join the
-        command's one -ot with ';'; llama-server and llama-cli take one -ot each."""
+        In llama-bench the overrides join the command's one -ot as the runtime's parser
+        splits them (BENCH_OT_JOIN); llama-server and llama-cli take one -ot each."""
         split = plan_split(plan.request, cpu_layers)  # type: ignore[arg-type]
         bench = binary == "llama-bench"
         args = list(args) + list(spelled(binary, "tensor_split",
@@ -304,9 +336,9 @@ class LlamaFamily:
         at = next((i for i, arg in enumerate(args) if arg.key == "override_tensor"), None)
         if bench and pinned and at is not None:
             option, value = args[at].words
-            args[at] = Arg(args[at].key, (option, ";".join([value, *pinned])))
+            args[at] = Arg(args[at].key, (option, self.bench_overrides_join.join([value, *pinned])))
         elif bench and pinned:
-            args += spelled(binary, "override_tensor", ";".join(pinned), build)
+            args += spelled(binary, "override_tensor", self.bench_overrides_join.join(pinned), build)
         else:
             for override in pinned:
                 args += spelled(binary, "override_tensor", override, build)
@@ -341,7 +373,7 @@ class LlamaFamily:
         if plan.synthetic_profile:
             notes.append(f"SYNTHETIC routing: {name} pins experts of made-up routing, not of how this model "
                          "routes; record or pull a real trace (cope trace) before running it")
-        build = opts.build or shipped_build(self.info.name)
+        build, _ = self._build_for(opts.binary, opts.build)
         if opts.binary not in SERVER_LIKE:
             # llama-bench has no cache flags, but its model parameters leave the cache unset, and
             # init_moe_expert_cache then reads the environment (src/llama-model.cpp at FORK_COMMIT).
@@ -365,8 +397,9 @@ IK = LlamaFamily(
             "a llama.cpp fork with the same placement flags (-ngl, -ot, --cpu-moe) and its own CPU MoE "
             "kernels; CPU experts run after the layer's GPU work",
             "github.com/ikawrakow/ik_llama.cpp", "build from source",
-            Execution.SEQUENTIAL, SERVER_LIKE, "ik", can_map=True),
-    fit_off=False, first_n_flag=False, stage_env=False, moe_cache=False, stage_flag=True)
+            Execution.SEQUENTIAL, BINARIES, "ik", can_map=True),
+    fit_off=False, first_n_flag=False, stage_env=False, moe_cache=False, stage_flag=True,
+    bench_overrides_join=BENCH_OT_JOIN["ik_llama.cpp"])
 
 FORK = LlamaFamily(
     Runtime("fork", "the llama.cpp MoE expert-cache fork",

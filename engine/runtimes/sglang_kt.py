@@ -68,7 +68,7 @@ from engine.models.model import ModelSpec
 from engine.replays.policy import Allocation, Candidate, Execution, Kind, Residency
 from engine.replays.residency import allocate_slots
 from engine.runtimes.base import APPROXIMATE, EXACT, NOT_RUN, Support  # the support levels
-from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Runtime
+from engine.runtimes.base import ExportPlan, HostUse, Launch, LaunchOptions, Placeholder, Runtime
 from engine.runtimes.kt_method import CONVERT_SCRIPT, DEFAULT_THREADPOOLS, KtMethod, kt_method
 from engine.runtimes.placement import Layout, Placement
 from engine.runtimes.sglang_memory import MIB, SglangMemory, checkpoint_of_model, sglang_memory
@@ -132,6 +132,12 @@ def total_flags(total: int, n_layers: int, n_experts: int) -> list[str]:
     return ["--kt-gpu-experts-ratio", text]
 
 
+def threadpools(plan: ExportPlan) -> int:
+    """kt-kernel's thread pools (--kt-threadpool-count, and the AMX conversion's
+    --threadpool-count): one a NUMA node, else SGLang's default."""
+    return plan.numa_nodes or DEFAULT_THREADPOOLS
+
+
 def kt_memory(model: ModelSpec, plan: ExportPlan) -> SglangMemory:
     """SGLang's arithmetic for the plan's budget, card and context."""
     checkpoint = plan.checkpoint or checkpoint_of_model(model)
@@ -141,7 +147,7 @@ def kt_memory(model: ModelSpec, plan: ExportPlan) -> SglangMemory:
 
 def method_for(model: ModelSpec, plan: ExportPlan, memory: SglangMemory) -> KtMethod:
     return kt_method(model, memory.checkpoint, amx=plan.cpu_amx, amx_note=plan.cpu_amx_note or "this CPU",
-                     threadpools=plan.numa_nodes or DEFAULT_THREADPOOLS, gguf_expert_bytes=plan.memory.expert_bytes)
+                     threadpools=threadpools(plan), gguf_expert_bytes=plan.memory.expert_bytes)
 
 
 def kt_gpu_experts(candidate: Candidate, placement: Placement, model: ModelSpec) -> int:
@@ -276,11 +282,16 @@ class SglangKt:
         if not method.runs:
             raise CopeInputError(f"sglang-kt: {method.why}")
         hf_model = opts.hf_model or model.hf_repo or model.id
-        weight_path, weight_notes = self._weight_path(method, model, opts, hf_model)
+        # One count of thread pools for the launch and for the conversion of AMX weights, whose
+        # layout has a shard a pool (convert_cpu_weights.py --threadpool-count, default 2 as SGLang's).
+        pools = threadpools(plan)
+        weight_path, weight_notes, placeholders = self._weight_path(method, model, opts, hf_model, pools)
+        if not (opts.hf_model or model.hf_repo):
+            placeholders.append(Placeholder(hf_model, "the model's Hugging Face repo id or downloaded folder, which "
+                                            "COPE does not know for this model (--hf-model REPO|DIR)"))
         argv = [*LAUNCH, "--model-path", hf_model, "--context-length", str(opts.context), *memory.flags(),
-                "--kt-method", method.name, "--kt-weight-path", weight_path, "--kt-cpuinfer", str(opts.threads)]
-        if plan.numa_nodes:
-            argv += ["--kt-threadpool-count", str(plan.numa_nodes)]
+                "--kt-method", method.name, "--kt-weight-path", weight_path, "--kt-cpuinfer", str(opts.threads),
+                "--kt-threadpool-count", str(pools)]
         notes = [f"--model-path {hf_model}: SGLang builds the GPU side from the model's Hugging Face weights "
                  f"({memory.checkpoint.label}); {method.why}", *weight_notes]
         want = kt_gpu_experts(candidate, placement, model)
@@ -304,24 +315,30 @@ class SglangKt:
             argv += ["--kt-expert-placement-strategy", "front-loading", *total_flags(n_gpu, n_layers, n_experts)]
         else:
             argv += self._frequency_args(run, model, plan, opts, env, tensors, notes)
-        return Launch(CommandLine.of_words(argv, env), (), tuple(tensors), tuple(notes))
+        return Launch(CommandLine.of_words(argv, env), (), tuple(tensors), tuple(notes), placeholders=tuple(placeholders))
 
     @staticmethod
-    def _weight_path(method: KtMethod, model: ModelSpec, opts: LaunchOptions, hf_model: str) -> tuple[str, list[str]]:
-        """--kt-weight-path and what to say about it."""
+    def _weight_path(method: KtMethod, model: ModelSpec, opts: LaunchOptions, hf_model: str,
+                     pools: int) -> tuple[str, list[str], list[Placeholder]]:
+        """--kt-weight-path, what to say about it, and the placeholder it is when COPE names
+        a folder it does not make (the converted weights)."""
         gguf = opts.model_path
         if method.reads_gguf:
             if SPLIT_GGUF.search(gguf):
                 folder = os.path.dirname(gguf) or "."
                 return folder, [f"--kt-weight-path {folder}: a split GGUF, so its folder; kt-kernel's GGUFLoader "
                                 "loads every *.gguf there in sorted order, later files overwriting earlier tensors: "
-                                "keep only this model's parts in it"]
-            return gguf, [f"--kt-weight-path {gguf}: kt-kernel reads the experts from this GGUF file"]
-        base = hf_model.rstrip("/") if os.path.isdir(os.path.expanduser(hf_model)) else model.id
+                                "keep only this model's parts in it"], []
+            return gguf, [f"--kt-weight-path {gguf}: kt-kernel reads the experts from this GGUF file"], []
+        local = os.path.isdir(os.path.expanduser(hf_model))
+        base = hf_model.rstrip("/") if local else model.id
         folder = f"{base}-{method.name}"
-        return folder, [f"--kt-weight-path {folder}: convert the experts first: python {CONVERT_SCRIPT} --input-path "
-                        f"<the folder of {hf_model}> --input-type {method.convert_input} --output {folder} "
-                        f"--quant-method {method.quant_method}"]
+        source = hf_model.rstrip("/") if local else f"<the folder of {hf_model}>"
+        convert = (f"python {CONVERT_SCRIPT} --input-path {source} --input-type {method.convert_input} --output "
+                   f"{folder} --quant-method {method.quant_method} --threadpool-count {pools}")
+        return folder, [f"--kt-weight-path {folder}: convert the experts first, with as many thread pools as "
+                        f"--kt-threadpool-count: {convert}"], \
+            [Placeholder(folder, f"the folder of {method.name} weights that this conversion writes: {convert}")]
 
     def _frequency_args(self, placement: Placement, model: ModelSpec, plan: ExportPlan, opts: LaunchOptions,
                         env: list, tensors: list, notes: list) -> list[str]:
