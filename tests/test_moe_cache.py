@@ -177,3 +177,12 @@ def test_the_cpu_share_is_read_checked_and_not_priced(run_cope):
                               "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
                               "--moe-cache-cpu-share", "0.5")
     assert code == 0 and "not modelled: --moe-cache-cpu-share" in out, err
+
+
+def test_export_llama_cache_after_advise_exports_advises_command(run_cope):
+    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
+    exported = _cope_json(run_cope, "export", "--candidate", "llama-cache", "--json")
+    assert exported["argv"] == doc["llama_cpp_cache"]["with_cache"]["argv"]
+    assert "--gpu rtx-4090" in exported["plan"]
+    code, out, err = run_cope("export", "--candidate", "llama-cache", "--runtime", "ik_llama.cpp")
+    assert code != 0 and "llama-cache" in err.strip().splitlines()[-1]
