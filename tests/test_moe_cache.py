@@ -186,3 +186,10 @@ def test_export_llama_cache_after_advise_exports_advises_command(run_cope):
     assert "--gpu rtx-4090" in exported["plan"]
     code, out, err = run_cope("export", "--candidate", "llama-cache", "--runtime", "ik_llama.cpp")
     assert code != 0 and "llama-cache" in err.strip().splitlines()[-1]
+
+
+def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope):
+    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--model", "gpt-oss-20b", "--json")
+    cache = doc["llama_cpp_cache"]
+    assert not cache["cache_wins"] and cache["partition"]["host_layers"] == 0
+    assert cache["verdict"].startswith("every expert fits on the GPU")

@@ -33,6 +33,7 @@ MIN_CACHE_MIB = 64
 class PricedCommand:
     argv: tuple[str, ...]
     n_cpu_moe: int
+    host_layers: int  # MoE layers whose experts stay in host memory
     cache_mib: int  # 0: no cache
     pinned: bool
     tpot_s: float
@@ -75,6 +76,9 @@ class CacheAdvice:
                     f"{self.with_cache.tokens_per_s:.1f} tok/s"
                     + (f", {self.speedup:.2f}x the best plain partition ({self.partition.tokens_per_s:.1f} tok/s)"
                        if self.partition is not None else ""))
+        if self.partition.host_layers == 0:
+            return (f"every expert fits on the GPU ({self.partition.tokens_per_s:.1f} tok/s): llama.cpp's expert "
+                    "cache has nothing to do here")
         return (f"a plain partition is faster than llama.cpp's expert cache here ({self.partition.tokens_per_s:.1f} "
                 f"against {self.with_cache.tokens_per_s:.1f} tok/s): the uploads of its misses cost more than "
                 "the CPU's work they save")
@@ -119,24 +123,27 @@ def search_cache(request: AdviseRequest, cost_model: CostModel, *, model_file: s
     tried = 0
     first_moe = model.moe_blocks[0]
     for n in range(first_moe, model.n_blocks + 1):  # the first N blocks' experts (dense blocks counted)
-        for pinned in (False, True):
-            plain_argv = _argv(request, model_file, n, 0, pinned)
-            plain = _price(request, cost_model, plain_argv)
-            tried += 1
-            if not plain.runs or plain.memory is None or plain.memory.vram_bytes > budget:
-                continue
-            entry = PricedCommand(tuple(plain_argv), n, 0, pinned, plain.tpot_s, plain.vram_used_bytes, plain.detail)
-            if best_plain is None or faster(entry.tpot_s, best_plain.tpot_s):
-                best_plain = entry
-            mib = int((budget - plain.memory.vram_bytes) // MIB)
-            if n == first_moe or mib < MIN_CACHE_MIB:
-                continue
+        # Without the cache the load mode changes where the weights live, not the decode price.
+        plain_argv = _argv(request, model_file, n, 0, False)
+        plain = _price(request, cost_model, plain_argv)
+        tried += 1
+        if not plain.runs or plain.memory is None or plain.memory.vram_bytes > budget:
+            continue
+        host = sum(b < n for b in model.moe_blocks)
+        entry = PricedCommand(tuple(plain_argv), n, host, 0, False, plain.tpot_s, plain.vram_used_bytes, plain.detail)
+        if best_plain is None or faster(entry.tpot_s, best_plain.tpot_s):
+            best_plain = entry
+        mib = int((budget - plain.memory.vram_bytes) // MIB)
+        if n == first_moe or mib < MIN_CACHE_MIB:
+            continue
+        for pinned in (False, True):  # uploads from the mapped file, or from pinned copies (-lm none)
             argv = _argv(request, model_file, n, mib, pinned)
             priced = _price(request, cost_model, argv)
             tried += 1
             if not priced.runs or priced.memory is None or priced.memory.vram_bytes > budget:
                 continue
-            entry = PricedCommand(tuple(argv), n, mib, pinned, priced.tpot_s, priced.vram_used_bytes, priced.detail)
+            entry = PricedCommand(tuple(argv), n, host, mib, pinned, priced.tpot_s, priced.vram_used_bytes,
+                                  priced.detail)
             if best_cache is None or faster(entry.tpot_s, best_cache.tpot_s):
                 best_cache = entry
     return CacheAdvice(best_cache, best_plain, tried)

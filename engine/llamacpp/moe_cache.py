@@ -27,6 +27,7 @@ Several GPUs split the budget by free memory or `-ts`: COPE models one card's ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -181,6 +182,7 @@ def replay_cache(ids: np.ndarray, groups: tuple[CacheGroup, ...]) -> CacheReplay
     return CacheReplay(groups, hist, segments, cached, n_tokens)
 
 
+@lru_cache(maxsize=64)
 def expert_layouts(model, quant) -> tuple[tuple[int, ...], ...]:  # type: ignore[no-untyped-def]
     """Each MoE layer's cached expert tensors (gate, up, down or gate_up, down: the weights,
     not their biases), as bytes per expert: what groups the layers. From llama.cpp's
