@@ -152,8 +152,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
     Flag("no_kv_offload", ("-nkvo", "--no-kv-offload")),  # a switch in the server, <0|1> in llama-bench
     Flag("kv_offload", ("-kvo", "--kv-offload"), False),
-    Flag("cache_type_k", ("-ctk", "--cache-type-k")),
-    Flag("cache_type_v", ("-ctv", "--cache-type-v")),
+    Flag("cache_type_k", ("-ctk", "--cache-type-k"), spelling=_all("-ctk"),
+         source="arg.cpp {-ctk,--cache-type-k}; llama-bench.cpp -ctk"),
+    Flag("cache_type_v", ("-ctv", "--cache-type-v"), spelling=_all("-ctv"),
+         source="arg.cpp {-ctv,--cache-type-v}; llama-bench.cpp -ctv"),
     # More than one GPU (common/arg.cpp at 0c1e570: -sm/--split-mode, -ts/--tensor-split,
     # -dev/--device, -mg/--main-gpu), placed by engine/llamacpp/device_split.py.
     Flag("split_mode", ("-sm", "--split-mode")),

@@ -77,6 +77,7 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         cpu_amx_note=amx_note,
         request=req if gpu.cards else None,
         gpu_backend=gpu.backend,
+        kv_cache_type=req.kv_cache_type,
     )
 
 
