@@ -58,7 +58,8 @@ import numpy as np
 
 from engine.replays.policy import Candidate
 from engine.replays.residency import ReplaySetup, ResidencyPlan
-from probes.experts import int8pack_works
+from probes import host as host_facts
+from probes.experts import ExpertLayout, expert_widths, int8pack_works
 from probes.host_pool import host_pool
 from probes.layer_step import GPU_BESIDE, DeviceSlots, LayerStep, copy_expert
 from probes.operators import ExpertShape, SharedLayerOp, TokenHeadOp
@@ -160,11 +161,8 @@ def _check_functional_fits(model: Any, quant: Any, shape: Any, n_experts: int, i
     (17.9 GB for Qwen3-30B-A3B Q4_K_M): refused in one line before it is asked for when it
     is more than this machine's available memory (a failed or overcommitted allocation
     would end the run with a traceback or the OOM killer)."""
-    from probes.experts import ExpertLayout, expert_widths
-    from probes.host import available_memory_bytes
-
     need = n_experts * ExpertLayout(shape, expert_widths(shape, int8), int8).nbytes
-    have = available_memory_bytes()
+    have = host_facts.available_memory_bytes()
     if have is not None and need > FUNCTIONAL_MEMORY_SHARE * have:
         raise NotEnoughMemory(
             f"--mode functional holds all {n_experts:,} experts of {model.name} {quant.name} in memory, "
