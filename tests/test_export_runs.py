@@ -289,3 +289,29 @@ def test_a_program_not_found_with_the_build_is_spelled_for_the_manifest_and_says
                             "llama.cpp read (llama-server --help in /opt/stock/bin)") for n in bench.notes), bench.notes
     name, words = program_of("llama.cpp", "llama-bench", bench.argv)
     assert not argv_problems(words, load("llama.cpp")["programs"][name])
+
+
+def test_every_flag_of_a_stock_command_has_its_version_note(advised):
+    """Spelled for the shipped manifest (no build read), a stock command says for every flag it
+    prints what older builds take or since when builds have it (engine/llamacpp/llamacpp_flags.py
+    `older`, `since`), unless every build since llama.cpp's 2023 releases has it (ALWAYS)."""
+    from engine.llamacpp.llamacpp_flags import FLAG_TABLE, older_spellings, version_notes_cover
+
+    seen = set()
+    for case, rec in advised.items():
+        for binary in runtime_named("llama.cpp").info.binaries:
+            written: dict[str, str] = {}  # an option -> the first setting that writes it (-ncmoe: n_cpu_moe)
+            for f in FLAG_TABLE:
+                for sp in f.spelling.get(binary, ()):
+                    written.setdefault(sp.option, f.setting)
+            for estimate in rec.estimates:
+                x = export_for(rec, estimate, binary=binary, model_path=MODEL_PATH)
+                settings = [written[w] for w in x.argv[1:] if w in written]
+                assert all(version_notes_cover(binary, k) for k in settings), (case, binary, settings)
+                (spelled,) = [n for n in x.notes if n.startswith("spelled for ")]
+                for note in older_spellings(binary, settings):
+                    assert note in spelled, (note, spelled)
+                seen.update((binary, k) for k in settings)
+    # the placement flags' notes were exercised: -ot, --n-cpu-moe (server) and -ncmoe (bench), -fa, -lm
+    assert {("llama-server", "override_tensor"), ("llama-server", "n_cpu_moe"), ("llama-bench", "n_cpu_moe"),
+            ("llama-server", "flash_attn"), ("llama-server", "no_mmap"), ("llama-bench", "no_mmap")} <= seen
