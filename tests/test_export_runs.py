@@ -113,8 +113,16 @@ def test_every_printed_command_is_one_its_runtime_and_program_run(case, advised)
             found += [f"{where} -> {x.exported_id}: {p}: {x.display()}" for p in printed_problems(runtime, binary, x, rec)]
     assert not found, f"{len(found)} printed commands would not run as printed:\n" + "\n".join(found[:8])
     assert printed > len(rec.estimates) * 2, "most exports were refused: " + "; ".join(r for _, r in refused[:3])
-    for where, message in refused:
-        assert "\n" not in message, (where, message)
+    for where, message in refused:  # one line: why, and the nearest command that does run
+        assert "\n" not in message and message.startswith("nothing COPE ranked runs on "), (where, message)
+        named = message.split("nearest that runs: cope export --candidate ")
+        assert len(named) == 2, (where, message)
+        candidate, flags = named[1].split()[0], named[1].split(" (")[0].split()
+        runtime = flags[flags.index("--runtime") + 1]
+        binary = flags[flags.index("--binary") + 1] if "--binary" in flags else None
+        kw = {} if binary is None else {"binary": binary}
+        assert export_for(rec, rec.estimate_of(candidate), runtime=runtime, model_path=MODEL_PATH, **kw).nearest_id \
+            is None, (where, message)
 
 
 @pytest.mark.parametrize("case", ["rocm", "vulkan", "two-cards"])
