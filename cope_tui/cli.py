@@ -30,7 +30,9 @@ try:
     from cope_tui.app import run_app
     from cope_tui.commands import advise, calibrate, catalog, detect, estimate, export, replay, trace, validate, verify
     from cope_tui.commands.output import clean_output, cope_version, error_line
+    from engine.core.cache_dirs import sweep_temps
     from engine.core.errors import CopeInputError
+    from engine.core.files import out_of_space
 
     if _MASK is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, _MASK)  # a Ctrl-C held meanwhile is raised here
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return _launch_app()
     on_main = threading.current_thread() is threading.main_thread()  # signals can be set only there
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    sweep_temps()  # temps a killed run left in the cache (engine/core/cache_dirs.py)
     try:
         with clean_output():  # escaped text, one-line warnings (cope_tui/commands/output.py)
             return _run(argv)
@@ -99,12 +102,23 @@ def _run(argv: list[str]) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:
+        if not out_of_space(exc):
+            return _internal_error()
+        # a write no caller checked (stdout to a full disk, a library's cache): one line
+        print(f"cope: error: out of disk space ({exc.strerror or exc}"
+              + (f": {exc.filename}" if exc.filename else "") + ")", file=sys.stderr)
+        return EXIT_INPUT
     except SystemExit as exc:  # argparse's --help and --version print, then exit 0
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except Exception:  # noqa: BLE001 - the last line of defence: report, never hide
-        traceback.print_exc()
-        print("cope: internal error (a bug): please report the message above", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error()
+
+
+def _internal_error() -> int:
+    traceback.print_exc()
+    print("cope: internal error (a bug): please report the message above", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _launch_app() -> int:

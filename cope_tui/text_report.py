@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from engine.advice.advise import Recommendation
 from engine.advice.command_estimate import CommandEstimate
 from engine.advice.run_advice import CandidateRuns, RunAdvice, plan_runs
 from engine.core.spans import count_of
+from engine.cost.estimate import Estimate
 from engine.hardware.memory import GIB
+from engine.models.model import ModelSpec
+from engine.replays.policy import Kind
 from engine.runtimes import REGISTRY, STOCK_NAME, runtime_named
 from engine.runtimes.export import Export
 from engine.runtimes.llamacpp import label_text
 from engine.traces.popularity import profile_words
 
 def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None, limit: int | None = None,
-                          model_path: str | None = None) -> str:
+                          model_path: str | None = None, heading: str = "Run this now") -> str:
     """The run-now block first, then the machine, the VRAM arithmetic and the ranking."""
     runs = runs if runs is not None else plan_runs(rec)
     req = rec.request
     gpu, cpu = req.platform.gpu, req.platform.cpu
     baseline = rec.baseline()
-    lines = [*render_run_now(rec, runs, model_path=model_path), ""]
+    lines = [*render_run_now(rec, runs, model_path=model_path, heading=heading), ""]
     lines += [
         f"COPE advise: {req.model.name} {req.quant.name}, "
         f"{gpu.name} ({gpu.vram_bytes.basis}) + {cpu.name} ({cpu.physical_cores.basis}), "
@@ -33,39 +38,43 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
         *rec.memory.lines(),
         f"  RAM: {_ram_line(runs)}",
         "",
-        f"{'rank':>4}  {'candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  runs on",
+        f"{'rank':>4}  {'llama.cpp flags, or candidate':<44} {'TPOT ms':>8} {'tok/s':>7} {'vs base':>8} {'VRAM GiB':>9} {'hits':>6}  runs on",
     ]
     shown = run_now_first(runs)
-    cut = shown if limit is None else shown[:limit]
+    runnable = [row for row in shown if row.runs]  # what some runtime runs (exactly or approximately)
+    paper = [row for row in shown if not row.runs]
+    cut = runnable if limit is None else runnable[:limit]
     rank_of = {row.id: rank for rank, row in enumerate(runs.rows, start=1)}
     now_id = runs.run_now.row.id if runs.run_now is not None else None
     for row in cut:
-        e = row.estimate
-        marks = [m for m, on in (("run now", row.id == now_id), ("baseline", e is baseline)) if on]
-        mark = " <- " + ", ".join(marks) if marks else ""
-        lines.append(
-            f"{rank_of[row.id]:>4}  {e.candidate.id:<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
-            f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}"
-            f"  {runs_on_text(row)}{mark}"
-        )
+        lines.append(_table_line(row, rank_of[row.id], baseline, now_id, req.model))
         if row.group_size > 1:
             lines.append(f"      = {row.group_size - 1} more with the same placement ({row.group_note})")
-    if len(cut) < len(shown):
-        lines.append(f"      ... {len(shown) - len(cut)} more (--all to list every candidate)")
+    if len(cut) < len(runnable):
+        lines.append(f"      ... {len(runnable) - len(cut)} more that a runtime runs (--all to list every candidate)")
+    routing = "SYNTHETIC routing" if req.trace.meta.synthetic else "replayed routing"
+    if paper and limit is not None:
+        fastest = min(paper, key=lambda r: r.estimate.tpot_s).estimate
+        lines += ["", f"On paper only: {len(paper)} more cells of the Policy Matrix that no runtime runs yet (up to "
+                  f"{fastest.tokens_per_s:.1f} tok/s on {routing}); --all lists them"]
+    elif paper:
+        lines += ["", f"On paper only (no runtime runs these yet; {routing}):"]
+        lines += [_table_line(row, rank_of[row.id], baseline, now_id, req.model) for row in paper]
     lines += ["", RUNS_ON_LEGEND]
     best = rec.best
     b = best.breakdown
-    lines += [
-        "",
-        f"Fastest on paper: {best.candidate.id}: {best.candidate.describe()}; {best.detail}; "
-        f"{runs.row(best.candidate.id).who_runs_it}",
-        f"      {best.tokens_per_s:.1f} tok/s, {baseline.tpot_s / best.tpot_s:.2f}x the baseline "
-        f"{baseline.candidate.id} ({baseline.detail}, {baseline.tokens_per_s:.1f} tok/s)",
-        f"      per token: experts {b.experts_critical_s * 1e3:.2f} ms (GPU {b.gpu_experts_s * 1e3:.2f}, "
-        f"CPU {b.cpu_experts_s * 1e3:.2f}, copies {b.copies_s * 1e3:.2f}, sync {b.sync_s * 1e3:.2f}), "
-        f"exposed prefetch {b.exposed_prefetch_s * 1e3:.2f}, shared {b.shared_s * 1e3:.2f}, "
-        f"head+sampling {b.token_overhead_s * 1e3:.2f} ms",
-    ]
+    if limit is None or best.candidate.id not in {row.id for row in paper}:
+        lines += [
+            "",
+            f"Fastest on paper: {best.candidate.id}: {best.candidate.describe()}; {best.detail}; "
+            f"{runs.row(best.candidate.id).who_runs_it}",
+            f"      {best.tokens_per_s:.1f} tok/s, {baseline.tpot_s / best.tpot_s:.2f}x the baseline "
+            f"{baseline.candidate.id} ({baseline.detail}, {baseline.tokens_per_s:.1f} tok/s)",
+            f"      per token: experts {b.experts_critical_s * 1e3:.2f} ms (GPU {b.gpu_experts_s * 1e3:.2f}, "
+            f"CPU {b.cpu_experts_s * 1e3:.2f}, copies {b.copies_s * 1e3:.2f}, sync {b.sync_s * 1e3:.2f}), "
+            f"exposed prefetch {b.exposed_prefetch_s * 1e3:.2f}, shared {b.shared_s * 1e3:.2f}, "
+            f"head+sampling {b.token_overhead_s * 1e3:.2f} ms",
+        ]
     if rec.notes:
         lines += ["", "Notes:", *[f"  - {n}" for n in rec.notes]]
     return "\n".join(lines) + "\n"
@@ -73,6 +82,32 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
 
 RUNS_ON_LEGEND = ("runs on: " + ", ".join(f"{r.info.short} = {r.info.title} ({r.info.home})"
                                            for r in REGISTRY) + "; ~ approximately; no RAM: does not fit in RAM")
+
+
+def llama_words(e: Estimate, model: ModelSpec) -> str:
+    """A standalone candidate as llama.cpp's own flags say it (`--n-cpu-moe 22`, `--cpu-moe`);
+    a Policy Matrix cell by its id."""
+    kind = e.candidate.kind
+    cpu = e.cpu_layers
+    if kind is Kind.ALL_CPU:
+        return "--cpu-moe"
+    if kind is Kind.ALL_GPU:
+        return "-ngl 99 (every expert on the GPU)"
+    if kind is Kind.PARTITION_FIRST and cpu is not None and cpu.any():
+        return f"--n-cpu-moe {model.moe_blocks[int(np.flatnonzero(cpu)[-1])] + 1}"
+    if kind is Kind.PARTITION_LAST and cpu is not None and cpu.any():
+        return f"-ot: last {int(cpu.sum())} layers' experts on the CPU"
+    return e.candidate.id
+
+
+def _table_line(row: CandidateRuns, rank: int, baseline, now_id: str | None,  # type: ignore[no-untyped-def]
+                model: ModelSpec) -> str:
+    e = row.estimate
+    marks = [m for m, on in (("run now", row.id == now_id), ("baseline", e is baseline)) if on]
+    mark = " <- " + ", ".join(marks) if marks else ""
+    return (f"{rank:>4}  {llama_words(e, model):<44} {e.tpot_s * 1e3:>8.2f} {e.tokens_per_s:>7.1f} "
+            f"{baseline.tpot_s / e.tpot_s:>7.2f}x {e.vram_used_bytes / GIB:>9.2f} {e.stats.hit_rate:>6.1%}"
+            f"  {runs_on_text(row)}{mark}")
 
 
 def run_now_first(runs: RunAdvice) -> list[CandidateRuns]:
@@ -112,7 +147,8 @@ def nothing_fits(runs: RunAdvice) -> str:
     return "Run this now: nothing COPE ranked runs on this machine"
 
 
-def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | None = None) -> list[str]:
+def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | None = None,
+                   heading: str = "Run this now") -> list[str]:
     """'Run this now': the best candidate an installed runtime runs (else the best stock
     llama.cpp runs), its command and figures; then how much faster another runtime is."""
     now = runs.run_now
@@ -124,7 +160,7 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
     host = now.host
     held = "mapped" if host.mapped else ("copied" if runtime.can_map else "held by the runtime")
     lines = [
-        f"Run this now: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
+        f"{heading}: {e.candidate.id} with {runtime.title}" + _fastest_by(runs),
         f"  {e.tokens_per_s:.1f} tok/s ({e.tpot_s * 1e3:.2f} ms/token), VRAM {e.vram_used_bytes / GIB:.2f} GiB, "
         f"RAM {host.fit.need_bytes / GIB:.1f} GiB ({held}); {e.detail}",
         *_request_line(runs, e.candidate.id),
@@ -244,8 +280,10 @@ def _best_lines(est: CommandEstimate) -> list[str]:
     runtime runs yet), each against the command."""
     run, best = est.runnable, est.best
     assert run is not None and best is not None
-    said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
-    versus = f"  ({said})" if est.runnable_is is not None else ""
+    versus = ""
+    if est.runnable_is is not None:  # None: the command is not priced (refused), nothing to compare with
+        said = best_text(est) if run is best else _versus(est.runnable_is, est.runnable_speedup or 0.0)
+        versus = f"  ({said})"
     lines = [f"{runnable_label(est)}:",
              *_priced_lines("               ", f"{run.candidate.id}: {run.detail}", run.tpot_s,
                             run.vram_used_bytes, versus)]
@@ -270,6 +308,8 @@ def rank_text(est: CommandEstimate) -> str:
 
 def best_text(est: CommandEstimate) -> str:
     """COPE's best against the command, said as an improvement only when it is faster."""
+    if est.speedup is None:  # the command is not priced: there is no ratio to give
+        return "yours is not priced"
     if est.best_is == "as_fast":
         return "as fast as yours: yours is already the fastest"
     if est.best_is == "slower":

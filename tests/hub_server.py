@@ -25,6 +25,13 @@ Failures, per file (`fail`), consumed in order; `times=None` keeps one forever:
 - `corrupt=True`: GET sends the content with its first byte flipped (ETag unchanged: a
   checksum mismatch);
 - `methods=("GET",)`: fail only those methods (default: HEAD and GET).
+Hostile servers (issue 47): `retry_after="3600"` with a status (a 429/503 asking to wait);
+`delay_s=S` (no answer for S seconds: a HEAD that never answers); `drop=True` (the
+connection closed without an answer); `stall_s=S` (GET: the headers and `truncate_to` bytes,
+then nothing for S seconds); `trickle_s=S` (GET: a byte every S seconds);
+`redirect_loop=True` (302 to itself, forever); `declared_length=N` (announce N bytes).
+`hub.tree_loop = True`: the file list's next page is itself; `hub.agent_registry = b"..."`:
+what huggingface_hub's agent registry route answers.
 Uploads (what huggingface_hub 2.4.0's `HfApi.create_repo` and `upload_folder` call), each
 refused with 401 without an `Authorization` header:
 - `POST /api/repos/create` ({"name", "organization", "type", "visibility"}): creates an empty
@@ -46,6 +53,7 @@ import json
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
@@ -71,6 +79,14 @@ class Failure:
     corrupt: bool = False
     methods: tuple[str, ...] = ("HEAD", "GET")
     times: int | None = 1  # None: forever
+    # hostile servers (issue 47)
+    retry_after: str | None = None  # with `status`: a Retry-After header
+    delay_s: float = 0.0  # wait this long before answering at all (a HEAD that never answers)
+    drop: bool = False  # close the connection without an answer
+    stall_s: float = 0.0  # GET: send the headers and `truncate_to` bytes (or none), then wait this long
+    trickle_s: float = 0.0  # GET: send the body a byte at a time, this long between bytes
+    redirect_loop: bool = False  # answer 302 to the same path, forever
+    declared_length: int | None = None  # GET/HEAD: announce this Content-Length (the body is the real one)
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,8 @@ class FakeHub:
         self.failures: dict[tuple[str, str, str], list[Failure]] = {}
         self.requests: list[Request] = []
         self.created: dict[tuple[str, str], str] = {}  # (repo type, repo id) -> visibility
+        self.tree_loop = False  # the file list's next page is itself (a list that never ends)
+        self.agent_registry: bytes | None = None  # what /api/agent-harnesses answers (None: 404)
         self._lock = threading.Lock()
         for key, data in (files or {}).items():
             self.add(*key, data)
@@ -139,7 +157,7 @@ class FakeHub:
         class Handler(_Handler):
             fake_hub = hub
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
         self._thread.start()
@@ -173,6 +191,11 @@ class FakeHub:
     def _log(self, request: Request) -> None:
         with self._lock:
             self.requests.append(request)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up on a hostile answer is expected: no traceback on stderr."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -239,6 +262,8 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------------------------
     def _serve(self, method: str) -> None:
         path = unquote(urlsplit(self.path).path)
+        if path == "/api/agent-harnesses" and self.fake_hub.agent_registry is not None:
+            return self._reply(method, path, 200, self.fake_hub.agent_registry, {"Content-Type": "application/json"})
         if path == "/":  # the endpoint's root: COPE's is-the-Hub-there check, not logged
             self.send_response(200)
             self.send_header("Content-Length", "0")
@@ -261,9 +286,12 @@ class _Handler(BaseHTTPRequestHandler):
         commit = hub.commit(repo_type, repo_id)
         key = (repo_type, repo_id, filename)
         failure = hub._take_failure(key, method)
+        if failure is not None and self._hostile(method, path, failure, commit):
+            return
         if failure is not None and failure.status is not None:
+            extra = {"Retry-After": failure.retry_after} if failure.retry_after is not None else {}
             return self._reply(method, path, failure.status, b"injected failure",
-                               {"X-Repo-Commit": commit})
+                               {"X-Repo-Commit": commit, **extra})
         if not files:
             return self._reply(method, path, 404, b"Repository not found",
                                {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
@@ -292,7 +320,59 @@ class _Handler(BaseHTTPRequestHandler):
         send = body
         if method == "GET" and failure and failure.truncate_to is not None:
             send = body[:failure.truncate_to]
+        if failure and (failure.stall_s or failure.trickle_s or failure.declared_length is not None):
+            return self._slow_body(method, path, status, body, headers, failure)
         self._reply(method, path, status, body, headers, send=send)
+
+    def _hostile(self, method: str, path: str, failure: Failure, commit: str) -> bool:
+        """A failure that is no HTTP answer at all, or a redirect loop: served here (True)."""
+        if failure.delay_s:
+            self.fake_hub._log(Request(method, path, self.headers.get("Range"), 0, 0))
+            time.sleep(failure.delay_s)
+        if failure.drop:
+            self.fake_hub._log(Request(method, path, self.headers.get("Range"), 0, 0))
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return True
+        if failure.redirect_loop:
+            self._reply(method, path, 302, b"", {"Location": path, "X-Repo-Commit": commit})
+            return True
+        if failure.delay_s > 0 and failure.status is None and not (failure.stall_s or failure.trickle_s):
+            self.close_connection = True  # waited, then gone without an answer
+            return True
+        return False
+
+    def _slow_body(self, method, path, status, body: bytes, headers: dict[str, str], failure: Failure) -> None:
+        """The headers now (Content-Length as declared), then the body slowly, or part and a stall."""
+        length = failure.declared_length if failure.declared_length is not None else len(body)
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.fake_hub._log(Request(method, path, self.headers.get("Range"), status, 0))
+        self.close_connection = True
+        if method != "GET":
+            return
+        try:
+            if failure.stall_s:
+                self.wfile.write(body[:failure.truncate_to or 0])
+                self.wfile.flush()
+                time.sleep(failure.stall_s)
+            elif failure.trickle_s:
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(failure.trickle_s)
+            else:
+                self.wfile.write(body)
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _api(self, method, path, repo_type, repo_id, tree_rev, folder) -> None:
         files = self._repo_files(repo_type, repo_id)
@@ -304,6 +384,10 @@ class _Handler(BaseHTTPRequestHandler):
             prefix = (folder.rstrip("/") + "/") if folder else ""
             doc = [{"type": "file", "path": f, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
                    for f, d in sorted(files.items()) if f.startswith(prefix)]
+            if self.fake_hub.tree_loop:  # a file list whose next page is itself, forever
+                return self._reply(method, path, 200, json.dumps(doc).encode(),
+                                   {"Content-Type": "application/json", "X-Repo-Commit": commit,
+                                    "Link": f'<{self.fake_hub.endpoint}{self.path}>; rel="next"'})
         else:
             doc = {"id": repo_id, "sha": commit, "private": False,
                    "siblings": [{"rfilename": f, "size": len(d)} for f, d in sorted(files.items())]}

@@ -115,7 +115,8 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         for e, r in zip(rec.estimates, cli_rows):
             assert (e.tpot_s, e.vram_used_bytes) == (r["tpot_s"], r["vram_used_bytes"]), r["id"]
         # the whole document the CLI writes, from the app's advice and its runs (less what the CLI adds)
-        whole = {k: v for k, v in doc.items() if k not in ("runtimes", "workload", "export")}
+        whole = {k: v for k, v in doc.items()
+                 if k not in ("runtimes", "workload", "export", "llama_cpp_cache", "llama_cpp_default")}
         assert _same(recommendation_to_dict(rec, app.runs)) == whole
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:

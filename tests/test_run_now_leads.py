@@ -13,7 +13,7 @@ FAST = ["--tokens", "200", "--cpu", "desktop-ddr5"]
 
 def _table(out: str) -> list[str]:
     lines = out.splitlines()
-    head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank  candidate"))
+    head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank  llama.cpp flags, or candidate"))
     rows = []
     for line in lines[head + 1:]:
         if not line.strip() or not line.lstrip()[0].isdigit():
@@ -25,20 +25,29 @@ def _table(out: str) -> list[str]:
 def test_advise_text_lists_the_run_now_row_first(capsys):
     assert main(["advise", *FAST]) == EXIT_OK
     out = capsys.readouterr().out
-    run_now = out.splitlines()[0]
-    assert run_now.startswith("Run this now: ")
-    now_id = run_now.split()[3]
+    assert out.splitlines()[0].startswith("Run this now: ")
+    # the ranking's pick: first when llama.cpp's expert cache does not win, else the block after the cache's
+    run_now = next(line for line in out.splitlines()
+                   if line.startswith(("Run this now: ", "Without llama.cpp's expert cache")) and " with " in line
+                   and "expert cache (b" not in line)
     rows = _table(out)
     first = rows[0].split()
-    assert first[1] == now_id and rows[0].endswith(("<- run now", "<- run now, baseline"))
+    assert rows[0].endswith(("<- run now", "<- run now, baseline"))
     assert "stock" in first  # what runs now runs on a runtime
+    assert "partition-first" in run_now and first[1] == "--n-cpu-moe"  # llama.cpp's flags, not the paper's id
     ranks = [int(r.split()[0]) for r in rows[1:]]
     assert ranks == sorted(ranks)  # the others keep their rank order
-    paper = next(line for line in out.splitlines() if line.startswith("Fastest on paper: "))
-    paper_row = next(r for r in rows if r.split()[0] == "1")
-    assert paper.split()[3].rstrip(":") == paper_row.split()[1]
-    if paper_row.split()[-1] == "none":
-        assert paper.endswith("no runtime runs it yet")
+    # the default table holds only what some runtime runs; the rest is one line with no candidate named
+    assert all(r.split("  ")[-1].split("<-")[0].strip() != "none" for r in rows)
+    paper_only = [line for line in out.splitlines() if line.startswith("On paper only: ")]
+    assert len(paper_only) == 1 and "--all lists them" in paper_only[0]
+    # the fastest on paper is named by default only when some runtime runs it
+    assert not any(line.startswith("Fastest on paper: ") and line.endswith("no runtime runs it yet")
+                   for line in out.splitlines())
+    assert main(["advise", *FAST, "--all"]) == EXIT_OK
+    everything = capsys.readouterr().out
+    assert any(line.startswith("Fastest on paper: ") for line in everything.splitlines())
+    assert "On paper only (no runtime runs these yet" in everything
 
 
 def test_advise_json_leads_with_run_now_and_labels_the_paper_optimum(capsys):

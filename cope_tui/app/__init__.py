@@ -7,9 +7,14 @@ classes for progress (messages.py) and the Textual-free work the workers run
 
 from __future__ import annotations
 
+from cope_tui.sources.hub_policy import set_narrator
+
 
 def run_app() -> int:
     from cope_tui.app.app import CopeApp
 
-    CopeApp().run()
+    app = CopeApp()
+    # a Hub wait said while the app runs: a notification, never a line over the screen
+    set_narrator(lambda line: app.call_from_thread(app.say, line, "warning"))
+    app.run()
     return 0

@@ -19,7 +19,11 @@ from cope_tui.service.runtimes import run_advice, scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
+from engine.advice.cache_search import render_cache_advice, search_cache
+from engine.advice.llama_default import llama_default
 from engine.advice.report import recommendation_to_dict
+from engine.hardware.gpu_set import cards_of
+from engine.runtimes import STOCK_NAME
 from engine.core.cache_dirs import exports_dir
 from engine.core.errors import CopeInputError
 from engine.hardware.platform import NO_GPU
@@ -53,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
     export = export_command(advice, ExportAsk(), ranking=ranking, builds=scan.builds) if args.export else None
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
+    cache = _cache_advice(advice)
+    default = _llama_default(advice, runs, cache)
     if args.json:
         doc = recommendation_to_dict(recommendation, runs)
+        doc["llama_cpp_cache"] = cache.to_dict() if cache is not None else None
+        doc["llama_cpp_default"] = default.to_dict() if default is not None else None
         doc["runtimes"] = scan.to_dict()
         if ranking is not None:
             doc["workload"] = ranking.to_dict()
@@ -62,13 +70,50 @@ def run(args: argparse.Namespace) -> int:
             doc["export"] = export.to_dict()
         write_json(doc)
     else:
-        sys.stdout.write(render_recommendation(recommendation, runs=runs, limit=None if args.all else 15))
+        wins = cache is not None and cache.cache_wins
+        text = render_recommendation(recommendation, runs=runs, limit=None if args.all else 15,
+                                     heading="Without llama.cpp's expert cache (any build), run" if wins
+                                     else "Run this now")
+        if cache is not None:
+            synthetic = recommendation.request.trace.meta.origin == "synthetic"
+            block = "\n".join(render_cache_advice(cache, build=scan.builds.get(STOCK_NAME), synthetic=synthetic))
+            # the cache's command first when it wins, else its one line after the run-now block
+            if default is not None:
+                block += "\n  " + default.line()
+            head, sep, rest = text.partition("\n\n")
+            text = f"{block}\n\n{text}" if wins else f"{head}\n{block}{sep}{rest}"
+        sys.stdout.write(text)
         if ranking is not None:
             sys.stdout.write("\n" + render_workload(ranking, recommendation, limit=None if args.all else 10))
         if export is not None:
             what = "the fastest estimate" if ranking is None else "the fastest request"
             sys.stdout.write(f"\nllama.cpp command for {what}:\n" + render_export(export))
     return EXIT_OK
+
+
+def _cache_advice(advice):  # type: ignore[no-untyped-def]
+    """llama.cpp's own expert cache searched beside the ranking (one GPU only: COPE models
+    one card's cache)."""
+    request = advice.rec.request
+    if len(cards_of(request.platform.gpu)) != 1:
+        return None
+    return search_cache(request, advice.cost_model)
+
+
+def _llama_default(advice, runs, cache):  # type: ignore[no-untyped-def]
+    """The command advise leads with, against llama.cpp's own placement of it (--fit)."""
+    if cache is None:
+        return None
+    request = advice.rec.request
+    if cache.cache_wins:
+        pick = cache.with_cache
+        return llama_default(request, advice.cost_model, pick.argv, pick.tpot_s)
+    if runs.run_now is None:
+        return None
+    export = runs.export(advice.rec, runs.run_now)
+    if export.runtime != STOCK_NAME:
+        return None
+    return llama_default(request, advice.cost_model, export.argv, runs.run_now.estimate.tpot_s)
 
 
 def keep_plan(choices) -> None:  # type: ignore[no-untyped-def]

@@ -60,34 +60,39 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, words: list[str], command, est) -> int:  # type: ignore[no-untyped-def]
     if args.json:
-        best = est.best
-        write_json({
-            "command": {
-                "argv": words, "tool": command.tool, "model_path": command.model_path,
-                "model_source": command.model_source or None,
-                "threads": command.threads, "context": command.context, "depth": command.n_depth,
-                "cpu_moe_blocks": list(est.cpu_moe_blocks),
-                "stages_cpu_experts": est.stages,
-                "maps_to": est.maps_to,
-                "unknown_flags": list(command.unknown),
-            },
-            "yours": _yours_dict(est),
-            # what runs first: COPE's best that the exported command's runtime runs
-            "best_that_runs": _priced(est.runnable, est.export.runtime if est.export is not None else None,
-                                      speedup=est.runnable_speedup, versus=est.runnable_is),
-            # rank 1 on paper (the "best" of schema 2), with the runtime it needs in words
-            "best": None if best is None else {**_priced(best, None, speedup=est.speedup, versus=est.best_is),
-                                               "runs_on": est.paper_runs_on},
-            "no_ranking": est.no_ranking,
-            "speedup_of_best": est.speedup,
-            "best_is": est.best_is,
-            "nearest_is": est.nearest_is,
-            "export": None if est.export is None else est.export.to_dict(),
-            "notes": list(est.notes + est.ranking_notes),
-        })
+        write_json(estimate_document(words, command, est))
         return EXIT_OK
     sys.stdout.write(render_command_estimate(est))
     return EXIT_OK
+
+
+def estimate_document(words: list[str], command, est) -> dict:  # type: ignore[no-untyped-def]
+    """What `cope estimate --json` writes (before its version fields)."""
+    best = est.best
+    return {
+        "command": {
+            "argv": words, "tool": command.tool, "model_path": command.model_path,
+            "model_source": command.model_source or None,
+            "threads": command.threads, "context": command.context, "depth": command.n_depth,
+            "cpu_moe_blocks": list(est.cpu_moe_blocks),
+            "stages_cpu_experts": est.stages,
+            "maps_to": est.maps_to,
+            "unknown_flags": list(command.unknown),
+        },
+        "yours": _yours_dict(est),
+        # what runs first: COPE's best that the exported command's runtime runs
+        "best_that_runs": _priced(est.runnable, est.export.runtime if est.export is not None else None,
+                                  speedup=est.runnable_speedup, versus=est.runnable_is),
+        # rank 1 on paper (the "best" of schema 2), with the runtime it needs in words
+        "best": None if best is None else {**_priced(best, None, speedup=est.speedup, versus=est.best_is),
+                                           "runs_on": est.paper_runs_on},
+        "no_ranking": est.no_ranking,
+        "speedup_of_best": est.speedup,
+        "best_is": est.best_is,
+        "nearest_is": est.nearest_is,
+        "export": None if est.export is None else est.export.to_dict(),
+        "notes": list(est.notes + est.ranking_notes),
+    }
 
 
 def _priced(e, runtime: str | None, *, speedup: float | None, versus: str | None) -> dict | None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ import sys
 from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_for, reused_choices
 from cope_tui.exit_codes import EXIT_OK
+from cope_tui.service.cache_export import LLAMA_CACHE_ID, cache_export
 from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.service.workload import rank, workload_of
@@ -28,7 +29,9 @@ RUNTIME_CHOICES = (*RUNTIME_NAMES, *ALIASES)  # the registry's names, and the ea
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="the command line (and artefacts) that runs one candidate")
-    p.add_argument("--candidate", required=True, metavar="ID", help="candidate id, as `cope advise` lists it")
+    p.add_argument("--candidate", required=True, metavar="ID",
+                   help="candidate id, as `cope advise` lists it, or llama-cache: stock llama.cpp with its own expert "
+                        "cache (--moe-cache-mib), as cope advise leads with it")
     p.add_argument("--runtime", choices=RUNTIME_CHOICES, default=STOCK_NAME,
                    help="llama.cpp (stock, the default; 'stock' says the same), ik_llama.cpp, fork (the llama.cpp "
                         "MoE expert-cache fork, --moe-cache-profile) or sglang-kt (SGLang + kt-kernel)")
@@ -55,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
     advice = advice_for(args, choices)
     ask = ExportAsk(candidate_id=args.candidate, runtime=args.runtime, binary=args.binary,
                     model_path=args.model_path, hf_model=args.hf_model, out=args.out or None)
-    export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
-                            builds=scan_runtimes(args.llama_bin).builds)  # -b/-ub only for a named workload
+    if args.candidate == LLAMA_CACHE_ID:  # llama.cpp's own expert cache, as cope advise leads with it
+        export = cache_export(advice, runtime=args.runtime, binary=args.binary, model_path=args.model_path)
+    else:
+        export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
+                                builds=scan_runtimes(args.llama_bin).builds)  # -b/-ub only for a named workload
     for note in export.notes:
         if note.startswith(("SYNTHETIC", "does not fit")):
             print(f"cope: warning: {note}", file=sys.stderr)

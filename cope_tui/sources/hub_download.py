@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cope_tui.sources.hub_model import hub_endpoint, hub_error, hub_offline, not_reached, short_error
 from cope_tui.sources.hub_net import unreachable
+from cope_tui.sources.hub_policy import hub_call, progressed
 from engine.core.errors import CopeInputError
 from engine.core.progress import Cancelled, Progress
 
@@ -37,8 +38,12 @@ def list_files(repo_id: str, repo_type: str, revision: str | None) -> list[str]:
     away = _unreachable(where)
     if away is not None:
         raise not_reached(where, away, "its file list cannot be read (name a file: REPO/FILE)", repo_id)
+    url = f"{where}/api/{repo_type}s/{repo_id}/tree/{revision or 'main'}"
     try:
-        return list(HfApi(endpoint=where).list_repo_files(repo_id, repo_type=repo_type, revision=revision))
+        return hub_call(url, lambda: list(HfApi(endpoint=where).list_repo_files(repo_id, repo_type=repo_type,
+                                                                                 revision=revision)), where=repo_id)
+    except CopeInputError:
+        raise
     except hf.HFValidationError as exc:
         raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
     except Exception as exc:  # noqa: BLE001 - any client or network failure: one line
@@ -61,8 +66,10 @@ def file_size(repo_id: str, filename: str, repo_type: str, revision: str | None)
     away = _unreachable(where)
     if away is not None:
         return None  # the size is unknown; the download itself says what is wrong
+    url = resolve_url(where, repo_id, filename, repo_type, revision)
     try:
-        info = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where, dry_run=True)
+        info = hub_call(url, lambda: hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision,
+                                                     endpoint=where, dry_run=True), where=f"{repo_id}/{filename}")
     except hf.HFValidationError as exc:
         raise CopeInputError(f"not a valid Hugging Face repo id or file name: {short_error(exc)}",
                              path=f"{repo_id}/{filename}") from None
@@ -86,6 +93,7 @@ def _progress_class(progress: Progress | None, cancel: threading.Event | None, l
             if cancel is not None and cancel.is_set():
                 raise Cancelled
             self._done += int(n or 0)
+            progressed()  # the download's stall clock (hub_policy)
             if progress is not None:
                 progress(self._done, self._total, label)
             return super().update(n)
@@ -104,10 +112,14 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
     if cancel is not None and cancel.is_set():
         raise Cancelled
     away = _unreachable(where_hub)  # no Hub: the cache, without the client's retries
+    url = resolve_url(where_hub, repo_id, filename, repo_type, revision)
     try:
-        local = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where_hub,
-                                tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"),
-                                local_files_only=away is not None)
+        # held to the deadline only while no byte arrives (hub_policy): a big trace takes its time
+        local = hub_call(url, lambda: hf_hub_download(
+            repo_id, filename, repo_type=repo_type, revision=revision, endpoint=where_hub,
+            tqdm_class=_progress_class(progress, cancel, f"downloading {filename}"),
+            local_files_only=away is not None), where=where, stall_only=True, raw=True, cancel=cancel,
+            on_timeout=lambda: remove_incomplete(repo_id, repo_type))
     except hf.LocalEntryNotFoundError if away is not None else () as exc:  # type: ignore[misc]
         raise not_reached(where_hub, away, f"{filename} is not in the Hub cache", where) from None
     except Cancelled:
@@ -119,6 +131,9 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
     except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as exc:
         remove_incomplete(repo_id, repo_type)
         raise hub_error(exc, repo_id, filename, where_hub) from None
+    except CopeInputError:  # the deadline, or a fault hub_call named
+        remove_incomplete(repo_id, repo_type)
+        raise
     except Exception as exc:  # noqa: BLE001 - a dropped connection, a short body, a disk error: one line
         remove_incomplete(repo_id, repo_type)
         raise CopeInputError(f"download from the Hub at {where_hub} failed: {short_error(exc)}; nothing was kept, "
@@ -128,6 +143,12 @@ def download(repo_id: str, filename: str, repo_type: str, revision: str | None, 
         snapshot = snapshot.parent
     commit = snapshot.name if re.match(r"^[0-9a-f]{40}$", snapshot.name) else None
     return local, commit
+
+
+def resolve_url(endpoint: str, repo_id: str, filename: str, repo_type: str, revision: str | None) -> str:
+    """The file's URL on the Hub, as said in errors."""
+    prefix = {"dataset": "datasets/", "space": "spaces/"}.get(repo_type, "")
+    return f"{endpoint}/{prefix}{repo_id}/resolve/{revision or 'main'}/{filename}"
 
 
 def _repo_cache(repo_id: str, repo_type: str) -> Path:

@@ -18,14 +18,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import warnings
+from pathlib import Path
 
 from engine.core.errors import CopeInputError
+from engine.core.files import set_aside_saying
+from engine.core.input_limits import CONFIG_JSON_MAX_BYTES
 from engine.models.hf_config import model_from_hf_config
 from engine.models.model import ModelSpec
 
 from cope_tui.sources.gguf_header import GGUFHeader, NeedMoreBytes, parse_header_prefix
 from cope_tui.sources.gguf_model import model_from_gguf, model_from_gguf_headers, split_names
 from cope_tui.sources.hub_net import unreachable
+from cope_tui.sources.hub_policy import hub_call, short_error
 
 FIRST_READ_BYTES = 2 * 2**20  # most headers fit; tokenizer-heavy ones take a second read
 MAX_HEADER_BYTES = 512 * 2**20
@@ -90,37 +95,117 @@ def not_reached(endpoint: str, why: str, then: str, where: str) -> CopeInputErro
                           "or set HF_HUB_OFFLINE=1 to use only the Hub cache", path=where)
 
 
-def short_error(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 # --- config.json ---------------------------------------------------------------------
 
 
 def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> ModelSpec:
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    """The model of `repo_id`'s config.json: its size checked before its body is fetched,
+    and a cached copy that cannot be read set aside and fetched again (said in a warning)."""
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
     endpoint = hub_endpoint()
-    away = None if hub_offline() else unreachable(endpoint)  # no Hub: the cache, without retries
-    try:
-        local = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint,
-                                local_files_only=away is not None)
-    except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.HFValidationError,
-            OSError, ValueError) as exc:
-        if isinstance(exc, hf.HFValidationError):
-            raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
-        if away is not None:
-            raise not_reached(endpoint, away, "config.json is not in the Hub cache", _where(repo_id, "config.json"))
-        raise hub_error(exc, repo_id, "config.json", endpoint) from None
     where = _where(repo_id, "config.json")
+    away = None if hub_offline() else unreachable(endpoint)  # no Hub: the cache, without retries
+    url = f"{endpoint}/{repo_id}/resolve/{revision or 'main'}/config.json"
+    local, cached = _config_json(repo_id, revision, endpoint, url, away, where)
     try:
         model = model_from_hf_config(local)
     except CopeInputError as exc:
-        raise exc.relabelled(where) from None
+        if not cached:  # fresh from the Hub and unusable: not kept in the Hub cache either
+            _forget(local)
+            raise exc.relabelled(where) from None
+        aside = _set_aside_cached(local)
+        warnings.warn(HubCacheWarning(f"{where}: the Hub cache's copy ({local}) cannot be used ({exc.message}); "
+                                      f"{aside}"), stacklevel=2)
+        if away is not None or hub_offline():
+            raise CopeInputError(f"the Hub cache's copy of config.json ({local}) cannot be used ({exc.message}); "
+                                 f"{aside}, and the Hub cannot be asked for it again now (offline)",
+                                 path=where) from None
+        local, _ = _config_json(repo_id, revision, endpoint, url, away, where)
+        try:
+            model = model_from_hf_config(local)
+        except CopeInputError as again:
+            _forget(local)
+            raise again.relabelled(where) from None
+    except hf.HFValidationError as exc:  # pragma: no cover - refused before the fetch
+        raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
     return dataclasses.replace(model, hf_repo=repo_id,
                                source=f"config.json of {repo_id} on the Hugging Face Hub (cached at {local})")
+
+
+class HubCacheWarning(UserWarning):
+    """A file in the Hub cache that could not be used (set aside, fetched again)."""
+
+
+def _config_json(repo_id: str, revision: str | None, endpoint: str, url: str, away: str | None,
+                 where: str) -> tuple[str, bool]:
+    """(the local config.json, whether it was in the Hub cache already), its declared size
+    checked before its body is fetched; one line for every failure."""
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub import errors as hf  # noqa: PLC0415
+
+    offline = away is not None or hub_offline()
+
+    def fetch() -> tuple[str, bool]:
+        if not offline:
+            info = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint, dry_run=True)
+            size = getattr(info, "file_size", None)
+            if size is not None and size > CONFIG_JSON_MAX_BYTES:
+                raise CopeInputError(f"the Hub declares config.json at {size:,} bytes, more than a config.json "
+                                     f"takes ({CONFIG_JSON_MAX_BYTES // 2**20} MiB): not downloaded", path=where)
+            cached = bool(getattr(info, "is_cached", False)) and not getattr(info, "will_download", True)
+        else:
+            cached = True
+        return hf_hub_download(repo_id, "config.json", revision=revision, endpoint=endpoint,
+                               local_files_only=offline), cached
+
+    try:
+        return hub_call(url, fetch, where=where, on_timeout=lambda: remove_incomplete_model(repo_id))
+    except (hf.HfHubHTTPError, hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.HFValidationError,
+            hf.EntryNotFoundError) as exc:
+        remove_incomplete_model(repo_id)
+        if isinstance(exc, hf.HFValidationError):
+            raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
+        if away is not None:
+            raise not_reached(endpoint, away, "config.json is not in the Hub cache", where) from None
+        raise hub_error(exc, repo_id, "config.json", endpoint) from None
+    except CopeInputError:
+        remove_incomplete_model(repo_id)
+        raise
+
+
+def remove_incomplete_model(repo_id: str) -> None:
+    """Drop the client's partial downloads of a model repo (a fetch cut short)."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    try:
+        for p in (Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "blobs").glob("*.incomplete"):
+            p.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _set_aside_cached(local: str) -> str:
+    """Move a Hub cache file that cannot be used out of the way (its blob kept beside, renamed,
+    for a look; the snapshot's link removed), so the next fetch gets it again."""
+    blob = Path(os.path.realpath(local))
+    said = set_aside_saying(blob)
+    if Path(local).is_symlink():
+        try:
+            Path(local).unlink()
+        except OSError:
+            pass
+    return said
+
+
+def _forget(local: str) -> None:
+    """Delete a fetched file that is refused: the snapshot entry and its blob."""
+    blob = os.path.realpath(local)
+    for path in {local, blob}:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 # --- a remote GGUF's header --------------------------------------------------------
@@ -190,7 +275,9 @@ def read_remote_header(repo_id: str, filename: str, *, revision: str | None = No
     while True:
         before = len(buf)
         try:
-            total = _fetch_range(session, url, headers, buf, want, total)
+            asked = total
+            total = hub_call(url, lambda: _fetch_range(session, url, headers, buf, want, asked), where=where,
+                             raw=True, on_timeout=buf.clear)
             if len(buf) == before:  # nothing more came: the file ends here
                 total = len(buf)
         except httpx2.HTTPError as exc:

@@ -40,6 +40,7 @@ from engine.llamacpp.llama_placement import (
     placement_memory,
     placement_of,
 )
+from engine.llamacpp.moe_cache_price import CacheSetting, cache_for_placement, describe_cache
 from engine.models.model import ModelSpec
 from engine.models.model_names import model_from_file_name
 from engine.runtimes.export import Export
@@ -237,8 +238,11 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         detail += ", as llama.cpp's --fit places it" if fit.unpriced is None else " (before llama.cpp's --fit)"
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
     cards = None
-    if has_gpu and (len(cards_of(request.platform.gpu)) > 1 or command.multi_gpu):
-        try:  # two or more cards, or a command that names another (engine/llamacpp/card_price.py)
+    names_devices = command.devices or command.split_mode or command.main_gpu is not None
+    if has_gpu and (len(cards_of(request.platform.gpu)) > 1 or command.multi_gpu or names_devices):
+        # two or more cards, or a command that names another or chooses its devices (-dev none,
+        # -sm none -mg -1: no GPU at all) (engine/llamacpp/card_price.py)
+        try:
             cards = place_on_cards(request, command, kv_offload=not command.no_kv_offload,
                                    extra_buffer_bytes=_extra_buffer_bytes(model, command))
         except NotPriced as why:
@@ -248,6 +252,21 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     refused = buffer_problem(command)
     if refused is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
+    cached = None
+    if command.moe_cache_mib and has_gpu:
+        if cards is not None and len(cards.devices.names) > 1:
+            return CommandPrice(detail, None, memory, cost_model.fidelity,
+                                "not modelled: llama.cpp's expert cache over two or more cards (COPE models "
+                                "one card's cache)", fit=fit)
+        if command.moe_cache_cpu_share:
+            return CommandPrice(detail, None, memory, cost_model.fidelity,
+                                "not modelled: --moe-cache-cpu-share (which misses llama.cpp computes on the CPU "
+                                "was not read in its source; COPE prices the cache with every miss uploaded: "
+                                "leave it out or give 0)", fit=fit)
+        setting = CacheSetting(command.moe_cache_mib, pinned=command.no_mmap)
+        cached = cache_for_placement(request, cost_model, placement.gpu_blocks, placement.expert_cpu_share, setting)
+        memory = replace(memory, vram_bytes=memory.vram_bytes + cached.replay.vram_bytes)
+        detail += "; " + describe_cache(cached)
     if fit is not None and fit.unpriced is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, fit.unpriced, fit=fit)
     if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
@@ -256,7 +275,8 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
-    cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload)
+    cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload,
+                          cached=cached)
     if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
         cost, card_note = card_cost(request, command, cards, cost,
                                     float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]

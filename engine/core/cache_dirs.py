@@ -26,6 +26,8 @@ from pathlib import Path
 
 import platformdirs
 
+from engine.core.files import remove_stale_temps
+
 CACHE_ENV = "COPE_CACHE_DIR"
 APP_NAME = "cope"
 TRACE_SUFFIX = ".cope.npz"
@@ -115,3 +117,14 @@ def cached_traces(model_id: str) -> list[Path]:
     except OSError:
         return []
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+
+
+def sweep_temps(root: str | os.PathLike | None = None) -> list[str]:
+    """Remove what killed runs left mid-write in the cache (their temps: see
+    engine.core.files.remove_stale_temps), in the root and the folders under it: done at
+    every start, so a run killed while writing a cache entry costs nothing later."""
+    base = cache_root(root)
+    removed = []
+    for folder in (base, traces_dir(root), profiles_dir(root), locks_dir(root), machine_dir(root), base / "imatrix"):
+        removed += [str(folder / name) for name in remove_stale_temps(folder)]
+    return removed

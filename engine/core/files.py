@@ -14,8 +14,10 @@ with `write_all`, which refuses a link, and writes several files all or none.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -95,7 +97,9 @@ def write_all(files: list[tuple[str | os.PathLike, Callable[[io.IOBase], None], 
 def _written_temp(target: Path, write: Callable[[io.IOBase], None], binary: bool) -> str:
     """The name of a temp file beside `target` holding what `write` wrote, flushed to disk."""
     folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    remove_stale_temps(folder)
+    # The writer's pid in the name: a temp a killed run left is told from a live writer's.
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.cope-{os.getpid()}.", suffix=TEMP_SUFFIX)
     try:
         handle = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         with handle:
@@ -107,6 +111,56 @@ def _written_temp(target: Path, write: Callable[[io.IOBase], None], binary: bool
         _remove_quietly(tmp)
         raise
     return tmp
+
+
+# errno of a write that found no room: the disk full, a quota, a file-size limit (ulimit -f)
+_NO_SPACE = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` is a write that ran out of room (nothing wrong with the program)."""
+    return isinstance(exc, OSError) and exc.errno in _NO_SPACE
+
+
+TEMP_SUFFIX = ".tmp"
+# ".<target name>.cope-<pid>.<random>.tmp": what _written_temp names its temps (mkstemp's
+# random part is 8 characters), so no file of the user's is taken for one
+_TEMP_NAME = re.compile(r"\..+\.cope-(\d+)\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[str]:
+    """Remove the temps of COPE's writes in `folder` whose writer is no longer running (a run
+    killed mid-write, SIGKILL or a power cut, leaves its temp beside the target); a live
+    writer's temp is kept. Returns the names removed; never fails (a folder that cannot be
+    listed has nothing removed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        m = _TEMP_NAME.fullmatch(name)
+        if m is None or _running(int(m.group(1))):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this id exists (ours, or another user's: kept either way)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # it exists (another user's), or the id cannot be asked about: keep it
+    return True
 
 
 def no_link_target(path: str | os.PathLike) -> Path:

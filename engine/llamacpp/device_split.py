@@ -147,7 +147,10 @@ def command_devices(command: LlamaCommand, gpu: GpuSpec, environ: Mapping[str, s
         order = list(range(len(cards)))
     if mode == "none":
         main = command.main_gpu or 0
-        if main >= len(order) or main < 0:
+        if main < 0:  # src/llama.cpp (llama_model_load_from_file_impl): main_gpu < 0 clears the devices
+            raise NotPriced(f"not modelled: --split-mode none --main-gpu {main} uses no GPU (src/llama.cpp clears "
+                            "the devices: price it with -ngl 0)")
+        if main >= len(order):
             raise NotPriced(f"would not run: --main-gpu {main}: llama.cpp has {len(order)} device(s) "
                             "(src/llama.cpp: invalid value for main_gpu)")
         order = [order[main]]

@@ -95,6 +95,9 @@ class LlamaCommand:
     devices: str | None = None  # -dev
     main_gpu: int | None = None  # -mg
     visible_env: tuple[tuple[str, str], ...] = ()  # CUDA_VISIBLE_DEVICES and its kin, as set for the command
+    moe_cache_mib: int | None = None  # --moe-cache-mib: llama.cpp's GPU cache of host experts (b11480 on)
+    moe_cache_cpu_share: float | None = None  # --moe-cache-cpu-share F (by b12191)
+    fit_target_mib: int | None = None  # -fitt: VRAM --fit leaves free on the (first) device
 
     @property
     def stages_cpu_experts(self) -> bool:
@@ -273,7 +276,43 @@ def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[st
         main_gpu=_first_int(values.get("main_gpu"), "-mg", tool, notes) if tool == "llama-bench"
         else (stoi(values["main_gpu"], "-mg") if "main_gpu" in values else None),
         visible_env=tuple((k, environ[k]) for k in VISIBLE_DEVICES if k in environ),
+        moe_cache_mib=_cache_mib(values), moe_cache_cpu_share=_cache_share(values),
+        fit_target_mib=_fit_target(values),
     )
+
+
+def _cache_mib(values: Mapping[str, str]) -> int | None:
+    """--moe-cache-mib N: a size in MiB, >= 0 (0: no cache)."""
+    if "moe_cache_mib" not in values:
+        return None
+    mib = stoi(values["moe_cache_mib"], "--moe-cache-mib")
+    if mib < 0:
+        raise CopeInputError(f"{WHERE}: --moe-cache-mib must be >= 0 MiB, got {mib}")
+    return mib or None
+
+
+def _fit_target(values: Mapping[str, str]) -> int | None:
+    """-fitt MiB[,MiB...]: the first device's (COPE fits one card)."""
+    if "fit_target" not in values:
+        return None
+    mib = stoi(values["fit_target"].split(",")[0], "-fitt")
+    if mib < 0:
+        raise CopeInputError(f"{WHERE}: -fitt must be >= 0 MiB, got {mib}")
+    return mib
+
+
+def _cache_share(values: Mapping[str, str]) -> float | None:
+    """--moe-cache-cpu-share F: a share of the misses, 0..1."""
+    if "moe_cache_cpu_share" not in values:
+        return None
+    text = values["moe_cache_cpu_share"]
+    try:
+        share = float(text)
+    except ValueError:
+        raise CopeInputError(f"{WHERE}: --moe-cache-cpu-share takes a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise CopeInputError(f"{WHERE}: --moe-cache-cpu-share takes a number from 0 to 1, got {text!r}")
+    return share
 
 
 def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:

@@ -69,9 +69,10 @@ def fit_outcome(request: AdviseRequest, command: LlamaCommand, placement: LlamaP
     if not fits_by_default(command) or not gpu_vram.known or gpu_vram.value <= 0:
         return None
     mapped = not command.no_mmap
-    target = int(gpu_vram.value) - FIT_TARGET_BYTES
+    margin_bytes = FIT_TARGET_BYTES if command.fit_target_mib is None else command.fit_target_mib * 2**20
+    target = int(gpu_vram.value) - margin_bytes
     full = placement_memory(request, placement, mapped=mapped, kv_offload=not command.no_kv_offload).vram_bytes
-    margin = f"{FIT_TARGET_BYTES // 2**20} MiB"
+    margin = f"{margin_bytes // 2**20} MiB"
     if full <= target:
         return FitOutcome(placement, f"no -ngl: llama.cpp's --fit (on by default) leaves every block offloaded: it "
                           f"fits the GPU with --fit's {margin} margin", moved=False)

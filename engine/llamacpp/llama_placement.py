@@ -44,6 +44,7 @@ from engine.replays.policy import Execution, Kind
 
 if TYPE_CHECKING:
     from engine.hardware.host_memory import RamFit
+    from engine.llamacpp.moe_cache_price import CachedLayers
 
 ALL_LAYERS = ("all", "auto", "-1", "max")
 
@@ -189,6 +190,10 @@ class PlacementCost:
     sync_s: float  # hand-overs between the devices
     head_s: float  # output head, sampling and the per-token fixed cost
     transitions: int  # device changes in one token's work
+    # llama.cpp's expert cache (engine/llamacpp/moe_cache_price.py): its layers' steps are in
+    # gpu_experts_s (compute and uploads) and sync_s (the ids' hand-over); these say how much.
+    cache_upload_s: float = 0.0
+    cache_sync_s: float = 0.0
 
     @property
     def tpot_s(self) -> float:
@@ -197,7 +202,7 @@ class PlacementCost:
 
 
 def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, *,
-                   stage: bool = False, kv_offload: bool = True) -> PlacementCost:
+                   stage: bool = False, kv_offload: bool = True, cached: "CachedLayers | None" = None) -> PlacementCost:
     """One decode token of `placement`. The routed experts come from `cost_model`'s
     sequential layer steps (all k on the GPU: h = k; all on the CPU: h = 0, less its
     hand-over), or with `stage` (GGML_OP_OFFLOAD_MIN_BATCH=1) its staged ones (the CPU's
@@ -206,7 +211,8 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     (engine/cost/split_work.py); the head on the GPU from `cost_model`. Without
     `kv_offload` (-nkvo: the KV cache in host memory, where llama.cpp runs attention), an
     offloaded block's KV reads are priced on the CPU lane, between two hand-overs (the
-    block's weights stay on the GPU)."""
+    block's weights stay on the GPU). With `cached` (llama.cpp's expert cache), the layers it
+    caches run their experts on the GPU from the cache at its priced step instead."""
     model, threads, k = request.model, request.threads, request.model.top_k
     steps = cost_model.state_costs(Execution.SEQUENTIAL, threads, k, 0)
     gpu_layer, cpu_layer = float(steps.total_s[k]), float(steps.total_s[0] - steps.sync_s[0])
@@ -233,7 +239,10 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
         if share < 1:
             gpu_experts_s += (1 - share) * gpu_layer
             devices.append("gpu")
-        if share > 0:
+        if share > 0 and cached is not None and cached.cached[layer]:
+            gpu_experts_s += float(cached.compute_s[layer] + cached.upload_s[layer])
+            devices.append("gpu")
+        elif share > 0:
             cpu_experts_s += share * cpu_layer
             devices.append(cpu_device)
     if placement.output_on_gpu:
@@ -243,8 +252,13 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
         head_s = shared.cpu_head_s(threads)
         devices.append("cpu")
     transitions = sum(a != b for a, b in zip(devices, devices[1:]))
-    return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2, head_s,
-                         transitions)
+    if cached is None:
+        return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2,
+                             head_s, transitions)
+    cache_sync = float(cached.sync_s.sum())
+    return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s,
+                         transitions * sync / 2 + cache_sync, head_s, transitions,
+                         cache_upload_s=float(cached.upload_s.sum()), cache_sync_s=cache_sync)
 
 
 @dataclass(frozen=True)

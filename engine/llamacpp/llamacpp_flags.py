@@ -135,6 +135,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("fit", ("-fit", "--fit"), spelling=_server(Spelling("--fit", "off")),
          source="arg.cpp {-fit,--fit} [on|off], default on since 2025-12-15 (#16653); llama-bench fits only with "
          "-fitt", optional=True, older="builds before 2025-12-15 have no --fit (leave out {new})"),
+    # The VRAM --fit leaves free on each device (arg.cpp {-fitt,--fit-target} MiB[,MiB...], default
+    # 1024): how a VRAM budget below the card is said to llama.cpp's own placement.
+    Flag("fit_target", ("-fitt", "--fit-target"), spelling=_server(Spelling("-fitt")),
+         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)"),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
     # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334). Read: --no-mmap
     # here, -mmp as bench_mmap and -lm as load_mode.
@@ -184,6 +188,13 @@ FLAG_TABLE: tuple[Flag, ...] = (
          "offload-batch-size"),
     Flag("moe_cache_profile", spelling=_server(Spelling("--moe-cache-profile")), source="thecodacus/llama.cpp README.md"),
     Flag("moe_cache_slots", spelling=_server(Spelling("--moe-cache-slots")), source="thecodacus/llama.cpp README.md"),
+    # llama.cpp's GPU cache of host experts (since b11480, PR #29887; engine/llamacpp/moe_cache.py):
+    # common/arg.cpp {--moe-cache-mib} N, the cache's size in MiB.
+    Flag("moe_cache_mib", ("--moe-cache-mib",), spelling=_server(Spelling("--moe-cache-mib")),
+         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)"),
+    # By b12191 (docs/moe-cache.md): the share F of the misses computed on the CPU once the
+    # cache is full. Read, never written: how the runtime splits the misses is not modelled.
+    Flag("moe_cache_cpu_share", ("--moe-cache-cpu-share",)),
     Flag("repetitions", spelling={"llama-bench": (Spelling("-r"),)}, source="llama-bench.cpp -r"),
     Flag("output", spelling={"llama-bench": (Spelling("-o"),)}, source="llama-bench.cpp -o json"),
 )

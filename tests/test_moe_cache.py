@@ -1,0 +1,195 @@
+"""llama.cpp's own expert cache (engine/llamacpp/moe_cache.py): grouping, slot arithmetic,
+the 32-token rule, the replay against an independent reference on real routing, and its
+price through `cope estimate` and `cope advise`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.core.errors import CopeInputError
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.moe_cache import (
+    MIB,
+    bank_bytes,
+    cache_groups,
+    expert_layouts,
+    replay_cache,
+    slots_for,
+    used_for_batch,
+)
+from engine.models.catalog import get_model
+from engine.models.quant import get_quantization
+from tests.moe_cache_reference import reference_counts
+
+
+def test_bank_bytes_pad_each_tensor_and_keep_one_spare_slot():
+    # gate 1000, up 1000, down 1500 bytes an expert; 3 slots -> banks of 4 experts each,
+    # padded to 128: 4096 + 4096 + 6016
+    assert bank_bytes((1000, 1000, 1500), 3) == 14208
+    assert bank_bytes((1000, 1000, 1500), 4) == 10240 + 7552
+
+
+def test_slots_are_the_most_whose_banks_fit():
+    layout = (1000, 1000, 1500)
+    assert slots_for(layout, 14208, 100) == 3
+    assert slots_for(layout, 14207, 100) == 2
+    assert slots_for(layout, 17791, 100) == 3
+    assert slots_for(layout, 10**9, 100) == 100  # never more than the group's experts
+
+
+def test_a_group_below_one_tokens_experts_is_not_cached():
+    layouts = ((1000, 1000, 1500),) * 2
+    host = np.array([True, True])
+    # 7 slots for top-8: llama.cpp leaves the group uncached (its layers run on the CPU)
+    small = cache_groups(layouts, host, 64, 8, bank_bytes((1000, 1000, 1500), 7))
+    assert [g.n_slots for g in small] == [0]
+    assert cache_groups(layouts, host, 64, 8, bank_bytes((1000, 1000, 1500), 8))[0].n_slots == 8
+
+
+def test_only_host_layers_are_grouped_and_layouts_split_groups():
+    layouts = ((10, 10, 15), (10, 10, 20), (10, 10, 15), (10, 10, 20))
+    groups = cache_groups(layouts, np.array([True, True, False, True]), 4, 2, 10**6)
+    assert [g.layers for g in groups] == [(0,), (1, 3)]
+    assert [g.tensor_expert_bytes for g in groups] == [(10, 10, 15), (10, 10, 20)]
+
+
+def test_qwen3_q4_k_m_has_two_layouts_and_each_group_caches_the_same_fraction():
+    model = get_model("qwen3-30b-a3b")
+    layouts = expert_layouts(model, get_quantization("Q4_K_M"))
+    assert len(set(layouts)) == 2  # down projections at Q6_K in some layers, Q4_K in the rest
+    groups = cache_groups(layouts, np.ones(model.n_moe_layers, bool), model.n_routed_experts, model.top_k,
+                          4000 * MIB)
+    fractions = [g.cached_fraction for g in groups]
+    assert max(fractions) - min(fractions) < 0.01
+    # the budget is split by host bytes and every bank fits its share
+    assert sum(g.budget_bytes for g in groups) <= 4000 * MIB
+    assert all(g.bank_bytes <= g.budget_bytes for g in groups)
+
+
+@pytest.mark.parametrize("n_tokens, slots, used", [
+    (1, 8, True), (32, 128, True), (33, 1000, False), (0, 100, False),
+    (1, 7, False),  # below one token's experts
+    (4, 31, False), (4, 32, True),  # 4 tokens x top-8 = 32 distinct experts at most
+])
+def test_the_cache_serves_ubatches_of_at_most_32_tokens(n_tokens, slots, used):
+    assert used_for_batch(n_tokens, 8, 128, slots) is used
+
+
+def test_hand_worked_replay():
+    # one layer, 3 slots, top-2; worked by hand from moe_cache_lru::plan:
+    # t0 [5,2]: 2->slot0, 5->slot1 (2 runs); t1 [5,3]: hit 5, 3->slot2;
+    # t2 [7,8]: evict 2 (slot0) then 5 (slot1): 7->0, 8->1, one run; t3 [3,2]: hit 3, 2 evicts 7
+    ids = np.array([[[5, 2]], [[5, 3]], [[7, 8]], [[3, 2]]])
+    group = cache_groups(((128, 128, 128),), np.array([True]), 16, 2, bank_bytes((128, 128, 128), 3))
+    assert group[0].n_slots == 3
+    replay = replay_cache(ids, group)
+    assert replay.hits().tolist() == [2]
+    assert replay.misses().tolist() == [6]
+    assert replay.segments.tolist() == [5]
+    assert replay.hits_hist.tolist() == [[2, 2, 0]]
+
+
+@pytest.mark.shared_traces
+def test_replay_equals_an_independent_reference_on_real_routing(shared_traces):
+    from engine.traces.moe_beyond import read_moe_beyond_csv_dir
+
+    trace = read_moe_beyond_csv_dir(shared_traces / "deepseek-v2-lite-chat__moe-beyond" / "training_data_eamc",
+                                    max_files=40)
+    ids = trace.expert_ids
+    n_layers = ids.shape[1]
+    # two layouts (every third layer's down projection wider), four cache sizes
+    layouts = tuple((1000, 1000, 1500 if l % 3 == 0 else 1200) for l in range(n_layers))
+    host = np.ones(n_layers, bool)
+    host[:2] = False  # the first layers on the GPU
+    for mib_bytes in (30_000, 150_000, 600_000, 2_000_000):
+        groups = cache_groups(layouts, host, 64, 6, mib_bytes)
+        replay = replay_cache(ids, groups)
+        for g in groups:
+            if not g.n_slots:
+                continue
+            hits, misses, runs = reference_counts(ids, g.layers, g.n_slots)
+            layers = list(g.layers)
+            assert replay.hits()[layers].tolist() == hits.tolist()
+            assert replay.misses()[layers].tolist() == misses.tolist()
+            assert replay.segments[layers].tolist() == runs.tolist()
+        assert not replay.cached[:2].any()
+
+
+def test_the_cache_flag_is_read_and_checked():
+    command = parse_llama_command(["llama-server", "-m", "x.gguf", "--cpu-moe", "--moe-cache-mib", "2048"])
+    assert command.moe_cache_mib == 2048
+    with pytest.raises(CopeInputError, match="--moe-cache-mib"):
+        parse_llama_command(["llama-server", "-m", "x.gguf", "--moe-cache-mib", "-5"])
+
+
+@pytest.fixture
+def run_cope(tmp_path, monkeypatch, capsys):
+    from cope_tui.cli import main
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def run(*args: str):  # type: ignore[no-untyped-def]
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+def _cope_json(cli, *args):  # type: ignore[no-untyped-def]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_advise_leads_with_the_cache_and_estimate_prices_its_command(run_cope):
+    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
+    cache = doc["llama_cpp_cache"]
+    assert cache["cache_wins"], cache["verdict"]
+    pick = cache["with_cache"]
+    assert "--moe-cache-mib" in pick["argv"]
+    assert pick["vram_bytes"] <= 12 * 1024**3
+    est = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--",
+                     *pick["argv"])
+    assert est["yours"]["tpot_s"] == pytest.approx(pick["tpot_s"], rel=1e-9)
+    # the cache makes the same placement faster than without it
+    plain = [w for w in pick["argv"] if w not in ("--moe-cache-mib", str(pick["cache_mib"]))]
+    bare = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", *plain)
+    assert bare["yours"]["tpot_s"] > pick["tpot_s"]
+
+
+def test_the_cpu_share_is_read_checked_and_not_priced(run_cope):
+    command = parse_llama_command(["llama-server", "-m", "x.gguf", "--cpu-moe", "--moe-cache-mib", "2048",
+                                   "--moe-cache-cpu-share", "0.5"])
+    assert command.moe_cache_cpu_share == 0.5
+    with pytest.raises(CopeInputError, match="--moe-cache-cpu-share"):
+        parse_llama_command(["llama-server", "--moe-cache-cpu-share", "1.5"])
+    doc = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--json", "--", "llama-server", "-m",
+                     "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
+                     "--moe-cache-cpu-share", "0.5")
+    assert doc["yours"]["verdict"] == "not_priced"
+    assert "--moe-cache-cpu-share" in doc["yours"]["refusal"]
+    code, out, err = run_cope("estimate", "--gpu", "rtx-4090", "--", "llama-server", "-m",
+                              "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
+                              "--moe-cache-cpu-share", "0.5")
+    assert code == 0 and "not modelled: --moe-cache-cpu-share" in out, err
+
+
+def test_export_llama_cache_after_advise_exports_advises_command(run_cope):
+    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
+    exported = _cope_json(run_cope, "export", "--candidate", "llama-cache", "--json")
+    assert exported["argv"] == doc["llama_cpp_cache"]["with_cache"]["argv"]
+    assert "--gpu rtx-4090" in exported["plan"]
+    code, out, err = run_cope("export", "--candidate", "llama-cache", "--runtime", "ik_llama.cpp")
+    assert code != 0 and "llama-cache" in err.strip().splitlines()[-1]
+
+
+def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope):
+    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--model", "gpt-oss-20b", "--json")
+    cache = doc["llama_cpp_cache"]
+    assert not cache["cache_wins"] and cache["partition"]["host_layers"] == 0
+    assert cache["verdict"].startswith("every expert fits on the GPU")
