@@ -323,3 +323,17 @@ def test_every_flag_of_a_stock_command_has_its_version_note(advised):
     # the placement flags' notes were exercised: -ot, --n-cpu-moe (server) and -ncmoe (bench), -fa, -lm
     assert {("llama-server", "override_tensor"), ("llama-server", "n_cpu_moe"), ("llama-bench", "n_cpu_moe"),
             ("llama-server", "flash_attn"), ("llama-server", "no_mmap"), ("llama-bench", "no_mmap")} <= seen
+
+
+def test_every_stock_flag_cope_can_write_has_a_version_note():
+    """Whatever command path writes it (exports, the expert cache's command, llama.cpp's own --fit
+    comparison), every setting the flag table spells for a stock program has its version note or
+    is one every build since 2023 has; the forks' own settings are pinned at their manifest's
+    commit and have no history here."""
+    from engine.llamacpp.llamacpp_flags import FLAG_TABLE, version_notes_cover
+
+    forks_own = {"fork_n_cpu_moe", "cuda_offload_batch", "moe_cache_profile", "moe_cache_slots"}
+    stock = load("llama.cpp")["programs"]
+    missing = [(b, f.setting) for f in FLAG_TABLE if f.setting not in forks_own for b in f.spelling
+               if b in stock and not version_notes_cover(b, f.setting)]
+    assert not missing

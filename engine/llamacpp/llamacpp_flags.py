@@ -138,7 +138,9 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # The VRAM --fit leaves free on each device (arg.cpp {-fitt,--fit-target} MiB[,MiB...], default
     # 1024): how a VRAM budget below the card is said to llama.cpp's own placement.
     Flag("fit_target", ("-fitt", "--fit-target"), spelling=_server(Spelling("-fitt")),
-         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)"),
+         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)",
+         since={b: "-fitt came with --fit (#16653, 2025-12-15; a value a device from #18679, 2026-01)"
+                for b in SERVER_LIKE}),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
     # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334). Read: --no-mmap
     # here, -mmp as bench_mmap and -lm as load_mode.
@@ -191,7 +193,8 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # llama.cpp's GPU cache of host experts (since b11480, PR #29887; engine/llamacpp/moe_cache.py):
     # common/arg.cpp {--moe-cache-mib} N, the cache's size in MiB.
     Flag("moe_cache_mib", ("--moe-cache-mib",), spelling=_server(Spelling("--moe-cache-mib")),
-         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)"),
+         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)",
+         since={b: "--moe-cache-mib needs b11480 (#29887, 2026-10) or later" for b in SERVER_LIKE}),
     # By b12191 (docs/moe-cache.md): the share F of the misses computed on the CPU once the
     # cache is full. Read, never written: how the runtime splits the misses is not modelled.
     Flag("moe_cache_cpu_share", ("--moe-cache-cpu-share",)),
