@@ -166,6 +166,7 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
         *_request_line(runs, e.candidate.id),
         "  " + export.display(),
     ]
+    lines += [f"  # placeholder {p.word}: put {p.put}" for p in export.placeholders]
     lines += [f"  # {note}" for note in export.notes]
     if not now.installed:
         lines.append(f"  ({runtime.title} not found on PATH or in --llama-bin DIR; get it: {runtime.install}, {runtime.home})")

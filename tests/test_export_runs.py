@@ -113,8 +113,16 @@ def test_every_printed_command_is_one_its_runtime_and_program_run(case, advised)
             found += [f"{where} -> {x.exported_id}: {p}: {x.display()}" for p in printed_problems(runtime, binary, x, rec)]
     assert not found, f"{len(found)} printed commands would not run as printed:\n" + "\n".join(found[:8])
     assert printed > len(rec.estimates) * 2, "most exports were refused: " + "; ".join(r for _, r in refused[:3])
-    for where, message in refused:
-        assert "\n" not in message, (where, message)
+    for where, message in refused:  # one line: why, and the nearest command that does run
+        assert "\n" not in message and message.startswith("nothing COPE ranked runs on "), (where, message)
+        named = message.split("nearest that runs: cope export --candidate ")
+        assert len(named) == 2, (where, message)
+        candidate, flags = named[1].split()[0], named[1].split(" (")[0].split()
+        runtime = flags[flags.index("--runtime") + 1]
+        binary = flags[flags.index("--binary") + 1] if "--binary" in flags else None
+        kw = {} if binary is None else {"binary": binary}
+        assert export_for(rec, rec.estimate_of(candidate), runtime=runtime, model_path=MODEL_PATH, **kw).nearest_id \
+            is None, (where, message)
 
 
 @pytest.mark.parametrize("case", ["rocm", "vulkan", "two-cards"])
@@ -289,3 +297,43 @@ def test_a_program_not_found_with_the_build_is_spelled_for_the_manifest_and_says
                             "llama.cpp read (llama-server --help in /opt/stock/bin)") for n in bench.notes), bench.notes
     name, words = program_of("llama.cpp", "llama-bench", bench.argv)
     assert not argv_problems(words, load("llama.cpp")["programs"][name])
+
+
+def test_every_flag_of_a_stock_command_has_its_version_note(advised):
+    """Spelled for the shipped manifest (no build read), a stock command says for every flag it
+    prints what older builds take or since when builds have it (engine/llamacpp/llamacpp_flags.py
+    `older`, `since`), unless every build since llama.cpp's 2023 releases has it (ALWAYS)."""
+    from engine.llamacpp.llamacpp_flags import FLAG_TABLE, older_spellings, version_notes_cover
+
+    seen = set()
+    for case, rec in advised.items():
+        for binary in runtime_named("llama.cpp").info.binaries:
+            written: dict[str, str] = {}  # an option -> the first setting that writes it (-ncmoe: n_cpu_moe)
+            for f in FLAG_TABLE:
+                for sp in f.spelling.get(binary, ()):
+                    written.setdefault(sp.option, f.setting)
+            for estimate in rec.estimates:
+                x = export_for(rec, estimate, binary=binary, model_path=MODEL_PATH)
+                settings = [written[w] for w in x.argv[1:] if w in written]
+                assert all(version_notes_cover(binary, k) for k in settings), (case, binary, settings)
+                (spelled,) = [n for n in x.notes if n.startswith("spelled for ")]
+                for note in older_spellings(binary, settings):
+                    assert note in spelled, (note, spelled)
+                seen.update((binary, k) for k in settings)
+    # the placement flags' notes were exercised: -ot, --n-cpu-moe (server) and -ncmoe (bench), -fa, -lm
+    assert {("llama-server", "override_tensor"), ("llama-server", "n_cpu_moe"), ("llama-bench", "n_cpu_moe"),
+            ("llama-server", "flash_attn"), ("llama-server", "no_mmap"), ("llama-bench", "no_mmap")} <= seen
+
+
+def test_every_stock_flag_cope_can_write_has_a_version_note():
+    """Whatever command path writes it (exports, the expert cache's command, llama.cpp's own --fit
+    comparison), every setting the flag table spells for a stock program has its version note or
+    is one every build since 2023 has; the forks' own settings are pinned at their manifest's
+    commit and have no history here."""
+    from engine.llamacpp.llamacpp_flags import FLAG_TABLE, version_notes_cover
+
+    forks_own = {"fork_n_cpu_moe", "cuda_offload_batch", "moe_cache_profile", "moe_cache_slots"}
+    stock = load("llama.cpp")["programs"]
+    missing = [(b, f.setting) for f in FLAG_TABLE if f.setting not in forks_own for b in f.spelling
+               if b in stock and not version_notes_cover(b, f.setting)]
+    assert not missing

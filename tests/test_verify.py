@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -40,7 +41,9 @@ if sys.argv[1:] == ["--help"]:  # which flags this build knows: the test's help 
     sys.exit(0)
 mode = open(os.path.join(os.path.dirname(__file__), "mode")).read().strip()
 with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
-    f.write(json.dumps({{"argv": sys.argv[1:], "env": os.environ.get("GGML_OP_OFFLOAD_MIN_BATCH")}}) + "\\n")
+    profile = os.environ.get("GGML_MOE_CACHE_PROFILE")
+    f.write(json.dumps({{"argv": sys.argv[1:], "env": os.environ.get("GGML_OP_OFFLOAD_MIN_BATCH"),
+                        "profile": profile, "profile_there": bool(profile) and os.path.isfile(profile)}}) + "\\n")
 if mode == "ok":
     sys.stdout.write(open(os.path.join(os.path.dirname(__file__), "recorded.json")).read())
 elif mode == "fail":
@@ -283,3 +286,15 @@ def test_the_export_is_priced_at_the_depth_llama_bench_decodes_from(bench, capsy
         assert figure > planned.rec.estimate_of(candidate).tokens_per_s
         assert figure == pytest.approx(priced.estimate_of(candidate).tokens_per_s, rel=1e-9)
     assert "empty context" in doc["notes"][0] and "(analytic)" in doc["notes"][0]
+
+
+def test_the_fork_benchmark_reads_a_profile_that_is_there(bench, capsys, tmp_path, monkeypatch):
+    """cope verify --runtime fork: the profile its llama-bench reads (GGML_MOE_CACHE_PROFILE) is written
+    where the command names it before the run (issue 46), whatever folder verify runs from."""
+    monkeypatch.chdir(tmp_path)
+    code, log = bench("ok", "--candidate", "fixed.parallel.uniform", "--runtime", "fork", "--model",
+                      "deepseek-v2-lite-chat", "--vram-budget", "6", "--json")
+    assert code == EXIT_OK, capsys.readouterr().err
+    first = calls(log)[0]
+    assert first["profile"] and os.path.isabs(first["profile"]) and first["profile_there"], first
+    assert "-ncmoe" in first["argv"]

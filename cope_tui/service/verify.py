@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from cope_tui.service.export import ExportAsk, write_side_files
 from cope_tui.service.pricing import choose_cost_model
 from engine.advice.advise import Recommendation, advise
 from engine.advice.command_estimate import command_settings, price_placement_command
@@ -149,7 +150,11 @@ def verify(advice: "Advice", candidate_id: str, *, bench: str, model_path: str, 
     chosen = rec.estimate_of(candidate_id)
     decode_test = bench_decode_test(BENCH_GEN_TOKENS, BENCH_REPETITIONS)
     builds = bench_builds(bench, runtime)
-    exported = compose_export(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds)
+    # the fork's profile is written where its command names it before llama-bench reads it
+    side_dir = ExportAsk().side_dir
+    exported = compose_export(rec, chosen, runtime=runtime, binary="llama-bench", model_path=model_path, builds=builds,
+                              side_dir=side_dir)
+    write_side_files(exported, side_dir)
     jobs = [("exported", exported)]
     baseline = rec.baseline()
     if baseline.candidate.id != exported.exported_id:

@@ -11,7 +11,7 @@ Shape (all times in seconds, sizes in bytes):
   "baseline": "<candidate id>",        # what speedups are measured against
   "recommendation": {                 # what to run first, then the paper optimum
     "run_now": {candidate, runtime, installed, tpot_s, tokens_per_s, vram_used_bytes,
-                ram_used_bytes, mmap, argv, env, command, artefacts, notes} | null,
+                ram_used_bytes, mmap, argv, env, command, artefacts, placeholders, notes} | null,
                 # with a workload also request_s, ttft_s, prompt_tokens_per_s, ubatch, batch
                 # (argv carries -b/-ub)
     "best_overall": {... the same ...} | null,   # any runtime, installed or not

@@ -297,5 +297,6 @@ def pick_to_dict(pick: RunPick | None, export,  # type: ignore[no-untyped-def]
         "env": dict(export.env),
         "command": export.display(),
         "artefacts": export.artefact_names,
+        "placeholders": [p.to_dict() for p in export.placeholders],
         "notes": list(export.notes),
     }

@@ -77,6 +77,9 @@ class Flag:
     # What builds before the first spelling took, for the command's comment; {new} and
     # {old} stand for the first and the last spelling.
     older: str = ""
+    # Per binary: since when builds have the setting at all, for the command's comment
+    # (a build older than that refuses the option).
+    since: Mapping[str, str] = field(default_factory=dict)
 
 
 def _all(option: str) -> dict[str, tuple[Spelling, ...]]:
@@ -86,6 +89,13 @@ def _all(option: str) -> dict[str, tuple[Spelling, ...]]:
 def _server(*spellings: Spelling) -> dict[str, tuple[Spelling, ...]]:
     return {b: spellings for b in SERVER_LIKE}
 
+
+# Since when llama.cpp has the placement options COPE writes (ggml-org/llama.cpp pull
+# requests, all merged): a build older than that refuses the option.
+SINCE_OT = "-ot needs a build with #11397 (2025-04, tensor buffer overrides)"
+SINCE_BENCH_OT = "llama-bench takes -ot from #12922 (2025-04)"
+SINCE_CPU_MOE = "{option} needs b6089 (#15077, 2025-08-04) or later; older builds take the same layers as -ot"
+SINCE_BENCH_NCMOE = "llama-bench takes -ncmoe from #15952 (2025-09); older ones take the same layers as -ot"
 
 FLAG_TABLE: tuple[Flag, ...] = (
     Flag("model", ("-m", "--model"), spelling=_all("-m"), source="arg.cpp {-m,--model}; llama-bench.cpp -m"),
@@ -97,12 +107,16 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), spelling=_all("-ngl"),
          source="arg.cpp {-ngl,--gpu-layers,--n-gpu-layers}; llama-bench.cpp -ngl"),
     Flag("override_tensor", ("-ot", "--override-tensor"), spelling=_all("-ot"),
-         source="arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot"),
+         source="arg.cpp {-ot,--override-tensor}; llama-bench.cpp -ot",
+         since={**{b: SINCE_OT for b in SERVER_LIKE}, "llama-bench": SINCE_BENCH_OT}),
     Flag("cpu_moe", ("-cmoe", "--cpu-moe"), False, _server(Spelling("--cpu-moe", switch=True)),
-         "arg.cpp {-cmoe,--cpu-moe}; llama-bench has none: -ncmoe <blocks> instead"),
+         "arg.cpp {-cmoe,--cpu-moe}; llama-bench has none: -ncmoe <blocks> instead",
+         since={b: SINCE_CPU_MOE.format(option="--cpu-moe") for b in SERVER_LIKE}),
     Flag("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"),
          spelling={**_server(Spelling("--n-cpu-moe")), "llama-bench": (Spelling("-ncmoe"),)},
-         source="arg.cpp {-ncmoe,--n-cpu-moe} N; llama-bench.cpp -ncmoe"),
+         source="arg.cpp {-ncmoe,--n-cpu-moe} N; llama-bench.cpp -ncmoe",
+         since={**{b: SINCE_CPU_MOE.format(option="--n-cpu-moe") for b in SERVER_LIKE},
+                "llama-bench": SINCE_BENCH_NCMOE}),
     Flag("fork_n_cpu_moe", spelling={**_server(Spelling("-ncmoe")), "llama-bench": (Spelling("-ncmoe"),)},
          source="thecodacus/llama.cpp README.md: the fork runs with -ncmoe 99"),
     Flag("threads", ("-t", "--threads"), spelling=_all("-t"), source="arg.cpp {-t,--threads}; llama-bench.cpp -t"),
@@ -113,7 +127,8 @@ FLAG_TABLE: tuple[Flag, ...] = (
          spelling={**_server(Spelling("-fa", "on"), Spelling("-fa", switch=True)),
                    "llama-bench": (Spelling("-fa", "1"),)},
          source="arg.cpp {-fa,--flash-attn} [on|off|auto] (a switch in older builds); llama-bench.cpp -fa via "
-         "is_truthy"),
+         "is_truthy", older="builds before b6327 (2025-08-30) take {old} alone in place of {new}",
+         since={"llama-bench": "llama-bench takes -fa from #5021 (flash attention, 2024-04-30)"}),
     Flag("no_op_offload", ("--no-op-offload",), False),
     Flag("op_offload", ("--op-offload",), False),
     Flag("bench_no_op_offload", ("-nopo",)),  # llama-bench: -nopo <0|1>
@@ -123,7 +138,9 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # The VRAM --fit leaves free on each device (arg.cpp {-fitt,--fit-target} MiB[,MiB...], default
     # 1024): how a VRAM budget below the card is said to llama.cpp's own placement.
     Flag("fit_target", ("-fitt", "--fit-target"), spelling=_server(Spelling("-fitt")),
-         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)"),
+         source="arg.cpp {-fitt,--fit-target} MiB a device (default 1024)",
+         since={b: "-fitt came with --fit (#16653, 2025-12-15; a value a device from #18679, 2026-01)"
+                for b in SERVER_LIKE}),
     # A copy of the weights instead of the mapped file: -lm none since 2026-07-23 (#20834);
     # --no-mmap and llama-bench's -mmp were removed on 2026-09-09 (#28334). Read: --no-mmap
     # here, -mmp as bench_mmap and -lm as load_mode.
@@ -178,7 +195,8 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # llama.cpp's GPU cache of host experts (since b11480, PR #29887; engine/llamacpp/moe_cache.py):
     # common/arg.cpp {--moe-cache-mib} N, the cache's size in MiB.
     Flag("moe_cache_mib", ("--moe-cache-mib",), spelling=_server(Spelling("--moe-cache-mib")),
-         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)"),
+         source="arg.cpp {--moe-cache-mib} N (b11480, #29887)",
+         since={b: "--moe-cache-mib needs b11480 (#29887, 2026-10) or later" for b in SERVER_LIKE}),
     # By b12191 (docs/moe-cache.md): the share F of the misses computed on the CPU once the
     # cache is full. Read, never written: how the runtime splits the misses is not modelled.
     Flag("moe_cache_cpu_share", ("--moe-cache-cpu-share",)),
@@ -186,6 +204,11 @@ FLAG_TABLE: tuple[Flag, ...] = (
     Flag("output", spelling={"llama-bench": (Spelling("-o"),)}, source="llama-bench.cpp -o json"),
 )
 _FLAGS = {f.setting: f for f in FLAG_TABLE}
+# Settings every llama.cpp build has had since its 2023 releases (examples/main and server's
+# gpt_params, examples/llama-bench): no version note. -dev/--device and -ts are as old for the
+# builds with more than one device.
+ALWAYS = frozenset({"model", "gpu_layers", "threads", "context", "tensor_split", "device", "n_prompt", "n_gen",
+                    "repetitions", "output", "ubatch", "batch"})
 # The reader's index: each name llama.cpp accepts -> its setting.
 READ_NAMES: Mapping[str, Flag] = {name: f for f in FLAG_TABLE for name in f.names}
 
@@ -252,15 +275,33 @@ def has_setting(binary: str, setting: str, build: "LlamaBuild | None" = None) ->
 
 def older_spellings(binary: str, settings: Sequence[str], build: "LlamaBuild | None" = None) -> list[str]:
     """What builds older than the newest spelling take, for the settings of a command
-    spelled the newest way."""
+    spelled the newest way, and since when builds have each setting at all (`since`).
+    Settings not in the table (another runtime's words) are skipped."""
     out = []
-    for setting in settings:
-        flag = _FLAGS[setting]
+    for setting in dict.fromkeys(settings):
+        flag = _FLAGS.get(setting)
+        if flag is None:
+            continue
         spellings = flag.spelling.get(binary, ())
-        if flag.older and spellings and spelling_for(binary, setting, build) == spellings[0]:
+        if _older_applies(flag, spellings) and spelling_for(binary, setting, build) == spellings[0]:
             words = {k: " ".join(_words(sp)) for k, sp in (("new", spellings[0]), ("old", spellings[-1]))}
             out.append(flag.older.format(**words))
+        if binary in flag.since and spellings:
+            out.append(flag.since[binary])
     return out
+
+
+def version_notes_cover(binary: str, setting: str) -> bool:
+    """Whether a setting written for `binary` has a version note (older spellings or since
+    when it exists), or is one every build since llama.cpp's 2023 releases has (ALWAYS)."""
+    flag = _FLAGS[setting]
+    return setting in ALWAYS or _older_applies(flag, flag.spelling.get(binary, ())) or binary in flag.since
+
+
+def _older_applies(flag: Flag, spellings: Sequence[Spelling]) -> bool:
+    """Whether `older` speaks of this binary: it names an older spelling the binary has, or
+    none ("leave out {new}")."""
+    return bool(flag.older and spellings) and (len(spellings) > 1 or "{old}" not in flag.older)
 
 
 def layer_set_regex(blocks: Sequence[int]) -> str:

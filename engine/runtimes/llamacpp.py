@@ -270,6 +270,8 @@ class LlamaFamily:
             env.append((OFFLOAD_ENV, "1"))
         # the program of the build found here by its path: the bare name may run another runtime's
         command = CommandLine(build.path_of(binary) or binary, tuple(args), tuple(env))
+        # every setting the command writes, in order: the version notes cover each one
+        used = list(dict.fromkeys([*used, *(arg.key for arg in command.args)]))
         notes += self._spelling_notes(binary, build, command.argv, used, unread)
         return Launch(command, tuple(side), (), tuple(notes), build.origin)
 

@@ -202,7 +202,10 @@ class ExportPane(VerticalScroll):
             head.append(f"\nThe command runs the nearest that runs here: {export.nearest_id} "
                         f"({near}{own})", style="bold yellow")
         for name in export.artefact_names:
-            head.append(f"\nartefact {name}: written beside the saved command", style="dim")
+            head.append(f"\nartefact {name}: written beside the saved command (s), or to the cache folder's "
+                        "exports/ when copied (c)", style="dim")
+        for placeholder in export.placeholders:
+            head.append(f"\nplaceholder {placeholder.word}: put {placeholder.put}", style="bold yellow")
         for note in export.notes:
             head.append(f"\n{note}", style="bold yellow" if note.startswith(("SYNTHETIC", "does not fit"))
                         else "dim")
