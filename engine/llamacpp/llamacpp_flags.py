@@ -207,8 +207,9 @@ _FLAGS = {f.setting: f for f in FLAG_TABLE}
 # Settings every llama.cpp build has had since its 2023 releases (examples/main and server's
 # gpt_params, examples/llama-bench): no version note. -dev/--device and -ts are as old for the
 # builds with more than one device.
+# -ctk/-ctv came with the quantized K cache (#4312, December 2023), in common and llama-bench alike.
 ALWAYS = frozenset({"model", "gpu_layers", "threads", "context", "tensor_split", "device", "n_prompt", "n_gen",
-                    "repetitions", "output", "ubatch", "batch"})
+                    "repetitions", "output", "ubatch", "batch", "cache_type_k", "cache_type_v"})
 # The reader's index: each name llama.cpp accepts -> its setting.
 READ_NAMES: Mapping[str, Flag] = {name: f for f in FLAG_TABLE for name in f.names}
 
