@@ -105,11 +105,15 @@ def tokens_per_s(text: str) -> float | None:
 
 def sized(quant, model, file_bytes: float):  # type: ignore[no-untyped-def]
     """`quant` with its experts' bits per weight set so the model's bytes are the file's
-    (a custom mix published by its size; the non-expert weights keep the quant's bits)."""
+    (a custom mix published by its size; the non-expert weights keep the quant's bits).
+    Without its llama.cpp file type: a quant that names one is sized tensor by tensor from
+    llama.cpp's mix for that type (engine/models/model.py, tensor_sizes), which would ignore
+    the bits set here and price the catalog's file instead of the published one."""
     non_expert = model.non_expert_params() * quant.non_expert_bits_per_weight / 8
     experts = model.n_experts_total * model.expert_params()
     bits = (file_bytes - non_expert) * 8 / experts
-    return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits)
+    return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits,
+                   llama_ftype="")
 
 
 @functools.cache
