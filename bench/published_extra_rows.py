@@ -196,9 +196,10 @@ EXTRA_ROWS: tuple[Row, ...] = (
     # DeepSeek-V3) in five files whose sizes llama.cpp prints, llama-sweep-bench at N_KV 0 and 16384, --no-mmap, every
     # routed expert on the CPU or blocks 3 (and 4) on the GPU. Experts sized to each file on the quant of its other
     # tensors (Q8_0 in ubergarm's files, Q4_K_M in unsloth's and bartowski's). -mla/-fmoe/-amb left out (see above).
+    # A sweep is one file on one GPU (the depth varied): the files differ in more than one setting.
     *(Row(index, "DeepSeek", "deepseek-v3", quant, "rtx-5090", "epyc-9355",
           f"llama-bench -m m.gguf -ngl 63 {ot} -fa 1 -b 4096 -ub {ub} -mmp 0 -t 32 -p 0 -n {n} -d {depth}",
-          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep="9355-5090-deepseek")
+          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep=f"9355-5090-deepseek-{gib:g}")
       for index, quant, gib, ot, ub, n, depth in (
           (64, "Q8_0", 226.003, "-ot exps=CPU", 4096, 1024, 0),
           (65, "Q8_0", 226.003, "-ot exps=CPU", 4096, 1024, 16384),
@@ -212,7 +213,7 @@ EXTRA_ROWS: tuple[Row, ...] = (
           (73, "Q4_K_M", 379.030, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 4096, 1024, 16384))),
     *(Row(index, "DeepSeek", "deepseek-v3", quant, "rtx-4090", "epyc-9355",
           f"llama-bench -m m.gguf -ngl {ngl} -ot exps=CPU -fa 1 -b 4096{ub} {ctk}-mmp 0 -t 30 -p 0 -n {n} -d {depth}",
-          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep="9355-4090-deepseek")
+          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep=f"9355-4090-deepseek-{gib:g}")
       for index, quant, gib, ngl, ub, ctk, n, depth in (
           (76, "Q8_0", 226.003, 63, " -ub 2048", "-ctk q8_0 ", 512, 0),
           (77, "Q8_0", 226.003, 63, " -ub 2048", "-ctk q8_0 ", 512, 16384),
