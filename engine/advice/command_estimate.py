@@ -35,6 +35,7 @@ from engine.llamacpp.llama_placement import (
     LlamaPlacement,
     PlacementCost,
     PlacementMemory,
+    page_cache_stream_s,
     layer_set_kind,
     placement_cost,
     placement_memory,
@@ -275,11 +276,15 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
         problem = memory.problem()
     else:  # each card against its own memory
-        problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
+        problem = cards.memory.problem() or (None if memory.ram.fits or memory.ram.streams
+                                             else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload,
                           cached=cached)
+    if memory.ram.streams:  # the mapped file is larger than RAM: it runs, reading experts from disk
+        cost = replace(cost, page_cache_s=page_cache_stream_s(request, placement, memory.ram))
+        detail += f"; {memory.ram.describe()}"
     if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
         cost, card_note = card_cost(request, command, cards, cost,
                                     float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]
