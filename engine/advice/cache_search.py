@@ -222,6 +222,11 @@ def render_cache_advice(advice: CacheAdvice, *, build=None, synthetic: bool = Fa
                  + advice.verdict()]
     lines.append(f"  {best.figures()}, VRAM {best.vram_bytes / GIB:.2f} GiB; {best.detail}")
     lines.append("  " + " ".join(best.argv))
+    if advice.cache_wins and takes and build.takes("llama-server", "--moe-cache-cpu-share"):
+        # --moe-cache-cpu-share came after the frequency-class eviction (b12170, #31233)
+        lines.append(f"  # your build ({build.origin}) has --moe-cache-cpu-share, so it evicts by frequency classes "
+                     "(b12170 on); COPE's hit rate assumes the LRU of b11480-b12169 (the newer rule's source was not "
+                     "read)")
     if advice.cache_wins and takes is None:
         lines.append(f"  # needs stock llama.cpp {FIRST_RELEASE} or newer (--moe-cache-mib, PR #29887); no build "
                      "was read here (PATH or --llama-bin DIR)")
