@@ -61,15 +61,17 @@ def test_llama_bench_keeps_its_tests_and_output_flags():
 
 
 def test_the_printed_command_runs_at_the_users_settings_and_costs_what_it_claims(capsys):
-    assert main(["estimate", "--json", *PLATFORM, "--", *shlex.split(USERS)]) == EXIT_OK
+    # a 20 GiB budget: with the user's q8_0 KV cache the whole model would fit the 3090's 24 GiB
+    budget = [*PLATFORM, "--vram-budget", "20"]
+    assert main(["estimate", "--json", *budget, "--", *shlex.split(USERS)]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     export = doc["export"]
     assert export["exported"] == "partition-first"  # the best is not expressible: the nearest runs
     assert export["command"] == (
-        "llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -fa on -c 65536 -t 16 --fit off --n-cpu-moe 4 "
+        "llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf -ngl 99 -fa on -c 65536 -t 16 --fit off --n-cpu-moe 7 "
         "-lm none -ctk q8_0 -ctv q8_0 --jinja --host 0.0.0.0 --port 8080 -np 2")
     # Pricing the printed command gives the figure claimed for it.
-    assert main(["estimate", "--json", *PLATFORM, "--", *export["argv"]]) == EXIT_OK
+    assert main(["estimate", "--json", *budget, "--", *export["argv"]]) == EXIT_OK
     again = json.loads(capsys.readouterr().out)
     assert again["yours"]["tpot_s"] == pytest.approx(export["nearest_tpot_s"], rel=1e-9)
     assert again["command"]["maps_to"] == "partition-first"

@@ -20,6 +20,7 @@ from cope_tui.service.cpu_only import estimate_without_gpu
 from engine.advice.command_estimate import CommandEstimate
 from engine.core.errors import BudgetTooSmall
 from engine.cost.cost_model import Fidelity
+from engine.hardware.gpu_backends import BACKENDS
 from engine.hardware.platform import NO_GPU
 from engine.llamacpp.llama_args import LlamaCommand
 
@@ -36,9 +37,29 @@ def pasted_choices(command: LlamaCommand, choices: PlanChoices, *, gguf_file: st
     person named (--model / --quant, or the app's model), else the command's file says."""
     found = command_model(command, choices.model, choices.quant)
     context, context_note = command_context(command, found.model, gguf_file, found.alias)
+    gpu, backend_note = _command_backend(command, choices.gpu)
     planned = choices.with_(context=context or choices.context, threads=command.threads or choices.threads,
-                            model=found.model, quant=found.quant or choices.quant)
-    return PastedChoices(planned, found.notes + ((context_note,) if context_note else ()), found.said)
+                            model=found.model, quant=found.quant or choices.quant, gpu=gpu)
+    notes = found.notes + tuple(n for n in (context_note, backend_note) if n)
+    return PastedChoices(planned, notes, found.said)
+
+
+def _command_backend(command: LlamaCommand, gpu: str | None) -> tuple[str | None, str | None]:
+    """The plan's GPU on the backend the command names (`-dev Vulkan0`, `-ot ...=Vulkan0`): a
+    build's devices and buffers carry its backend's name, so a command that names one was
+    written for a build with it, and COPE plans (and spells COPE's command) for that backend.
+    Only for a named GPU preset without a backend of its own (`--gpu X@backend` wins)."""
+    if not gpu or "@" in gpu or "," in gpu or gpu.lower() == NO_GPU:
+        return gpu, None
+    names = [command.devices or "", *(buf for _, buf, _ in command.overrides)]
+    for word in (w for name in names for w in name.replace("/", ",").split(",")):
+        prefix = word.strip().rstrip("0123456789")
+        for known in BACKENDS.values():
+            if prefix and prefix.lower() == known.name.lower() and known.name != "CUDA":
+                return (f"{gpu}@{known.name.lower()}",
+                        f"{word.strip()}: planned with llama.cpp's {known.name} backend, as the command's devices say "
+                        f"(--gpu {gpu}@{known.name.lower()}); {known.graphs_why}")
+    return gpu, None
 
 
 def same_plan(planned: PlanChoices, advice: Advice, made_for: PlanChoices) -> bool:

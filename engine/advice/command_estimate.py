@@ -26,7 +26,7 @@ from engine.cost.estimate import Estimate, compare, faster
 from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
 from engine.cost.request import AdviseRequest
 from engine.hardware.gpu_set import cards_of
-from engine.llamacpp.builds import LlamaBuild
+from engine.llamacpp.builds import LlamaBuild, manifest
 from engine.llamacpp.card_price import card_cost, place_on_cards
 from engine.llamacpp.device_split import NotPriced
 from engine.llamacpp.llama_args import LlamaCommand, buffer_problem, command_notes
@@ -44,7 +44,11 @@ from engine.llamacpp.llama_placement import (
 from engine.llamacpp.moe_cache_price import CacheSetting, cache_for_placement, describe_cache
 from engine.models.model import ModelSpec
 from engine.models.model_names import model_from_file_name
+from engine.runtimes import STOCK_NAME
 from engine.runtimes.export import Export
+from engine.runtimes.llamacpp import IK
+
+IK_NAME = IK.info.name
 
 LLAMA_BENCH_N_GEN = 128  # tools/llama-bench/llama-bench.cpp: the default -n
 
@@ -182,9 +186,10 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     settings) and `cost_model`; COPE's command is spelled for `builds` (found here)."""
     request = rec.request
     yours, placement, stage, notes, blocks = _yours(request, cost_model, command)
-    # COPE's best at the command's settings: its command keeps the command's other flags.
+    # COPE's best at the command's settings, for the runtime the command is written for: its
+    # command keeps the command's other flags.
     export = carry_over(compose_export(rec, rec.best, model_path=command.model_path, binary=command.tool,
-                                       builds=builds), command)
+                                       builds=builds, runtime=command_runtime(command)), command)
     nearest = rec.estimate_of(export.exported_id) if export.nearest_id is not None else None
     # A tie ranks as equal: 1 + the candidates strictly faster (beyond float noise).
     rank = 1 + sum(faster(e.tpot_s, yours.tpot_s) for e in rec.estimates) if yours.runs else None
@@ -192,6 +197,16 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
     return CommandEstimate(command, request, _maps_to(placement, stage), yours, rec.best, rank, len(rec.estimates),
                            export, nearest, notes, tuple(rec.notes), blocks, tied_with=tied,
                            paper_runs_on=who_runs(rec, rec.best))
+
+
+def command_runtime(command: LlamaCommand) -> str:
+    """The runtime a command is written for: ik_llama.cpp when it uses an option only
+    ik_llama.cpp's program parses (-fmoe, -rtr, -mla, ...: its flag manifest has it, stock
+    llama.cpp's at the commit read does not), else stock llama.cpp."""
+    stock = manifest(STOCK_NAME)["programs"].get(command.tool, {}).get("options", ())
+    ik = manifest(IK_NAME)["programs"].get(command.tool, {}).get("options", ())
+    words = [w.split("=", 1)[0] for _, group in command.args for w in group[:1] if w.startswith("-")]
+    return IK_NAME if any(w in ik and w not in stock for w in words) else STOCK_NAME
 
 
 def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,

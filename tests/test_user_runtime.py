@@ -1,0 +1,54 @@
+"""`cope estimate` keeps the runtime and backend the pasted command is written for (issue 45
+item 4): a Vulkan build's `-dev Vulkan0` plans that backend and stays in COPE's command; an
+ik_llama.cpp command (-fmoe, -rtr) gets COPE's command for ik_llama.cpp, without stock-only flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.advice.command_estimate import command_runtime
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.runtimes.llamacpp import IK
+from engine.runtimes import STOCK_NAME
+
+
+@pytest.fixture
+def estimate(tmp_path, monkeypatch, capsys):
+    from cope_tui.cli import main
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def run(*args: str) -> dict:
+        code = main(["estimate", "--json", *args])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        return json.loads(captured.out)
+
+    return run
+
+
+def test_ik_only_options_say_the_command_is_ik_llama_cpps():
+    assert command_runtime(parse_llama_command(["llama-server", "-m", "m.gguf", "-fmoe", "-rtr"])) == IK.info.name
+    assert command_runtime(parse_llama_command(["llama-server", "-m", "m.gguf", "--n-cpu-moe", "3"])) == STOCK_NAME
+
+
+def test_an_ik_command_gets_an_ik_command_back(estimate):
+    doc = estimate("--gpu", "rtx-4090", "--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99",
+                   "--n-cpu-moe", "30", "-fmoe", "-rtr", "-c", "8192")
+    export = doc["export"]
+    assert export["runtime"] == IK.info.name
+    argv = export["argv"]
+    assert "-fmoe" in argv and "-rtr" in argv  # the user's own flags kept
+    assert "--fit" not in argv and "-lm" not in argv  # stock-only spellings left out
+
+
+def test_a_vulkan_command_is_planned_and_answered_on_vulkan(estimate):
+    doc = estimate("--gpu", "rx-7900-xtx", "--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99",
+                   "-dev", "Vulkan0", "--n-cpu-moe", "10", "-c", "8192")
+    assert doc["yours"]["verdict"] == "priced"  # not refused as a device the plan lacks
+    argv = doc["export"]["argv"]
+    assert argv[argv.index("-dev") + 1] == "Vulkan0"
+    assert any("Vulkan backend" in note and "not measured" in note for note in doc["notes"])
