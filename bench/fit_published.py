@@ -6,9 +6,12 @@ The constants COPE cannot read off a spec sheet (how much of the memory bandwidt
 quantized mat-vec reaches on each device, what one CPU thread streams for its core's peak, the fixed
 latencies of a block, a token and a hand-over) are fitted together to the decode speeds
 of the rows of ../shared/calibration/published-decode.csv whose hardware is stated
-(bench/published_rows.py), minimising the mean squared log ratio of estimated to
-published tokens/s. One set of constants for every row: nothing per model, per row or per
-source. It prints the fitted values for engine/cost/analytic_cost.py's AnalyticAssumptions and
+(bench/published_rows.py), minimising the squared log ratio of estimated to published
+tokens/s with every regime (where the command puts the experts: all-GPU, partial offload,
+experts on the CPU, CPU-only) weighing the same, and within a regime every source the same
+(`objective`): a regime with few rows is not traded away for one with many, and one source's
+sweep does not outweigh the other machines. One set of constants for every row: nothing per
+model, per row or per source. It prints the fitted values for engine/cost/analytic_cost.py's AnalyticAssumptions and
 the fit's residuals, for docs/accuracy.md. A test (tests/test_accuracy_fit.py) checks that
 the constants in the code are what this fit gives.
 """
@@ -59,10 +62,20 @@ def assumptions_of(x: np.ndarray, base: AnalyticAssumptions = START) -> Analytic
     return replace(base, **values)
 
 
+def objective(priced: list[Priced]) -> float:
+    """The fit's loss over priced rows: the squared log ratio averaged within each source of a
+    regime, then over the regime's sources, then over the regimes (each regime weighs the same,
+    and within it each source)."""
+    by_regime: dict[str, dict[str, list[float]]] = {}
+    for p in priced:
+        by_regime.setdefault(p.regime, {}).setdefault(p.source, []).append(math.log(p.ratio) ** 2)
+    return float(np.mean([np.mean([np.mean(errors) for errors in by_source.values()])
+                          for by_source in by_regime.values()]))
+
+
 def loss(x: np.ndarray, rows_csv, keep: Callable[[Priced], bool] = lambda p: True) -> float:  # type: ignore[no-untyped-def]
-    """The mean squared log ratio over the fitted rows that `keep` keeps."""
-    ratios = [p.ratio for p in fitted_rows(price_all(rows_csv, assumptions_of(x), fitted_only=True)) if keep(p)]
-    return float(np.mean(np.log(ratios) ** 2))
+    """`objective` over the fitted rows that `keep` keeps."""
+    return objective([p for p in fitted_rows(price_all(rows_csv, assumptions_of(x), fitted_only=True)) if keep(p)])
 
 
 def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iterations: int = 400, tol: float = 1e-7) -> np.ndarray:
@@ -116,9 +129,10 @@ def main() -> int:
         value = getattr(best, f.name)
         shown = "None (a machine's own, where measured)" if value is None else f"{value:.6g}"
         print(f"  {f.name} = {shown}{mark}")
-    ratios = [(p.row.index, p.ratio) for p in fitted_rows(price_all(rows_csv, best))]
-    print(f"rows fitted: {len(ratios)}; mean squared log ratio {np.mean(np.log([r for _, r in ratios]) ** 2):.5f}")
-    print("ratios: " + ", ".join(f"{i}: {r:.2f}" for i, r in ratios))
+    priced = fitted_rows(price_all(rows_csv, best))
+    print(f"rows fitted: {len(priced)}; objective (regimes and their sources weighing the same) "
+          f"{objective(priced):.5f}; plain mean squared log ratio {np.mean(np.log([p.ratio for p in priced]) ** 2):.5f}")
+    print("ratios: " + ", ".join(f"{p.key}: {p.ratio:.2f}" for p in priced))
     print(asdict(best))
     return 0
 

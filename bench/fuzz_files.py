@@ -1,8 +1,20 @@
-"""Hostile files, folders, caches and runtimes against the real command line (issue 32).
+"""Hostile files, folders, caches, runtimes, networks, disks and command lines against the
+real command line (issues 32 and 47).
 
     python bench/fuzz_files.py            # every class, each case a `cope` child process
     python bench/fuzz_files.py -v         # and each case's last line
     python bench/fuzz_files.py --seed 3   # other random moments for the signals
+    python bench/fuzz_files.py --only hub,disk   # the classes whose names hold these words
+    python bench/fuzz_files.py --help     # this, and nothing run
+
+Issue 47's classes (bench/fuzz_hostile.py): a hostile Hub on 127.0.0.1 (dropped, stalled,
+trickling, redirect-looping, rate-limited answers, a 3 GiB config.json, a file list that
+never ends, a wrong-shaped agent registry), a damaged Hub cache, disk full (a file-size
+limit with numba's cache empty), every refusal of `cope estimate` rendered as text, and odd
+file names (the exported script is run, and its -m must be the name's bytes). A case with a
+follow-up runs it on the caches the first left: a follow-up that fails counts as "poisons
+later runs". A run past its limit that then finishes on its own is "slow" (reported apart,
+not a failure); only one that does not finish within SLOW_FACTOR times its limit is a hang.
 
 bench/fuzz.py mutates file contents; this campaign runs whole commands on what a person's
 disk may hold: sparse giants, FIFOs in folders and caches, links to devices, header and
@@ -42,9 +54,11 @@ FAST = ["--gpu", "rtx-4090", "--fidelity", "analytic", "--tokens", "50"]
 CONFIG = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 2048,
           "num_hidden_layers": 48, "vocab_size": 151936, "moe_intermediate_size": 768, "intermediate_size": 6144,
           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128}
-VERBOSE = "-v" in sys.argv[1:]
-SEED = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv[1:] else 0
-COUNTS = ("tracebacks", "not one line", "hangs", "over 1 GiB", "partial artefacts", "partial as complete")
+VERBOSE = False
+SEED = 0
+SLOW_FACTOR = 6.0  # a run past its limit is slow until this many times the limit; then it is a hang
+COUNTS = ("tracebacks", "not one line", "hangs", "over 1 GiB", "partial artefacts", "partial as complete",
+          "poisons later runs")
 # ("over 1 GiB": over 2 GiB for a probe run, whose timing pool is 1 GiB by design: PROBE_MEMORY_BYTES)
 # What a run stopped by a signal may say: nothing (killed before COPE's handler was set), or its one line.
 SIGNAL_EXITS = {0, 130, 143, -signal.SIGINT, -signal.SIGTERM}
@@ -54,10 +68,17 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (4 * GIB, 4 * GIB))
 
 
-def start_case(argv: list[str], env: dict[str, str], cwd: Path, wrap: list[str] | None = None) -> subprocess.Popen:
+def start_case(argv: list[str], env: dict[str, str], cwd: Path, wrap: list[str] | None = None,
+               fsize: int | None = None) -> subprocess.Popen:
     cmd = [*wrap] if wrap else [sys.executable, "-m", "cope_tui.cli", *argv]
+
+    def limits() -> None:
+        _limit()
+        if fsize is not None:  # a write past it fails with EFBIG, as a full disk fails with ENOSPC
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cwd, preexec_fn=_limit)
+                            env=env, cwd=cwd, preexec_fn=limits)
     proc.started = time.monotonic()  # type: ignore[attr-defined]
     proc.err = []  # type: ignore[attr-defined]
     reader = threading.Thread(target=lambda: proc.err.append(proc.stderr.read()), daemon=True)  # type: ignore[attr-defined]
@@ -91,8 +112,12 @@ def finish_case(proc: subprocess.Popen, *, signal_at_s: float | None = None, sig
         if done is None:
             proc.send_signal(sig)
             sent = time.monotonic()
+    slow = False
     if done is None:
         done = _reap(proc, sent + LIMIT_S if sent is not None else start + limit_s)
+    if done is None and sent is None:  # past its limit: slow while it still finishes on its own
+        slow = True
+        done = _reap(proc, start + limit_s * SLOW_FACTOR)
     if done is None:
         hang = True
         proc.send_signal(signal.SIGTERM)
@@ -110,8 +135,13 @@ def finish_case(proc: subprocess.Popen, *, signal_at_s: float | None = None, sig
         last = lines[-1] if lines else ""
         one_line = rc in SIGNAL_EXITS and (rc <= 0 or last in ("cope: interrupted", "cope: terminated"))
     else:
-        one_line = rc == 0 or (len(lines) == 1 and lines[0].startswith("cope: error: "))
-    return {"rc": rc, "hang": hang, "s": ended - start, "err": err, "traceback": "Traceback" in err,
+        # the error is the last line and the only one; lines said before it while waiting (a
+        # download begun, a Hub retry) are COPE's own narration, each one line too
+        errors = [line for line in lines if line.startswith("cope: error: ")]
+        one_line = rc == 0 or (len(errors) == 1 and lines[-1] == errors[0]
+                               and all(line.startswith("cope") for line in lines))
+    return {"rc": rc, "hang": hang, "slow": slow and not hang, "s": ended - start, "err": err,
+            "traceback": "Traceback" in err,
             "one_line": one_line, "maxrss": peak, "signalled": sent is not None,
             "stop_s": None if sent is None else ended - sent}
 
@@ -446,7 +476,77 @@ def signalled_runs(tmp: Path, env: dict[str, str], rng: random.Random) -> list[t
     return out
 
 
+def _wanted(cls: str) -> bool:
+    return not ONLY or any(word in cls.lower() for word in ONLY)
+
+
+ONLY: list[str] = []
+TRACE_CSV = """
+import sys
+from engine.models.catalog import get_model
+from engine.traces import write_llama_moe_trace_csv
+from engine.traces.synthetic import SyntheticSettings, synthetic_trace
+write_llama_moe_trace_csv(synthetic_trace(get_model("olmoe-1b-7b"), SyntheticSettings(tokens=24, seed=3)), sys.argv[1])
+"""
+
+
+def issue47_classes(tmp: Path, env: dict[str, str]) -> tuple[dict[str, list], list]:
+    """bench/fuzz_hostile.py's classes (made here: their Hub servers run in this process)."""
+    import fuzz_hostile as fh
+
+    csv = tmp / "olmoe.csv"  # a real trace, made in a child (see BOMB)
+    subprocess.run([sys.executable, "-c", TRACE_CSV, str(csv)], check=True, cwd=ROOT, env=env)
+    trace_csv = csv.read_bytes()
+    classes: dict[str, list] = {}
+    hubs: list = []
+    if _wanted("a hostile hub on 127.0.0.1"):
+        classes["a hostile Hub on 127.0.0.1"], made = fh.hostile_hub(tmp, trace_csv)
+        hubs += made
+    if _wanted("a damaged hub cache"):
+        classes["a damaged Hub cache"], made = fh.damaged_hub_cache(tmp, trace_csv, env)
+        hubs += made
+    if _wanted("disk full (file-size limit, numba cache empty)"):
+        classes["disk full (file-size limit, numba cache empty)"] = fh.disk_full(tmp)
+    if _wanted("command lines: estimate refusals as text"):
+        classes["command lines: estimate refusals as text"] = fh.command_lines()
+    if _wanted("odd names, exported scripts run"):
+        classes["odd names, exported scripts run"] = fh.odd_names(tmp, trace_csv)
+    return classes, hubs
+
+
+def run_issue47(classes: dict[str, list], env: dict[str, str], tmp: Path, totals: dict, peaks: dict,
+                problems: list[str]) -> None:
+    for cls, runs in classes.items():
+        c = totals.setdefault(cls, Counter())
+        for case, argv, opts in runs:
+            r = finish_case(start_case(argv, {**env, **opts.get("env", {})}, tmp, fsize=opts.get("fsize")),
+                            limit_s=opts.get("limit_s", LIMIT_S))
+            _count(c, peaks.setdefault(cls, []), r, cls, case, problems)
+            found = opts["check"](r) if "check" in opts else []
+            c["partial artefacts"] += bool(found)
+            problems += [f"{cls}: {case}: {why}" for why in found]
+            if "after" in opts:
+                then, then_argv, then_opts = opts["after"]
+                r2 = finish_case(start_case(then_argv, {**env, **then_opts.get("env", {})}, tmp),
+                                 limit_s=then_opts.get("limit_s", LIMIT_S))
+                if r2["rc"] != 0 or r2["hang"]:
+                    c["poisons later runs"] += 1
+                    last = (r2["err"].strip().splitlines() or ["no output"])[-1][:160]
+                    problems.append(f"{cls}: {then}: rc {r2['rc']}: {last}")
+
+
 def main() -> int:
+    global VERBOSE, SEED, ONLY
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("-v", action="store_true", help="each case's last line")
+    parser.add_argument("--seed", type=int, default=0, help="the random moments of the signals")
+    parser.add_argument("--only", default="", help="comma-separated words: only the classes whose names hold one")
+    args = parser.parse_args()
+    VERBOSE, SEED = args.v, args.seed
+    ONLY = [w.strip().lower() for w in args.only.split(",") if w.strip()]
     totals: dict[str, Counter] = {}
     peaks: dict[str, list[int]] = {}
     problems: list[str] = []
@@ -459,7 +559,9 @@ def main() -> int:
         machine.mkdir(parents=True)
         env = {**os.environ, "COPE_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT),
                "OMP_NUM_THREADS": "1"}
-        all_cases = cases(tmp)
+        new_classes, hubs = issue47_classes(tmp, env)
+        all_cases = {cls: runs for cls, runs in cases(tmp).items() if _wanted(cls)} if not ONLY or any(
+            _wanted(cls) for cls in OLD_CLASSES) else {}
         for cls, runs in all_cases.items():
             c = totals.setdefault(cls, Counter())
             for case, argv, *limit in runs:
@@ -469,30 +571,40 @@ def main() -> int:
                             os.mkfifo(machine / f)
                 r = finish_case(start_case(argv, env, tmp), limit_s=limit[0] if limit else LIMIT_S)
                 _count(c, peaks.setdefault(cls, []), r, cls, case, problems)
-        for cls, runs in (("concurrent probe runs", concurrent_runs(tmp, env)),
-                          ("SIGINT and SIGTERM", signalled_runs(tmp, env, rng))):
+        try:
+            run_issue47(new_classes, env, tmp, totals, peaks, problems)
+        finally:
+            for hub in hubs:
+                hub.stop()
+        later = [(cls, make) for cls, make in (("concurrent probe runs", lambda: concurrent_runs(tmp, env)),
+                                               ("SIGINT and SIGTERM", lambda: signalled_runs(tmp, env, rng)))
+                 if _wanted(cls)]
+        for cls, runs in ((cls, make()) for cls, make in later):
             c = totals.setdefault(cls, Counter())
             for case, r, bad, why in runs:
                 _count(c, peaks.setdefault(cls, []), r, cls, case, problems)
                 c["partial artefacts"] += r.get("partial", False)
                 c["partial as complete"] += bad
                 problems += [f"{cls}: {case}: {w}" for w in why]
-        disk = full_disk(tmp, env)
-        c = totals.setdefault("full-disk writes", Counter())
-        if disk is None:
+        disk = full_disk(tmp, env) if _wanted("full-disk writes") else False
+        c = totals.setdefault("full-disk writes", Counter()) if disk is not False else Counter()
+        if disk is False:
+            pass
+        elif disk is None:
             print("full-disk writes: skipped (cannot mount a tmpfs here)")
         else:
             r, partial = disk
             _count(c, peaks.setdefault("full-disk writes", []), r, "full-disk writes", "kt export onto 40 KiB",
                    problems)
             c["partial artefacts"] += partial
+    totals = {cls: c for cls, c in totals.items() if c["runs"]}
     width = max(len(k) for k in totals)
     print(f"{'class':<{width}}  {'runs':>4}  " + "  ".join(f"{k:>19}" for k in COUNTS)
-          + "  slowest  peak of each child (MiB)")
+          + "  slow  slowest  largest child (MiB)")
     for cls, c in totals.items():
         each = sorted(peaks.get(cls, []), reverse=True)
         print(f"{cls:<{width}}  {c['runs']:>4}  " + "  ".join(f"{c[k]:>19}" for k in COUNTS)
-              + f"  {c['slowest_ds'] / 10:>5.1f} s  " + " ".join(str(p >> 20) for p in each))
+              + f"  {c['slow']:>4}  {c['slowest_ds'] / 10:>5.1f} s  " + str(each[0] >> 20 if each else 0))
     print(f"{sum(c['runs'] for c in totals.values())} runs in {time.monotonic() - began:.0f} s (seed {SEED})")
     for p in problems[:30]:
         print("  " + p)
@@ -504,6 +616,7 @@ def _count(c: Counter, peaks: list[int], r: dict, cls: str, case: str, problems:
     c["tracebacks"] += r["traceback"]
     c["not one line"] += not r["one_line"] and not r["hang"]
     c["hangs"] += r["hang"]
+    c["slow"] += r.get("slow", False)
     c["over 1 GiB"] += r["maxrss"] > r.get("memory_limit", GIB)
     c["slowest_ds"] = max(c["slowest_ds"], round(r["s"] * 10))
     peaks.append(r["maxrss"])
@@ -514,6 +627,11 @@ def _count(c: Counter, peaks: list[int], r: dict, cls: str, case: str, problems:
     if r["traceback"] or r["hang"] or not r["one_line"] or r["maxrss"] > r.get("memory_limit", GIB):
         last = (r["err"].strip().splitlines() or ["no output"])[-1][:160]
         problems.append(f"{cls}: {case}: rc {r['rc']}, {r['s']:.1f} s, {r['maxrss'] >> 20} MiB: {last}")
+
+
+OLD_CLASSES = ("sparse giants", "FIFOs in folders and caches", "device symlinks", "header and compression bombs",
+               "huge declared counts", "fake runtimes with hostile output", "parquet compression bombs",
+               "crafted huge shapes", "concurrent probe runs", "SIGINT and SIGTERM", "full-disk writes")
 
 
 if __name__ == "__main__":

@@ -105,11 +105,15 @@ def tokens_per_s(text: str) -> float | None:
 
 def sized(quant, model, file_bytes: float):  # type: ignore[no-untyped-def]
     """`quant` with its experts' bits per weight set so the model's bytes are the file's
-    (a custom mix published by its size; the non-expert weights keep the quant's bits)."""
+    (a custom mix published by its size; the non-expert weights keep the quant's bits).
+    Without its llama.cpp file type: a quant that names one is sized tensor by tensor from
+    llama.cpp's mix for that type (engine/models/model.py, tensor_sizes), which would ignore
+    the bits set here and price the catalog's file instead of the published one."""
     non_expert = model.non_expert_params() * quant.non_expert_bits_per_weight / 8
     experts = model.n_experts_total * model.expert_params()
     bits = (file_bytes - non_expert) * 8 / experts
-    return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits)
+    return replace(quant, name=f"{quant.name} at {file_bytes / 2**30:.2f} GiB", expert_bits_per_weight=bits,
+                   llama_ftype="")
 
 
 @functools.cache
@@ -222,8 +226,20 @@ def suspect_note(published: dict[str, str]) -> str | None:
 
 
 def fitted_rows(priced: list[Priced]) -> list[Priced]:
-    """The rows the constants are fitted on and judged by: hardware stated, priced, not SUSPECT."""
-    return [p for p in priced if p.row.stated and p.ratio is not None and p.suspect is None]
+    """The rows the constants are fitted on and judged by: hardware stated, priced, not SUSPECT,
+    and not read from disk (a mapped model larger than the RAM: its disk term is an assumption,
+    engine/hardware/host_memory.py, reported apart by `streamed_rows`)."""
+    return [p for p in priced if p.row.stated and p.ratio is not None and p.suspect is None and not streams(p)]
+
+
+def streams(p: Priced) -> bool:
+    """Whether the row's command is priced reading its mapped weights back from disk."""
+    return p.price is not None and p.price.memory is not None and p.price.memory.ram.streams
+
+
+def streamed_rows(priced: list[Priced]) -> list[Priced]:
+    """Stated, priced rows whose mapped weights do not fit the RAM (the page cache streams them)."""
+    return [p for p in priced if p.row.stated and p.ratio is not None and p.suspect is None and streams(p)]
 
 
 def signed_error(ratios: list[float]) -> float:
@@ -320,6 +336,7 @@ def report(priced: list[Priced], skipped_rows: dict[str, str], total_rows: int) 
         "signed_error_stated": signed_error([p.ratio for p in stated]),
         "left_out_suspect": {p.key: p.suspect for p in suspects},
         "mape_assumed": mape([p.ratio for p in assumed]),
+        "read_from_disk": {p.key: round(p.ratio, 3) for p in streamed_rows(priced)},
         "within_0.75_1.33_stated": sum(GOOD[0] <= p.ratio <= GOOD[1] for p in stated),
         "worst_low": sorted((round(p.ratio, 3), p.key) for p in stated)[:3],
         "worst_high": sorted((round(p.ratio, 3), p.key) for p in stated)[-3:][::-1],
@@ -336,6 +353,9 @@ def report(priced: list[Priced], skipped_rows: dict[str, str], total_rows: int) 
         "left out (SUSPECT in the calibration notes): "
         + ("; ".join(f"{p.key}: {p.suspect}" for p in suspects) or "none"),
         f"assumed hardware: MAPE {summary['mape_assumed']:.1%}",
+        "read from disk (mapped weights larger than the RAM; priced with the assumed disk term, not fitted): "
+        + ("; ".join(f"{p.key} {p.ratio:.2f} ({p.price.memory.ram.disk_share:.1%} from disk)"
+                     for p in streamed_rows(priced)) or "none"),
         "sweeps: " + "; ".join(f"{name} {'right' if ok else 'WRONG'} ({how})" for name, ok, how in sweeps),
         "not priced by COPE: " + "; ".join(f"{p.key}: {p.problem}" for p in refused),
         "skipped: " + "; ".join(f"{i}: {why}" for i, why in skipped_rows.items()),

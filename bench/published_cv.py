@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fit_published import FITTED, fit  # noqa: E402
+from bench.regime_check import fold_noise as regime_fold_noise  # noqa: E402
 from bench.published import REGIMES, Priced, fitted_rows, mape, price_all, rows_from_args, signed_error  # noqa: E402
 from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
 
@@ -59,7 +60,17 @@ def leave_one_source_out(rows_csv: list[dict[str, str]], say=print,  # type: ign
 
 def figures(priced: list[Priced]) -> dict:
     ratios = [p.ratio for p in priced]
-    return {"rows": len(ratios), "mape": mape(ratios), "signed_error": signed_error(ratios)}
+    return {"rows": len(ratios), "mape": mape(ratios), "signed_error": signed_error(ratios),
+            "fold_noise": fold_noise(priced)}
+
+
+def fold_noise(priced: list[Priced]) -> float:
+    """How much the MAPE of these held-out rows moves with which machines happen to be in
+    them (bench/regime_check.py: fold_noise, over their sources' absolute errors)."""
+    by_source: dict[str, list[float]] = {}
+    for p in priced:
+        by_source.setdefault(p.source, []).append(abs(p.ratio - 1))
+    return regime_fold_noise(by_source)
 
 
 def summary(folds: list[Fold]) -> dict:
@@ -74,6 +85,10 @@ def summary(folds: list[Fold]) -> dict:
         "all_gpu_by_gpu": {gpu: {p.key: round(p.ratio, 4) for p in held if p.regime == "all-GPU" and p.row.gpu == gpu}
                            for gpu in sorted({p.row.gpu for p in held if p.regime == "all-GPU"})},
         "rows": {p.key: round(p.ratio, 4) for p in held},
+        # what the before/after check (bench/regime_check.py) groups the rows by
+        "row_regimes": {p.key: p.regime for p in held},
+        "row_runtimes": {p.key: p.row.runtime for p in held},
+        "row_sources": {p.key: p.source for p in held},
         "constants": {f.source: {name: getattr(f.constants, name) for name in FITTED} for f in folds},
     }
 
@@ -81,7 +96,8 @@ def summary(folds: list[Fold]) -> dict:
 def _line(name: str, fig: dict) -> str:
     if not fig["rows"]:
         return f"  {name:<52} no rows"
-    return f"  {name:<52} {fig['rows']:>3} rows  MAPE {fig['mape']:6.1%}  mean signed error {fig['signed_error']:+6.1%}"
+    return (f"  {name:<52} {fig['rows']:>3} rows  MAPE {fig['mape']:6.1%}  mean signed error {fig['signed_error']:+6.1%}"
+            f"  fold noise {fig['fold_noise']:5.1%}")
 
 
 def report(folds: list[Fold]) -> dict:

@@ -178,6 +178,51 @@ EXTRA_ROWS: tuple[Row, ...] = (
           (53, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", 59.02, 16384),
           (55, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", 30.25, 0),
           (58, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q8_0", 30.25, 16384))),
+    # ikawrakow/ik_llama.cpp issue 490 (ikawrakow's reply): his Ryzen-7950X + RTX-4080, every expert on the CPU,
+    # Qwen3-30B-A3B with IQ4_K_R4/IQ5_K_R4 experts and Q8_0 the rest (17.57 GiB: experts sized to the file on Q8_0's
+    # other tensors), build 24c010b3: llama-sweep-bench at N_KV 0 and 8192 (its table ends at 14336), and llama-bench tg128.
+    *(Row(index, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q8_0", "rtx-4080", "ryzen-9-7950x",
+          rf"llama-bench -m m.gguf -ngl 100 -ot exps=CPU -t 16 -p 0 -n 512 -d {depth}", runtime="ik_llama.cpp",
+          file_gib=17.57, sweep="490-7950x-4080")
+      for index, depth in ((60, 0), (61, 8192))),
+    Row(62, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q8_0", "rtx-4080", "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 99 -ot exps=CPU -fa 1 -ub 1024 -p 0 -n 128", runtime="ik_llama.cpp", file_gib=17.57),
+    # AlexsJones/llmfit PR 755: RTX 2080 (8 GB) + i9-10900X, quad-channel DDR4 that the PR measured at ~102 GB/s,
+    # priced as 4 x DDR4-3200 (102.4 GB/s): the measured bandwidth, not a guessed DIMM speed. The server's own decode figure.
+    Row(63, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rtx-2080", "core-i9-10900x",
+        "llama-server -m m.gguf -ngl 99 --n-cpu-moe 36", memory="ddr4-3200x4"),
+    # ikawrakow/ik_llama.cpp discussion 258 (sousekd): one EPYC 9355 with 768 GB of 12 x DDR5-6400, Windows, one GPU at a
+    # time (RTX 5090 on 2025-07-09, RTX 4090 on 2025-06-27), DeepSeek-V3-0324 / R1-0528 (671B, priced as the catalog's
+    # DeepSeek-V3) in five files whose sizes llama.cpp prints, llama-sweep-bench at N_KV 0 and 16384, --no-mmap, every
+    # routed expert on the CPU or blocks 3 (and 4) on the GPU. Experts sized to each file on the quant of its other
+    # tensors (Q8_0 in ubergarm's files, Q4_K_M in unsloth's and bartowski's). -mla/-fmoe/-amb left out (see above).
+    # A sweep is one file on one GPU (the depth varied): the files differ in more than one setting.
+    *(Row(index, "DeepSeek", "deepseek-v3", quant, "rtx-5090", "epyc-9355",
+          f"llama-bench -m m.gguf -ngl 63 {ot} -fa 1 -b 4096 -ub {ub} -mmp 0 -t 32 -p 0 -n {n} -d {depth}",
+          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep=f"9355-5090-deepseek-{gib:g}")
+      for index, quant, gib, ot, ub, n, depth in (
+          (64, "Q8_0", 226.003, "-ot exps=CPU", 4096, 1024, 0),
+          (65, "Q8_0", 226.003, "-ot exps=CPU", 4096, 1024, 16384),
+          (66, "Q8_0", 386.183, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 2048, 512, 0),
+          (67, "Q8_0", 386.183, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 2048, 512, 16384),
+          (68, "Q8_0", 367.774, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 2048, 512, 0),
+          (69, "Q8_0", 367.774, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 2048, 512, 16384),
+          (70, "Q4_K_M", 357.623, r"-ot blk\.(3|4)\.ffn_.*=CUDA0;exps=CPU", 4096, 1024, 0),
+          (71, "Q4_K_M", 357.623, r"-ot blk\.(3|4)\.ffn_.*=CUDA0;exps=CPU", 4096, 1024, 16384),
+          (72, "Q4_K_M", 379.030, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 4096, 1024, 0),
+          (73, "Q4_K_M", 379.030, r"-ot blk\.(3)\.ffn_.*=CUDA0;exps=CPU", 4096, 1024, 16384))),
+    *(Row(index, "DeepSeek", "deepseek-v3", quant, "rtx-4090", "epyc-9355",
+          f"llama-bench -m m.gguf -ngl {ngl} -ot exps=CPU -fa 1 -b 4096{ub} {ctk}-mmp 0 -t 30 -p 0 -n {n} -d {depth}",
+          runtime="ik_llama.cpp", memory="ddr5-6400x12", ram_gib=768, file_gib=gib, sweep=f"9355-4090-deepseek-{gib:g}")
+      for index, quant, gib, ngl, ub, ctk, n, depth in (
+          (76, "Q8_0", 226.003, 63, " -ub 2048", "-ctk q8_0 ", 512, 0),
+          (77, "Q8_0", 226.003, 63, " -ub 2048", "-ctk q8_0 ", 512, 16384),
+          (78, "Q8_0", 367.774, 63, "", "-ctk q8_0 ", 128, 0),
+          (79, "Q8_0", 367.774, 63, "", "-ctk q8_0 ", 128, 16384),
+          (80, "Q8_0", 386.183, 63, "", "-ctk q8_0 ", 128, 0),
+          (81, "Q8_0", 386.183, 63, "", "-ctk q8_0 ", 128, 16384),
+          (82, "Q4_K_M", 357.623, 99, " -ub 4096", "", 1024, 0),
+          (83, "Q4_K_M", 357.623, 99, " -ub 4096", "", 1024, 16384))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -197,4 +242,8 @@ EXTRA_SKIPPED: dict[int, str] = {
     56: _SPARK_DEPTH.format(depth=4096, d0=55, d16=58),
     57: _SPARK_DEPTH.format(depth=8192, d0=55, d16=58),
     59: _SPARK_DEPTH.format(depth=32768, d0=55, d16=58),
+    74: "attn_kv_b on the CPU as well as the experts (-ot exps=CPU,attn_kv_b=CPU): an attention tensor off the GPU, "
+        "a placement COPE does not model",
+    75: "attn_kv_b on the CPU as well as the experts (-ot exps=CPU,attn_kv_b=CPU): an attention tensor off the GPU, "
+        "a placement COPE does not model",
 }

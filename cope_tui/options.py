@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import input_kind, user_path
+from engine.cost.analytic_cost import KV_TYPE_BYTES
 from engine.cost.cost_model import Fidelity
 from engine.hardware.cpu_presets import cpu_models, cpu_presets, machines
 from engine.hardware.memory_spec import parse_bandwidth_gbps, parse_memory_spec
@@ -179,6 +180,9 @@ def _among(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}, got {value}"
 
 
+KV_CACHE_TYPES = tuple(KV_TYPE_BYTES)  # what -ctk/-ctv take (engine/cost/analytic_cost.py)
+
+
 # --- the table ---------------------------------------------------------------------
 
 
@@ -223,6 +227,11 @@ class PlanChoices:
     context: int | None = _option(
         None, flag="--context", metavar="N", parse=_int, check=_positive_int, label="Context", group="model", hint=str(DEFAULT_CONTEXT),
         help="context tokens to reserve KV cache for")
+    cache_type: str | None = _option(
+        None, flag="--cache-type", choices=KV_CACHE_TYPES, check=_among(KV_CACHE_TYPES), label="KV cache type",
+        group="model", hint="f16",
+        help="the KV cache's type (llama.cpp's -ctk/-ctv): the placement, the VRAM and the command follow it "
+             "(default f16)")
     threads: int | None = _option(
         None, flag="--threads", metavar="T", parse=_int, check=_positive_int, label="Threads", group="model", hint="cores",
         help="CPU threads for expert compute")

@@ -58,7 +58,8 @@ import numpy as np
 
 from engine.replays.policy import Candidate
 from engine.replays.residency import ReplaySetup, ResidencyPlan
-from probes.experts import int8pack_works
+from probes import host as host_facts
+from probes.experts import ExpertLayout, expert_widths, int8pack_works
 from probes.host_pool import host_pool
 from probes.layer_step import GPU_BESIDE, DeviceSlots, LayerStep, copy_expert
 from probes.operators import ExpertShape, SharedLayerOp, TokenHeadOp
@@ -146,6 +147,29 @@ def expert_tensor_bytes(mats) -> int:
                    for w, s in mats))
 
 
+# The share of available memory the functional mode's experts may take: the rest is for
+# the run's own arrays, torch, and whatever else the machine runs meanwhile.
+FUNCTIONAL_MEMORY_SHARE = 0.5
+
+
+class NotEnoughMemory(ExecutionRefused):
+    """The functional mode's every expert does not fit this machine's available memory."""
+
+
+def _check_functional_fits(model: Any, quant: Any, shape: Any, n_experts: int, int8: bool) -> None:
+    """The functional mode holds every expert of the model on the host, in one allocation
+    (17.9 GB for Qwen3-30B-A3B Q4_K_M): refused in one line before it is asked for when it
+    is more than this machine's available memory (a failed or overcommitted allocation
+    would end the run with a traceback or the OOM killer)."""
+    need = n_experts * ExpertLayout(shape, expert_widths(shape, int8), int8).nbytes
+    have = host_facts.available_memory_bytes()
+    if have is not None and need > FUNCTIONAL_MEMORY_SHARE * have:
+        raise NotEnoughMemory(
+            f"--mode functional holds all {n_experts:,} experts of {model.name} {quant.name} in memory, "
+            f"{need / 1e9:.1f} GB, more than half of this machine's {have / 1e9:.1f} GB available: choose a smaller "
+            "model (--model), or the timed mode")
+
+
 class Executor:
     """Executes candidates of one model shape on this machine.
 
@@ -184,6 +208,7 @@ class Executor:
             int8 = int8pack_works(torch, "cpu")
         if host_pool_bytes is None and mode == "functional":
             host_pool_bytes, min_experts = 1, self.n_keys
+            _check_functional_fits(model, quant, self.shape, self.n_keys, int8pack_works(torch, "cpu"))
         else:
             min_experts = k
         # The probes' pool when the layout matches (built once per process, probes/host_pool.py).

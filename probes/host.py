@@ -128,6 +128,17 @@ def meminfo_bytes(text: str) -> dict[str, int]:
     return out
 
 
+def available_memory_bytes(meminfo_path: str | Path = "/proc/meminfo") -> int | None:
+    """This machine's available memory now (MemAvailable), bytes; None where unknown."""
+    text = _read(Path(meminfo_path))
+    mem = meminfo_bytes(text) if text is not None else {}
+    if "MemAvailable" in mem:
+        return mem["MemAvailable"]
+    if "MemFree" in mem:
+        return mem["MemFree"] + mem.get("Buffers", 0) + mem.get("Cached", 0)
+    return None
+
+
 def count_numa_nodes(entries: Iterable[str]) -> int | None:
     """NUMA nodes from the names in /sys/devices/system/node ("node0", "node1", ...)."""
     n = sum(1 for e in entries if re.fullmatch(r"node\d+", e))

@@ -16,6 +16,7 @@ from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
 from engine.cost.analytic_cost import AnalyticCostModel
 from engine.hardware.cpu_presets import get_cpu_preset
+from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S
 from engine.hardware.memory import GIB
 from engine.llamacpp.llama_args import parse_llama_command
 from engine.llamacpp.llama_placement import placement_cost, placement_memory, placement_of
@@ -84,6 +85,30 @@ def test_a_command_that_overflows_vram_would_not_run_and_says_why(capsys):
     assert main(["estimate", "--model", "qwen3-235b-a22b", "--cpu", "desktop-ddr5", "--gpu", "rtx-4060-ti-16gb",
                  "--tokens", "20", "--", "llama-server", "-ngl", "99"]) == EXIT_OK
     assert "Your command would not run: it needs" in capsys.readouterr().out
+
+
+def test_a_mapped_model_larger_than_ram_is_priced_with_its_disk_reads_and_a_copy_is_refused():
+    """Issue 44's case: Qwen3.5-122B-A10B IQ4_XS with every expert on the CPU of a 64 GB box
+    (59.6 GiB), published running at 9.3 tok/s. Mapped (llama.cpp's default) it runs: the share
+    of the host weights the page cache cannot hold is read from disk whenever a token routes to
+    it. As a copy (--no-mmap) it cannot be held and does not run."""
+    box = PlanChoices(model="qwen3.5-122b-a10b", quant="IQ4_XS", gpu="rtx-4070", cpu="ryzen-9-7950x", ram_gib=59.6,
+                      tokens=20, fidelity="analytic")
+    line = "llama-server -m q.gguf -ngl 99 --cpu-moe -c 8192"
+    mapped = priced(line, box)
+    ram = mapped.yours.memory.ram
+    assert mapped.yours.runs and ram.streams and not ram.fits and 0 < ram.disk_share < 0.05
+    roomy = priced(line, replace(box, ram_gib=128))
+    assert roomy.yours.memory.ram.fits and roomy.yours.cost.page_cache_s == 0
+    # the disk reads by hand: the CPU's share of the routed experts a token reads, at the assumed rate
+    request, placement = mapped.request, placement_of(mapped.command, mapped.request.model)
+    read = sum(share * request.model.top_k * b for share, b in
+               zip(placement.expert_cpu_share, request.model.expert_bytes_per_layer(request.quant)))
+    assert mapped.yours.cost.page_cache_s == pytest.approx(ram.disk_share * read / PAGE_CACHE_DISK_BYTES_PER_S)
+    assert mapped.yours.tpot_s == pytest.approx(roomy.yours.tpot_s + mapped.yours.cost.page_cache_s, rel=1e-9)
+    assert "read from disk again whenever a token needs it" in mapped.yours.detail
+    copy = priced(line + " --no-mmap", box)
+    assert not copy.yours.runs and copy.yours.refusal.startswith("would not run: ") and "as a copy" in copy.yours.refusal
 
 
 def test_a_context_no_candidate_fits_still_prices_the_command_alone(capsys):

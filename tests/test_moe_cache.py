@@ -193,3 +193,30 @@ def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope):
     cache = doc["llama_cpp_cache"]
     assert not cache["cache_wins"] and cache["partition"]["host_layers"] == 0
     assert cache["verdict"].startswith("every expert fits on the GPU")
+
+
+def _advice_with_cache():  # type: ignore[no-untyped-def]
+    from engine.advice.cache_search import CacheAdvice, PricedCommand
+
+    cached = PricedCommand(("llama-server", "-m", "m.gguf", "--fit", "off", "--cpu-moe", "--moe-cache-mib", "900"),
+                           48, 48, 900, False, 0.02, 10 * 2**30, "cached")
+    plain = PricedCommand(("llama-server", "-m", "m.gguf", "--fit", "off", "--n-cpu-moe", "22"),
+                          22, 22, 0, False, 0.04, 10 * 2**30, "plain")
+    return CacheAdvice(cached, plain, 2)
+
+
+@pytest.mark.parametrize("help_lines, expect", [
+    (["--n-cpu-moe N   experts of the first N layers on the CPU"], "predates its expert cache"),
+    (["--moe-cache-mib N   GPU cache size in MiB"], "Run this now: llama.cpp's expert cache"),
+    (["--moe-cache-mib N   GPU cache size in MiB", "--moe-cache-cpu-share F   share of the misses"],
+     "evicts by frequency classes"),
+])
+def test_what_advise_says_follows_the_build_found(help_lines, expect):
+    from engine.advice.cache_search import render_cache_advice
+    from engine.llamacpp.builds import build_from_help
+
+    build = build_from_help("llama.cpp", {"llama-server": "\n".join(["-m, --model FNAME   model path", *help_lines])},
+                            "llama-server --help in /opt/llama")
+    text = "\n".join(render_cache_advice(_advice_with_cache(), build=build))
+    assert expect in text
+    assert "--moe-cache-mib 900" in text  # the command is shown either way (to run, or what upgrading gives)

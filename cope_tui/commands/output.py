@@ -49,7 +49,36 @@ def versioned(doc: Any) -> Any:
 
 
 def json_text(doc: Any) -> str:
-    return orjson.dumps(versioned(doc), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    try:
+        return orjson.dumps(versioned(doc), option=options).decode() + "\n"
+    except TypeError:  # a file name the OS gave as bytes that are not UTF-8: JSON holds text only
+        return orjson.dumps(_utf8(versioned(doc)), option=options).decode() + "\n"
+
+
+def undecodable_escaped(text: str) -> str:
+    """`text` with the bytes of a file name that are not UTF-8 (surrogate-escaped by Python)
+    written as \\xNN, as JSON and a UTF-8 terminal can show them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no byte made: \udXXX
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _utf8(doc: Any) -> Any:
+    """`doc` with each string's undecodable bytes written as \\xNN (`undecodable_escaped`)."""
+    if isinstance(doc, str):
+        return undecodable_escaped(doc)
+    if isinstance(doc, dict):
+        return {_utf8(k): _utf8(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_utf8(v) for v in doc]
+    return doc
 
 
 def write_json(doc: Any) -> None:
@@ -87,7 +116,7 @@ class _Escaping:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(escape_controls(text))
+        self._stream.write(escape_controls(undecodable_escaped(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

@@ -52,6 +52,18 @@ def _list(text: str, cast, flag: str) -> list:  # type: ignore[no-untyped-def]
     return values
 
 
+MAX_THREADS = 4096  # more CPU threads than any machine has; torch takes a C int
+
+
+def _threads(text: str) -> list[int]:
+    threads = _list(text, int, "--threads")
+    big = [t for t in threads if t > MAX_THREADS]
+    if big:
+        shown = str(big[0]) if len(str(big[0])) <= 12 else str(big[0])[:9] + "..."
+        raise CopeInputError(f"--threads {shown}: at most {MAX_THREADS} threads")
+    return threads
+
+
 def _say(text: str) -> None:
     print(f"cope validate: {text}", file=sys.stderr, flush=True)
 
@@ -65,7 +77,7 @@ def settings_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def
     return GroundTruthSettings(
         base=base,
         models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
-        threads=tuple(_list(args.thread_counts, int, "--threads")),
+        threads=tuple(_threads(args.thread_counts)),
         budgets_gib=tuple(_list(args.vram_budgets, float, "--vram-budgets")),
         fidelities=tuple(f for f in Fidelity if f.value in asked),
         probe_budget_s=base.probe_budget_s, reprobe=base.reprobe, mode=args.mode, max_seconds=args.max_seconds,

@@ -41,7 +41,8 @@ from engine.core.progress import check_cancel
 from engine.cost.cost_models import analytic_model
 from engine.cost.cost_model import Fidelity
 from engine.hardware.memory import GIB, plan_memory
-from probes.executor import ExecutionRefused, Executor
+from engine.core.errors import CopeInputError
+from probes.executor import ExecutionRefused, Executor, NotEnoughMemory
 
 CPU_TARGET = 0.10
 EXECUTOR_FACTORY = None  # tests put a fake executor factory here: f(model, quant, context_tokens, mode)
@@ -116,7 +117,10 @@ def cuda_device() -> str | None:
 def _make_executor(model, quant, context_tokens: int, mode: str):  # type: ignore[no-untyped-def]
     if EXECUTOR_FACTORY is not None:
         return EXECUTOR_FACTORY(model, quant, context_tokens, mode)
-    return Executor(model, quant, mode=mode, context_tokens=context_tokens)
+    try:
+        return Executor(model, quant, mode=mode, context_tokens=context_tokens)
+    except NotEnoughMemory as exc:  # before anything was allocated: one line
+        raise CopeInputError(str(exc)) from None
 
 
 def run_ground_truth(settings: GroundTruthSettings, *, on_config: Callable[[GroundTruthReport], None] | None = None,

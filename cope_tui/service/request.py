@@ -11,6 +11,7 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from cope_tui.service.hardware import plan_cpu
 from cope_tui.service.workload import workload_of
 from cope_tui.sources.resolve import resolve_model
+from engine.cost.analytic_cost import KV_TYPE_BYTES
 from engine.advice.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import user_path
@@ -104,6 +105,8 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         evictions=tuple(Eviction(e) for e in args.evictions),
         prefetch_mode=args.prefetch_mode,
         attention_tokens=attention_tokens,
+        kv_bytes_per_element=KV_TYPE_BYTES[args.cache_type or "f16"],
+        kv_cache_type=None if args.cache_type in (None, "f16") else args.cache_type,
         notes=model_notes + tuple(f"assumed {a}" for a in assumed) + tuple(hardware_notes) + trace_notes,
     )
 

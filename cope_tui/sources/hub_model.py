@@ -101,8 +101,6 @@ def not_reached(endpoint: str, why: str, then: str, where: str) -> CopeInputErro
 def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> ModelSpec:
     """The model of `repo_id`'s config.json: its size checked before its body is fetched,
     and a cached copy that cannot be read set aside and fetched again (said in a warning)."""
-    from huggingface_hub import errors as hf  # noqa: PLC0415
-
     endpoint = hub_endpoint()
     where = _where(repo_id, "config.json")
     away = None if hub_offline() else unreachable(endpoint)  # no Hub: the cache, without retries
@@ -127,8 +125,6 @@ def model_from_hub_config(repo_id: str, *, revision: str | None = None) -> Model
         except CopeInputError as again:
             _forget(local)
             raise again.relabelled(where) from None
-    except hf.HFValidationError as exc:  # pragma: no cover - refused before the fetch
-        raise CopeInputError(f"not a valid Hugging Face repo id: {short_error(exc)}", path=repo_id) from None
     return dataclasses.replace(model, hf_repo=repo_id,
                                source=f"config.json of {repo_id} on the Hugging Face Hub (cached at {local})")
 

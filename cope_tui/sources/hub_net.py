@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from cope_tui.sources.hub_policy import no_agent_registry
+
 REACH_TIMEOUT_S = 3.0  # connect and read: the Hub answers its root in well under a second
 _ASKED: dict[str, tuple[float, str | None]] = {}  # endpoint -> (when, why not reached)
 _REMEMBER_S = 30.0  # one command asks once; the app asks again after a while
@@ -36,21 +38,10 @@ def unreachable(endpoint: str) -> str | None:
         return why
     why = _ask(endpoint)
     _ASKED[endpoint] = (time.monotonic(), why)
-    if why is not None:
-        _no_agent_registry()
+    # huggingface_hub's agent registry is never fetched (a 3 s wait with no network, and a
+    # crash in every call when the Hub answers it with the wrong shape): hub_policy.py
+    no_agent_registry()
     return why
-
-
-def _no_agent_registry() -> None:
-    """huggingface_hub builds its User-Agent from a registry it fetches from the Hub (a
-    3 s wait with no network, even to read the cache): with no Hub, it has none."""
-    try:
-        from huggingface_hub.utils import _detect_agent  # noqa: PLC0415
-
-        if getattr(_detect_agent, "_registry", None) is None:
-            _detect_agent._registry = _detect_agent._EMPTY_REGISTRY
-    except (ImportError, AttributeError):  # another huggingface_hub: it may not fetch one
-        pass
 
 
 def _ask(endpoint: str) -> str | None:

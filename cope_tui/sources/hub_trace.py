@@ -175,6 +175,8 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     parts = [p for p in spec.strip().split("/") if p]
     if len(parts) < 2 or spec.strip().startswith(("/", ".")):
         raise CopeInputError("expected a Hugging Face repo id org/name, optionally followed by /FILE", path=spec)
+    if any(p in (".", "..") for p in parts):  # huggingface_hub refuses these deep inside, with a ValueError
+        raise CopeInputError("a repo id and file name cannot hold a '.' or '..' segment", path=spec)
     return "/".join(parts[:2]), ("/".join(parts[2:]) or None)
 
 

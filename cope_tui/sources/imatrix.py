@@ -43,7 +43,7 @@ def looks_like_imatrix(path: str | os.PathLike) -> bool:
     try:
         with open_regular(path) as handle:
             return handle.read(4) == b"GGUF"
-    except CopeInputError:
+    except (CopeInputError, OSError):  # /proc/self/mem: a "regular file" that fails to read
         return False  # the trace readers say what is wrong with it
 
 

@@ -276,7 +276,7 @@ class _BudgetPlan:
 def _plan_budget(request: AdviseRequest, shared: _Shared) -> _BudgetPlan:
     memory = plan_memory(
         request.model, request.quant, vram_budget_bytes=max(request.vram_budget_bytes - split_rounding_bytes(request), 0),
-        context_tokens=request.context_tokens,
+        context_tokens=request.context_tokens, kv_bytes_per_element=request.kv_bytes_per_element,
     )
     if not memory.fits_at_all:
         raise BudgetTooSmall(

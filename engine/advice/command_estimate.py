@@ -35,6 +35,7 @@ from engine.llamacpp.llama_placement import (
     LlamaPlacement,
     PlacementCost,
     PlacementMemory,
+    page_cache_stream_s,
     layer_set_kind,
     placement_cost,
     placement_memory,
@@ -203,7 +204,8 @@ def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: 
                            blocks, no_ranking)
 
 
-def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand):  # type: ignore[no-untyped-def]
+def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,  # type: ignore[no-untyped-def]
+           prompt_tokens: int | None = None):
     """(the command's price, its placement, whether it stages CPU experts, notes, the
     blocks whose experts it keeps on the CPU)."""
     model = request.model
@@ -219,19 +221,21 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand)
         notes.append(f"-m {command.model_path}: priced as {model.name} {request.quant.name}, the model in use "
                      "(give that file as the model to price it instead)")
     stage = command.stages_cpu_experts and bool((placement.expert_cpu_share > 0).any())
-    yours = _price(request, cost_model, placement, command, stage, fit)
+    yours = _price(request, cost_model, placement, command, stage, fit, prompt_tokens)
     blocks = tuple(model.moe_blocks[i] for i, share in enumerate(placement.expert_cpu_share) if share == 1.0)
     return yours, placement, stage, tuple(notes), blocks
 
 
-def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand) -> CommandPrice:
+def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand, *,
+                            prompt_tokens: int | None = None) -> CommandPrice:
     """`command`'s own price, without the ranking beside it (the request already at the
-    command's settings): what bench/published.py compares with published runs."""
-    return _yours(request, cost_model, command)[0]
+    command's settings): what bench/published.py compares with published runs. With
+    `prompt_tokens`, its prefill of a prompt that long at its -ub/-b (else llama-bench's pp test)."""
+    return _yours(request, cost_model, command, prompt_tokens)[0]
 
 
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,
-           stage: bool, fit: FitOutcome | None = None) -> CommandPrice:
+           stage: bool, fit: FitOutcome | None = None, prompt_tokens: int | None = None) -> CommandPrice:
     model = request.model
     detail = placement.describe(model) + (", routed CPU experts copied to the GPU every step" if stage else "")
     if fit is not None and fit.moved:
@@ -272,16 +276,21 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
         problem = memory.problem()
     else:  # each card against its own memory
-        problem = cards.memory.problem() or (None if memory.ram.fits else f"would not run: {memory.ram.describe()}")
+        problem = cards.memory.problem() or (None if memory.ram.fits or memory.ram.streams
+                                             else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload,
                           cached=cached)
+    if memory.ram.streams:  # the mapped file is larger than RAM: it runs, reading experts from disk
+        cost = replace(cost, page_cache_s=page_cache_stream_s(request, placement, memory.ram))
+        detail += f"; {memory.ram.describe()}"
     if cards is not None and len(cards.devices.names) > 1:  # each card's bytes at its own bandwidth, hand-overs
         cost, card_note = card_cost(request, command, cards, cost,
                                     float(request.platform.gpu.mem_bandwidth_bytes_per_s.value))  # type: ignore[arg-type]
         detail += f"; {card_note}"
-    prefill = price_prefill(request, placement, memory, command, bench_prompt_tokens(command), has_gpu=has_gpu)
+    prompt = bench_prompt_tokens(command) if prompt_tokens is None else prompt_tokens
+    prefill = price_prefill(request, placement, memory, command, prompt, has_gpu=has_gpu)
     return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
 
 

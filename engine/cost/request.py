@@ -35,3 +35,4 @@ class AdviseRequest:
     # that fills it); a llama-bench run decodes from its depth -d. And the KV cache type.
     attention_tokens: int | None = None
     kv_bytes_per_element: float = 2.0  # llama.cpp's default F16 cache
+    kv_cache_type: str | None = None  # -ctk/-ctv as the user chose it (None: llama.cpp's default f16)

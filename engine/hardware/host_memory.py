@@ -6,8 +6,10 @@ CPU side) plus the weights it never moves to the GPU (llama.cpp's token embeddin
 
 Two ways to hold them, two budgets (assumed constants, not measured):
 - the mapped model file (llama.cpp's default mmap): page cache, which the kernel can
-  evict and read back; it must fit beside the OS and the runtime's own buffers, or every
-  token reads experts from disk, a speed no estimate here describes;
+  evict and read back. What does not fit beside the OS and the runtime's own buffers is
+  read from disk again when a token needs it: the run still works, slower (`streams`,
+  priced in engine/llamacpp/llama_placement.py, page_cache_stream_s), so it is never a
+  reason to refuse a command people run;
 - a copy (`--no-mmap`): llama.cpp puts CPU weights that are not mapped in the GPU's
   host buffer type, page-locked (pinned) memory (src/llama-model.cpp,
   make_cpu_buft_list, unless --no-host), which the kernel can neither evict nor swap;
@@ -24,6 +26,12 @@ from engine.hardware.memory import GIB
 HOST_RESERVE_BYTES = 2 * GIB
 # Kept free beside a pinned copy: the kernel cannot reclaim page-locked memory.
 PINNED_HEADROOM_FRACTION = 0.10
+# Assumed, not measured or fitted: what reading a mapped model file back from disk delivers
+# when the page cache cannot hold it. A PCIe 4.0 NVMe SSD reads 5-7 GB/s sequentially; a
+# page fault reads the faulting page plus the kernel's readahead window (128 KiB by default),
+# synchronously in the thread that touched it, so demand paging of scattered experts reaches
+# a fraction of that. A SATA SSD or a disk is slower still: then the figure is optimistic.
+PAGE_CACHE_DISK_BYTES_PER_S = 2.0e9
 
 
 @dataclass(frozen=True)
@@ -37,18 +45,36 @@ class RamFit:
     def fits(self) -> bool:
         return self.budget_bytes is None or self.need_bytes <= self.budget_bytes
 
+    @property
+    def streams(self) -> bool:
+        """Mapped and larger than the RAM it may use: it runs, the page cache holding part of
+        it and the rest read from disk as tokens need it (a copy that does not fit does not run)."""
+        return self.mapped and not self.fits
+
+    @property
+    def disk_share(self) -> float:
+        """The share of it the page cache cannot hold (0 when it fits)."""
+        if not self.streams or self.need_bytes <= 0:
+            return 0.0
+        return (self.need_bytes - int(self.budget_bytes or 0)) / self.need_bytes
+
     def describe(self) -> str:
         how = "mapped from the model file" if self.mapped else "as a copy"
         if self.budget_bytes is None:
             return f"{self.need_bytes / GIB:.1f} GiB in RAM ({how}); RAM unknown, not checked"
         verdict = "fits" if self.fits else "does not fit"
-        return (f"{self.what}: {self.need_bytes / GIB:.1f} GiB {how} {verdict} in "
+        said = (f"{self.what}: {self.need_bytes / GIB:.1f} GiB {how} {verdict} in "
                 f"{self.budget_bytes / GIB:.1f} GiB of usable RAM")
+        if self.streams:
+            said += (f"; it runs from the page cache, {self.disk_share:.1%} of it read from disk again whenever "
+                     f"a token needs it (priced at an assumed {PAGE_CACHE_DISK_BYTES_PER_S / 1e9:.0f} GB/s)")
+        return said
 
     def to_dict(self) -> dict:
         # by hand: the fit's figures and verdict; `what` is for describe()'s sentence
         return {"need_bytes": self.need_bytes, "budget_bytes": self.budget_bytes, "mapped": self.mapped,
-                "fits": self.fits}
+                "fits": self.fits, "streams_from_disk": self.streams, "disk_share": round(self.disk_share, 4),
+                "disk_bytes_per_s": PAGE_CACHE_DISK_BYTES_PER_S if self.streams else None}
 
 
 def ram_budget_bytes(ram_bytes: int | None, *, mapped: bool) -> int | None:

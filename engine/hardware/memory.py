@@ -109,7 +109,8 @@ class MemoryPlan:
 
 
 def plan_memory(
-    model: ModelSpec, quant: Quantization, *, vram_budget_bytes: int, context_tokens: int
+    model: ModelSpec, quant: Quantization, *, vram_budget_bytes: int, context_tokens: int,
+    kv_bytes_per_element: float = 2.0,
 ) -> MemoryPlan:
     expert_bytes = model.expert_bytes(quant)
     return MemoryPlan(
@@ -117,7 +118,9 @@ def plan_memory(
         non_expert_bytes=model.gpu_non_expert_bytes(quant),
         # Attention blocks' KV cache, plus the fixed per-sequence state of linear-attention
         # blocks (hybrid models; llama.cpp keeps both in its one hybrid memory).
-        kv_cache_bytes=model.kv_cache_bytes(context_tokens) + model.recurrent_state_bytes(),
+        # (kv_bytes_per_element: -ctk/-ctv's type; the recurrent state stays F32.)
+        kv_cache_bytes=int(model.kv_cache_bytes(context_tokens) * kv_bytes_per_element / 2.0)
+        + model.recurrent_state_bytes(),
         runtime_reserve_bytes=RUNTIME_RESERVE_BYTES,
         safety_margin_bytes=int(vram_budget_bytes * SAFETY_MARGIN_FRACTION),
         # A layer misses at most top_k experts at once.

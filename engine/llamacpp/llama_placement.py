@@ -33,7 +33,7 @@ from engine.core.spans import block_span
 from engine.cost.cost_model import CostModel
 from engine.cost.request import AdviseRequest
 from engine.cost.split_work import split_work
-from engine.hardware.host_memory import ram_fit
+from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, ram_fit
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES
 from engine.llamacpp.ecma_regex import search
 from engine.llamacpp.llama_args import LlamaCommand, expert_tensor_names, is_gpu_buffer, stoi
@@ -194,11 +194,12 @@ class PlacementCost:
     # gpu_experts_s (compute and uploads) and sync_s (the ids' hand-over); these say how much.
     cache_upload_s: float = 0.0
     cache_sync_s: float = 0.0
+    page_cache_s: float = 0.0  # the CPU's experts read back from disk (mapped, larger than RAM: page_cache_stream_s)
 
     @property
     def tpot_s(self) -> float:
         return (self.gpu_blocks_s + self.cpu_blocks_s + self.gpu_experts_s + self.cpu_experts_s + self.sync_s
-                + self.head_s)
+                + self.head_s + self.page_cache_s)
 
 
 def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, *,
@@ -279,9 +280,24 @@ class PlacementMemory:
         if not self.fits_vram:
             return (f"would not run: it needs {self.vram_bytes / GIB:.1f} GiB of VRAM (weights, KV cache, CUDA "
                     f"context and buffers) on a {self.vram_total_bytes / GIB:.1f} GiB GPU")
-        if not self.ram.fits:
+        if not self.ram.fits and not self.ram.streams:  # a mapped file larger than RAM still runs (slower)
             return f"would not run: {self.ram.describe()}"
         return None
+
+
+def page_cache_stream_s(request: AdviseRequest, placement: LlamaPlacement, ram: "RamFit") -> float:
+    """Seconds a decode token spends reading the CPU's routed experts back from disk when the
+    mapped model is larger than the RAM it may use (`ram.streams`): the page cache holds a
+    share of the host-side weights and the rest (`ram.disk_share`) is read again when a token
+    routes to it. Taken uniformly over the experts: the experts a token uses are spread over
+    all of them, and the kernel's LRU keeps no popular set apart (it would keep hot experts
+    better than uniform, a fuller OS worse). At the assumed PAGE_CACHE_DISK_BYTES_PER_S."""
+    if not ram.streams:
+        return 0.0
+    model, quant = request.model, request.quant
+    per_layer = model.expert_bytes_per_layer(quant)
+    cpu_bytes = sum(share * model.top_k * bytes_ for share, bytes_ in zip(placement.expert_cpu_share, per_layer))
+    return ram.disk_share * cpu_bytes / PAGE_CACHE_DISK_BYTES_PER_S
 
 
 def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mapped: bool,

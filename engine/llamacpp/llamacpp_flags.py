@@ -169,8 +169,10 @@ FLAG_TABLE: tuple[Flag, ...] = (
     # The KV cache in host memory (arg.cpp {-kvo,--kv-offload} / {-nkvo,--no-kv-offload}; llama-bench -nkvo <0|1>).
     Flag("no_kv_offload", ("-nkvo", "--no-kv-offload")),  # a switch in the server, <0|1> in llama-bench
     Flag("kv_offload", ("-kvo", "--kv-offload"), False),
-    Flag("cache_type_k", ("-ctk", "--cache-type-k")),
-    Flag("cache_type_v", ("-ctv", "--cache-type-v")),
+    Flag("cache_type_k", ("-ctk", "--cache-type-k"), spelling=_all("-ctk"),
+         source="arg.cpp {-ctk,--cache-type-k}; llama-bench.cpp -ctk"),
+    Flag("cache_type_v", ("-ctv", "--cache-type-v"), spelling=_all("-ctv"),
+         source="arg.cpp {-ctv,--cache-type-v}; llama-bench.cpp -ctv"),
     # More than one GPU (common/arg.cpp at 0c1e570: -sm/--split-mode, -ts/--tensor-split,
     # -dev/--device, -mg/--main-gpu), placed by engine/llamacpp/device_split.py.
     Flag("split_mode", ("-sm", "--split-mode")),
@@ -205,8 +207,9 @@ _FLAGS = {f.setting: f for f in FLAG_TABLE}
 # Settings every llama.cpp build has had since its 2023 releases (examples/main and server's
 # gpt_params, examples/llama-bench): no version note. -dev/--device and -ts are as old for the
 # builds with more than one device.
+# -ctk/-ctv came with the quantized K cache (#4312, December 2023), in common and llama-bench alike.
 ALWAYS = frozenset({"model", "gpu_layers", "threads", "context", "tensor_split", "device", "n_prompt", "n_gen",
-                    "repetitions", "output", "ubatch", "batch"})
+                    "repetitions", "output", "ubatch", "batch", "cache_type_k", "cache_type_v"})
 # The reader's index: each name llama.cpp accepts -> its setting.
 READ_NAMES: Mapping[str, Flag] = {name: f for f in FLAG_TABLE for name in f.names}
 

@@ -95,6 +95,7 @@ class ExportPlan:
     # (engine/llamacpp/device_split.py plan_split); None: one card, nothing to split.
     request: "AdviseRequest | None" = None
     gpu_backend: str = "CUDA"  # the llama.cpp backend the plan's GPU runs on (engine/hardware/gpu_backends.py)
+    kv_cache_type: str | None = None  # -ctk/-ctv the plan was priced with (None: llama.cpp's default f16)
 
 
 @dataclass(frozen=True)

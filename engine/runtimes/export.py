@@ -77,6 +77,7 @@ def plan_from_recommendation(rec) -> ExportPlan:  # type: ignore[no-untyped-def]
         cpu_amx_note=amx_note,
         request=req if gpu.cards else None,
         gpu_backend=gpu.backend,
+        kv_cache_type=req.kv_cache_type,
     )
 
 
@@ -378,7 +379,8 @@ def write_export(export: Export, out: str | os.PathLike,
         raise CopeInputError(f"cannot create the folder: {exc.strerror or exc}", path=str(out.parent)) from None
     files: list = [(out.parent / f.name, lambda h, f=f: h.write(f.text), False) for f in export.side_files]
     files += [(out.parent / name, lambda h, c=counts: write_tensor(h, c), True) for name, counts in export.tensors]
-    files.append((out, lambda h: h.write(command_file_text(export)), False))
+    # as bytes: a path the OS gave as bytes that are not UTF-8 (surrogate-escaped) is written back as those bytes
+    files.append((out, lambda h: h.write(command_file_text(export).encode("utf-8", "surrogateescape")), True))
     try:
         written = write_all(files)
     except BaseException:

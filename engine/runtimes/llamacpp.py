@@ -239,6 +239,8 @@ class LlamaFamily:
         build, unread = self._build_for(binary, opts.build)
         base = [("model", opts.model_path), ("gpu_layers", max(MIN_GPU_LAYERS_FLAG, model.n_blocks + 1)),
                 ("flash_attn", None), ("context", opts.context), ("threads", opts.threads)]
+        if plan.kv_cache_type:  # the KV cache type the plan placed the layers with
+            base += [("cache_type_k", plan.kv_cache_type), ("cache_type_v", plan.kv_cache_type)]
         if self.fit_off:
             base.append(("fit", None))
         used = [setting for setting, _ in base]

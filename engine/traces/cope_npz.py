@@ -31,10 +31,11 @@ MAX_HEADER_BYTES = 2**20  # a header is metadata: a few kB
 
 def save_trace(trace: RoutingTrace, path: str | os.PathLike) -> None:
     """Write `trace` to `path` (an .npz; suggested suffix .cope.npz), atomically."""
-    header = json.dumps(
-        {"format": TRACE_FORMAT, "version": TRACE_VERSION, "meta": trace.meta.to_dict()},
-        ensure_ascii=False,
-    ).encode("utf-8")
+    doc = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "meta": trace.meta.to_dict()}
+    try:
+        header = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8 (its bytes as the OS gave them, surrogate-escaped):
+        header = json.dumps(doc, ensure_ascii=True).encode("ascii")  # kept as \udcXX escapes, read back exactly
     arrays = {
         "header": np.frombuffer(header, dtype=np.uint8),
         "expert_ids": np.ascontiguousarray(trace.expert_ids, dtype=np.int16),
