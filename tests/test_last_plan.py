@@ -94,3 +94,16 @@ def test_estimate_takes_the_machine_of_the_last_plan(capsys):
     assert main(["estimate", "--json", "--tokens", "40", "--model", "qwen3-30b-a3b", *ADVISED, "--cpu",
                  "desktop-ddr5", *command]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["yours"] == json.loads(out)["yours"]
+
+
+def test_files_the_plan_names_are_recorded_by_absolute_path(tmp_path, monkeypatch):
+    """A plan made with a relative --trace (or --model FILE.gguf) means the same file when export
+    runs from another folder; ids that name no file stay as they are."""
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    record_plan(PlanChoices(model="qwen3-30b-a3b", trace="traces/t.jsonl", gpu="rtx-4090"), by="cope advise")
+    monkeypatch.chdir(tmp_path.parent)
+    last = last_plan()
+    assert last is not None and last.settings["trace"] == str(tmp_path / "traces" / "t.jsonl")
+    assert last.settings["model"] == "qwen3-30b-a3b" and last.settings["gpu"] == "rtx-4090"

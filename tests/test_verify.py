@@ -298,3 +298,15 @@ def test_the_fork_benchmark_reads_a_profile_that_is_there(bench, capsys, tmp_pat
     first = calls(log)[0]
     assert first["profile"] and os.path.isabs(first["profile"]) and first["profile_there"], first
     assert "-ncmoe" in first["argv"]
+
+
+def test_ik_llama_bench_runs_the_export_and_the_baseline_spelled_for_it(bench, capsys):
+    """cope verify --runtime ik_llama.cpp: both runs go to the same llama-bench, so the baseline
+    partition is spelled for it too: its layers as -ot (ik's -ncmoe counts from the last layer), and
+    no -dev (ik's llama-bench has none)."""
+    code, log = bench("ok", "--candidate", "partition-last", "--runtime", "ik_llama.cpp", "--json")
+    assert code == EXIT_OK, capsys.readouterr().err
+    argvs = [c["argv"] for c in calls(log)]
+    assert len(argvs) == 2
+    for argv in argvs:
+        assert "-ot" in argv and "-ncmoe" not in argv and "--n-cpu-moe" not in argv and "-dev" not in argv

@@ -15,6 +15,7 @@ option it names (cope_tui/options.py), so a bad file is a one-line error naming 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -32,6 +33,8 @@ NOT_RECORDED = frozenset({"reprobe"})
 # `cope estimate` reads the model, quantization, context and threads from the command it prices:
 # it takes only the machine from the last plan.
 MACHINE = ("gpu", "cpu", "ram_gib", "memory", "ram_bandwidth_gbps", "vram_budget_gib", "llama_bin")
+# Settings that may name a local file or folder: recorded by absolute path.
+PATH_SETTINGS = ("model", "trace", "profile_trace", "llama_bin")
 _DEFAULTS = PlanChoices()
 
 
@@ -61,6 +64,17 @@ def settings_of(choices: PlanChoices) -> dict[str, str]:
     return out
 
 
+def _anywhere(settings: dict[str, str]) -> dict[str, str]:
+    """`settings` with the files and folders they name made absolute, so the plan means the
+    same from whatever folder export runs in (a catalog id or a repo id is left as it is)."""
+    out = dict(settings)
+    for name in PATH_SETTINGS:
+        text = out.get(name)
+        if text is not None and os.path.exists(os.path.expanduser(text)):
+            out[name] = os.path.abspath(os.path.expanduser(text))
+    return out
+
+
 def flags_text(settings: dict[str, str]) -> str:
     """The settings as the flags that give them ("--gpu rtx-4090 --vram-budget 12")."""
     words = []
@@ -86,7 +100,7 @@ class LastPlan:
 def record_plan(choices: PlanChoices, *, by: str) -> Path:
     """Keep `choices` as the last plan (atomically: a reader never sees half a file)."""
     doc = {"schema": SCHEMA, "by": by, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "settings": settings_of(choices)}
+           "settings": _anywhere(settings_of(choices))}
     path = plan_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(doc, indent=1) + "\n")

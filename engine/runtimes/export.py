@@ -239,12 +239,13 @@ def runs_elsewhere(candidate: Candidate, model: ModelSpec, plan: ExportPlan, run
         if other.info.name == runtime:
             continue
         program = binary if binary in other.info.binaries else other.info.binaries[0]
-        try:
-            near, tpot = (candidate, dict(plan.tpot_s).get(candidate.id)) if \
-                run_refusal(other, candidate, model, plan, program) is None else \
-                nearest_runnable(candidate, model, plan, other.info.name, program)
-        except CopeInputError:
-            continue
+        if run_refusal(other, candidate, model, plan, program) is None:  # it runs the candidate itself
+            near, tpot = candidate, dict(plan.tpot_s).get(candidate.id)
+        else:
+            try:
+                near, tpot = nearest_runnable(candidate, model, plan, other.info.name, program)
+            except CopeInputError:
+                continue
         flags = f"--candidate {near.id} --runtime {other.info.name}"
         if program != other.info.binaries[0]:
             flags += f" --binary {program}"
