@@ -111,8 +111,8 @@ def _search_leads(cache, runs) -> bool:  # type: ignore[no-untyped-def]
     """Whether the searched command beats the ranking's run-now pick (by what both rank by)."""
     if cache is None or cache.best is None:
         return False
-    if runs.run_now is None:
-        return True
+    if runs.run_now is None:  # the ranking found nothing that fits RAM: its refusal leads
+        return False
     return faster(cache.best.objective_s, runs.seconds(runs.run_now.row))
 
 
