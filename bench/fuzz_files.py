@@ -69,7 +69,7 @@ def _limit() -> None:
 
 
 def start_case(argv: list[str], env: dict[str, str], cwd: Path, wrap: list[str] | None = None,
-               fsize: int | None = None) -> subprocess.Popen:
+               fsize: int | None = None, stdout: Path | None = None) -> subprocess.Popen:
     cmd = [*wrap] if wrap else [sys.executable, "-m", "cope_tui.cli", *argv]
 
     def limits() -> None:
@@ -77,8 +77,11 @@ def start_case(argv: list[str], env: dict[str, str], cwd: Path, wrap: list[str] 
         if fsize is not None:  # a write past it fails with EFBIG, as a full disk fails with ENOSPC
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    out = open(stdout, "wb") if stdout is not None else subprocess.DEVNULL  # noqa: SIM115 - the child's now
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             env=env, cwd=cwd, preexec_fn=limits)
+    if stdout is not None:
+        out.close()
     proc.started = time.monotonic()  # type: ignore[attr-defined]
     proc.err = []  # type: ignore[attr-defined]
     reader = threading.Thread(target=lambda: proc.err.append(proc.stderr.read()), daemon=True)  # type: ignore[attr-defined]
@@ -508,7 +511,7 @@ def issue47_classes(tmp: Path, env: dict[str, str]) -> tuple[dict[str, list], li
     if _wanted("disk full (file-size limit, numba cache empty)"):
         classes["disk full (file-size limit, numba cache empty)"] = fh.disk_full(tmp)
     if _wanted("command lines: estimate refusals as text"):
-        classes["command lines: estimate refusals as text"] = fh.command_lines()
+        classes["command lines: estimate refusals as text"] = fh.command_lines(tmp)
     if _wanted("odd names, exported scripts run"):
         classes["odd names, exported scripts run"] = fh.odd_names(tmp, trace_csv)
     return classes, hubs
@@ -519,8 +522,8 @@ def run_issue47(classes: dict[str, list], env: dict[str, str], tmp: Path, totals
     for cls, runs in classes.items():
         c = totals.setdefault(cls, Counter())
         for case, argv, opts in runs:
-            r = finish_case(start_case(argv, {**env, **opts.get("env", {})}, tmp, fsize=opts.get("fsize")),
-                            limit_s=opts.get("limit_s", LIMIT_S))
+            r = finish_case(start_case(argv, {**env, **opts.get("env", {})}, tmp, fsize=opts.get("fsize"),
+                                       stdout=opts.get("stdout")), limit_s=opts.get("limit_s", LIMIT_S))
             _count(c, peaks.setdefault(cls, []), r, cls, case, problems)
             found = opts["check"](r) if "check" in opts else []
             c["partial artefacts"] += bool(found)

@@ -8,7 +8,8 @@ options may hold:
 - "after": a follow-up case run right after, on what the first left (its caches): if the
   follow-up fails, the first case poisoned later runs;
 - "check": a function of the result dict that returns the problems found (a temp file
-  left, a script whose argv is not the path's bytes).
+  left, a script whose argv is not the path's bytes, a report without the command's verdict);
+- "stdout": a file the run's stdout goes to (for its check).
 
 The Hub is tests/hub_server.py's FakeHub on 127.0.0.1 (never the internet), started here.
 """
@@ -204,20 +205,39 @@ REFUSED_FLAGS = [
 ]
 
 
-def command_lines() -> list[Case]:
+def command_lines(tmp: Path) -> list[Case]:
     """Every kind of refusal `cope estimate` gives, as text (where the renderer crashed), and
-    the same with CUDA_VISIBLE_DEVICES naming no card, or a UUID, and a two-card plan."""
+    the same with CUDA_VISIBLE_DEVICES naming no card, or a UUID, and a two-card plan; a
+    report (exit 0) must give the command's verdict: its price or why it has none."""
     cases: list[Case] = []
+
+    def add(name: str, argv: list[str]) -> None:
+        out = tmp / f"estimate-{len(cases)}.txt"
+        cases.append((name, argv, {"stdout": out, "check": _says_verdict(out)}))
+
     for flags in REFUSED_FLAGS:
         shown = " ".join(f if len(f) < 40 else f[:20] + f"...({len(f):,} chars)" for f in flags)
-        cases.append((f"estimate {shown}", [*ESTIMATE, *flags], {}))
+        add(f"estimate {shown}", [*ESTIMATE, *flags])
     two = [a if a != "rtx-4090" else "2x rtx-3090" for a in ESTIMATE]
     for flags in (["-ts", "1,1", "-ot", "exps=CUDA2"], ["-ts", "1,1", "-dev", "CUDA5"], ["-ts", "1,1", "-sm", "row"],
                   ["-ts", "3,1"], []):
-        cases.append((f"2 cards: estimate {' '.join(flags)}", [*two, *flags], {}))
-    cases.append(("CUDA_VISIBLE_DEVICES=7", [*ESTIMATE[:6], "CUDA_VISIBLE_DEVICES=7", *ESTIMATE[6:]], {}))
-    cases.append(("CUDA_VISIBLE_DEVICES=GPU-uuid", [*ESTIMATE[:6], "CUDA_VISIBLE_DEVICES=GPU-1a2b", *ESTIMATE[6:]], {}))
+        add(f"2 cards: estimate {' '.join(flags)}", [*two, *flags])
+    add("CUDA_VISIBLE_DEVICES=7", [*ESTIMATE[:6], "CUDA_VISIBLE_DEVICES=7", *ESTIMATE[6:]])
+    add("CUDA_VISIBLE_DEVICES=GPU-uuid", [*ESTIMATE[:6], "CUDA_VISIBLE_DEVICES=GPU-1a2b", *ESTIMATE[6:]])
     return cases
+
+
+def _says_verdict(out: Path) -> Callable[[dict], list[str]]:
+    def check(result: dict) -> list[str]:
+        if result["rc"] != 0:
+            return []  # refused in one line (counted by the campaign)
+        text = out.read_text(errors="replace") if out.exists() else ""
+        verdict = [line for line in text.splitlines() if line.startswith("Your command")]
+        if len(verdict) != 1 or "None" in text:
+            return [f"the report does not give the command's verdict once: {verdict[:2]!r}"]
+        return []
+
+    return check
 
 
 # --- odd names -----------------------------------------------------------------------------

@@ -31,7 +31,8 @@ connection closed without an answer); `stall_s=S` (GET: the headers and `truncat
 then nothing for S seconds); `trickle_s=S` (GET: a byte every S seconds);
 `redirect_loop=True` (302 to itself, forever); `declared_length=N` (announce N bytes).
 `hub.tree_loop = True`: the file list's next page is itself; `hub.agent_registry = b"..."`:
-what huggingface_hub's agent registry route answers.
+what huggingface_hub's agent registry route answers; `hub.post_delay_s = S`: every POST
+answers after S seconds.
 Uploads (what huggingface_hub 2.4.0's `HfApi.create_repo` and `upload_folder` call), each
 refused with 401 without an `Authorization` header:
 - `POST /api/repos/create` ({"name", "organization", "type", "visibility"}): creates an empty
@@ -115,6 +116,7 @@ class FakeHub:
         self.created: dict[tuple[str, str], str] = {}  # (repo type, repo id) -> visibility
         self.tree_loop = False  # the file list's next page is itself (a list that never ends)
         self.agent_registry: bytes | None = None  # what /api/agent-harnesses answers (None: 404)
+        self.post_delay_s = 0.0  # every POST (an upload) waits this long before its answer
         self._lock = threading.Lock()
         for key, data in (files or {}).items():
             self.add(*key, data)
@@ -214,6 +216,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = unquote(urlsplit(self.path).path)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.fake_hub.post_delay_s:
+            time.sleep(self.fake_hub.post_delay_s)
         if not self.headers.get("Authorization"):
             return self._reply("POST", path, 401, b'{"error": "Invalid credentials"}',
                                {"Content-Type": "application/json"})

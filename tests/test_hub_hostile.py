@@ -186,3 +186,21 @@ def test_the_cli_says_a_hub_fault_in_one_line_and_exits_non_zero(hub, capsys):
     code = main(["advise", "--model", REPO, "--gpu", "rtx-4090", "--tokens", "20", "--json"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"cope: error: {REPO}/config.json: the Hub at ")
+
+
+def test_a_push_that_gets_no_answer_stops_at_the_deadline(hub, tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from engine.models.catalog import get_model
+    from engine.traces import save_trace
+    from engine.traces.synthetic import SyntheticSettings, synthetic_trace
+
+    trace = synthetic_trace(get_model("olmoe-1b-7b"), SyntheticSettings(tokens=8, seed=1, predictor_accuracy=None))
+    path = tmp_path / "r.cope.npz"
+    save_trace(dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, origin="recorded")), path)
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    hub.post_delay_s = 30
+    assert main(["trace", "push", "someone/routing", "--trace", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cope: error")]
+    assert len(err) == 1 and err[0].startswith(f"cope: error: someone/routing: the Hub at {hub.endpoint}/api/repos/create"
+                                               ": not done within 2 s"), err

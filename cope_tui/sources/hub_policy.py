@@ -182,17 +182,19 @@ def _passes(exc: BaseException) -> bool:
 
 
 def hub_call(url: str, fn: Callable[[], T], *, where: str, stall_only: bool = False, raw: bool = False,
-             cancel: threading.Event | None = None, on_timeout: Callable[[], None] | None = None) -> T:
+             cancel: threading.Event | None = None, on_timeout: Callable[[], None] | None = None,
+             extra_s: float = 0.0) -> T:
     """fn() (a huggingface_hub or HTTP call about `url`) under the deadline, in a worker.
 
     `stall_only`: the deadline counts only time without progress (`progressed`). The
     client's mapped errors are raised as they are (the caller says them in its words);
     anything else is one line naming `url` and the fault, as is a deadline passed
     (`on_timeout` runs first: remove a partial download). `raw`: every error of fn is
-    raised as it is (a caller that says each in its own words)."""
+    raised as it is (a caller that says each in its own words). `extra_s`: seconds added to
+    the deadline for an upload of known size (no progress to watch)."""
     set_up()
     no_agent_registry()  # again: something may have loaded one since
-    deadline = deadline_s()
+    deadline = deadline_s() + max(extra_s, 0.0)
     op = _Operation(url, deadline)
     box: dict[str, object] = {}
 

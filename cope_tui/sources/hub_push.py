@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cope_tui.sources.hub_download import endpoint
 from cope_tui.sources.hub_model import short_error
+from cope_tui.sources.hub_policy import hub_call
 from cope_tui.sources.hub_trace import split_spec
 from engine.core.cache_dirs import cached_traces
 from engine.core.errors import CopeInputError
@@ -27,6 +28,8 @@ from engine.traces.trace import RoutingTrace
 from engine.traces.trace_card import CSV_FILE, TRACE_FILE, CardFacts, dataset_card
 
 DEFAULT_LICENCE = "cc-by-4.0"
+
+MIN_UPLOAD_BYTES_PER_S = 100_000  # an upload's share of the deadline: a slow uplink's rate (100 kB/s)
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,19 @@ def push_trace(repo_id: str, trace_path: str | Path, *, private: bool = False, l
     api = HfApi(endpoint=where, token=token)
     with tempfile.TemporaryDirectory(prefix="cope-push-") as tmp:
         files = _stage(trace, Path(trace_path), Path(tmp), facts)
+        size = sum((Path(tmp) / name).stat().st_size for name in files)
         try:
             say(f"creating dataset {repo} ({'private' if private else 'public'}) on {where}")
-            api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+            hub_call(f"{where}/api/repos/create", lambda: api.create_repo(repo, repo_type="dataset", private=private,
+                                                                          exist_ok=True), where=repo, raw=True)
             say(f"uploading {', '.join(files)}")
-            info = api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=tmp,
-                                     commit_message=f"COPE routing trace of {trace.meta.model or 'a model'}")
+            # the deadline (hub_policy), plus the upload's time at a slow uplink's MIN_UPLOAD_BYTES_PER_S
+            info = hub_call(f"{where}/api/datasets/{repo}/commit/main", lambda: api.upload_folder(
+                repo_id=repo, repo_type="dataset", folder_path=tmp,
+                commit_message=f"COPE routing trace of {trace.meta.model or 'a model'}"),
+                where=repo, raw=True, extra_s=size / MIN_UPLOAD_BYTES_PER_S)
+        except CopeInputError:  # the deadline passed (hub_policy): its one line
+            raise
         except Exception as exc:  # noqa: BLE001 - any client or network failure: one line naming the repo
             raise CopeInputError(f"publishing to the Hub at {where} failed: {short_error(exc)}", path=repo) from None
     return PushResult(repo_id=repo, url=str(info.repo_url) if getattr(info, "repo_url", None) else str(info),
