@@ -41,6 +41,7 @@ from cope_tui.service.request import build_request  # noqa: E402
 from engine.cost.analytic_cost import (AnalyticAssumptions, AnalyticCostModel, gpu_compute_capability,  # noqa: E402
                                        uses_cuda_graphs)
 from engine.advice.command_estimate import CommandPrice, command_settings, price_placement_command  # noqa: E402
+from engine.advice.error_band import REGIMES, placement_regime  # noqa: E402
 from engine.core.errors import CopeInputError  # noqa: E402
 from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
 from engine.llamacpp.llama_placement import placement_of  # noqa: E402
@@ -200,8 +201,8 @@ def gpu_stretches(row: Row) -> int:
     return sum(1 for i, g in enumerate(on_gpu) if g and (i == 0 or not on_gpu[i - 1]))
 
 
-# Where a row's command puts the routed experts, for the accuracy figures by regime.
-REGIMES = ("all-GPU", "partial offload", "experts on the CPU", "CPU-only")
+# Where a row's command puts the routed experts, for the accuracy figures by regime
+# (engine/advice/error_band.py: the bands COPE shows beside its figures are these regimes').
 
 
 @functools.cache
@@ -209,12 +210,7 @@ def regime_of(row: Row) -> str:
     request, command = prepared(row)
     has_gpu = row.gpu is not None
     placement = placement_of(command, request.model, has_gpu=has_gpu)
-    cpu_share = placement.expert_cpu_share
-    if not has_gpu or placement.cpu_only:
-        return "CPU-only"
-    if not cpu_share.any():
-        return "all-GPU"
-    return "experts on the CPU" if bool((cpu_share == 1).all()) else "partial offload"
+    return placement_regime(placement.expert_cpu_share, has_gpu=has_gpu, cpu_only=placement.cpu_only)
 
 
 def suspect_note(published: dict[str, str]) -> str | None:

@@ -13,8 +13,11 @@ the figures docs/accuracy.md leads with: MAPE and mean signed error, overall, by
 (where the command puts the experts: all-GPU, partial offload, experts on the CPU,
 CPU-only), by runtime (stock llama.cpp, ik_llama.cpp) and, for the all-GPU rows, by GPU.
 A source whose rows are the only ones of a regime tests the model where no row
-constrained it. Each refit's constants are printed too: how stable a constant is across
-the folds says how well the rows determine it. SUSPECT rows are left out, as in the fit.
+constrained it. Each figure has its fold noise: the standard error of the held-out error
+over the sources behind it, how much it moves with which machines happen to be in it
+(bench/regime_check.py compares two runs regime by regime against it). Each refit's
+constants are printed too: how stable a constant is across the folds says how well the rows
+determine them. SUSPECT rows are left out, as in the fit.
 About 1 minute a fold on 2 quiet cores, 5 under the load of other work. `--regime R` leaves
 out only the sources with fitted rows of regime R (each fold still refits on every other
 row): a quicker check of that regime's held-out figures, whose other regimes' figures then

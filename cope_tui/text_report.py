@@ -8,6 +8,7 @@ import numpy as np
 
 from engine.advice.advise import Recommendation
 from engine.advice.command_estimate import CommandEstimate
+from engine.advice.error_band import BandAnswer, estimate_band
 from engine.advice.run_advice import CandidateRuns, RunAdvice, plan_runs
 from engine.core.spans import count_of
 from engine.cost.estimate import Estimate
@@ -250,6 +251,7 @@ def render_command_estimate(est: CommandEstimate) -> str:
     else:
         ranked = "" if est.rank is None else f"  ({rank_text(est)})"
         lines += _priced_lines("Your command:  ", yours.detail, yours.tpot_s, yours.vram_used_bytes, ranked)
+        lines.append(_band_line(yours.band))
         pp = yours.prefill
         if pp is not None:
             fit = "" if pp.fits else "  (its compute buffer does not fit the VRAM left: llama.cpp would fail)"
@@ -287,13 +289,20 @@ def _best_lines(est: CommandEstimate) -> list[str]:
         versus = f"  ({said})"
     lines = [f"{runnable_label(est)}:",
              *_priced_lines("               ", f"{run.candidate.id}: {run.detail}", run.tpot_s,
-                            run.vram_used_bytes, versus)]
+                            run.vram_used_bytes, versus),
+             _band_line(estimate_band(run))]
     if run is not best:
         speed = f"  ({best_text(est)})" if est.best_is is not None else ""
         lines += [f"Fastest on paper ({est.paper_runs_on}):",
                   *_priced_lines("               ", f"{best.candidate.id}: {best.candidate.describe()}", best.tpot_s,
-                                 best.vram_used_bytes, speed)]
+                                 best.vram_used_bytes, speed),
+                  _band_line(estimate_band(best))]
     return lines
+
+
+def _band_line(answer: BandAnswer) -> str:
+    """How far off the figure above may be (engine/advice/error_band.py)."""
+    return f"{'':15}error band: {answer.text()}"
 
 
 def rank_text(est: CommandEstimate) -> str:

@@ -18,6 +18,7 @@ from cope_tui.service.advice import parse_pasted
 from cope_tui.service.pasted import estimate_pasted, pasted_choices
 from cope_tui.service.runtimes import scan_runtimes
 from cope_tui.text_report import render_command_estimate
+from engine.advice.error_band import estimate_band
 from engine.hardware.platform import NO_GPU
 from engine.llamacpp.llama_args import parse_llama_command
 import shlex
@@ -99,7 +100,8 @@ def _priced(e, runtime: str | None, *, speedup: float | None, versus: str | None
     if e is None:
         return None
     out = {"id": e.candidate.id, "tpot_s": e.tpot_s, "tokens_per_s": e.tokens_per_s,
-           "vram_used_bytes": e.vram_used_bytes, "speedup_vs_yours": speedup, "versus_yours": versus}
+           "vram_used_bytes": e.vram_used_bytes, "speedup_vs_yours": speedup, "versus_yours": versus,
+           "error_band": estimate_band(e).to_dict(e.tokens_per_s)}
     return out if runtime is None else {**out, "runtime": runtime}
 
 
@@ -112,7 +114,8 @@ def _yours_dict(est) -> dict:  # type: ignore[no-untyped-def]
     doc = {"runs": yours.runs, "verdict": yours.verdict, "refusal": yours.refusal,
            "fit": None if yours.fit is None else yours.fit.to_dict(), "detail": yours.detail, "fidelity": yours.fidelity,
            "tpot_s": yours.tpot_s if yours.runs else None, "tokens_per_s": yours.tokens_per_s if yours.runs else None,
-           "rank": est.rank, "of": est.of, "tied_with": list(est.tied_with)}
+           "rank": est.rank, "of": est.of, "tied_with": list(est.tied_with),
+           "error_band": yours.band.to_dict(yours.tokens_per_s if yours.runs else None)}
     if yours.memory is not None:
         m = yours.memory
         doc.update(vram_used_bytes=m.vram_bytes, vram_total_bytes=m.vram_total_bytes, host_bytes=m.host_bytes,

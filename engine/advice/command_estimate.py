@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from engine.advice.advise import Recommendation
 from engine.advice.command_flags import carry_over
 from engine.advice.command_prefill import bench_prompt_tokens, price_prefill
+from engine.advice.error_band import BandAnswer, band_for, placement_regime
 from engine.advice.run_advice import compose_export, who_runs
 from engine.cost.cost_model import CostModel
 from engine.cost.estimate import Estimate, compare, faster
@@ -88,6 +89,12 @@ class CommandPrice:
     refusal: str | None = None  # why it is not priced ("would not run: ...", "not modelled: ...")
     prefill: "PrefillCost | None" = None  # llama-bench's pp test (engine/advice/command_prefill.py); None: none
     fit: FitOutcome | None = None  # what llama.cpp's --fit made of a command without -ngl (None: it does not apply)
+    regime: str | None = None  # where it puts the routed experts (engine/advice/error_band.py); None: not priced
+
+    @property
+    def band(self) -> BandAnswer:
+        """Its figure's cross-validated error band (engine/advice/error_band.py)."""
+        return band_for(self.regime, self.fidelity) if self.runs else BandAnswer(None, "not priced")
 
     @property
     def runs(self) -> bool:
@@ -306,7 +313,8 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
         detail += f"; {card_note}"
     prompt = bench_prompt_tokens(command) if prompt_tokens is None else prompt_tokens
     prefill = price_prefill(request, placement, memory, command, prompt, has_gpu=has_gpu)
-    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit)
+    regime = placement_regime(placement.expert_cpu_share, has_gpu=has_gpu, cpu_only=placement.cpu_only)
+    return CommandPrice(detail, cost, memory, cost_model.fidelity, prefill=prefill, fit=fit, regime=regime)
 
 
 def with_compute_buffer(memory: PlacementMemory, model: ModelSpec, command: LlamaCommand) -> PlacementMemory:

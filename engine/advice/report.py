@@ -25,7 +25,9 @@ Shape (all times in seconds, sizes in bytes):
   "candidates": [{rank, id, kind, residency, execution, allocation, eviction,
                   prefetch, description, detail, tpot_s, tokens_per_s,
                   speedup_vs_baseline, vram_used_bytes, hit_rate, breakdown_s,
-                  states, llama_cpp, runtimes, identical_to, ram_refused}, ...]
+                  states, error_band, llama_cpp, runtimes, identical_to, ram_refused}, ...]
+      # error_band: the regime's cross-validated error around tokens_per_s
+      #   (engine/advice/error_band.py), or {regime: null, why_none}
       # fastest first; llama_cpp: runs-on-stock | needs-fork | not-expressible;
       # runtimes: [{name, exact, note, fits_ram, mmap}] of the runtimes that run it;
       # identical_to: the candidate id standing for the same placement, or null;
@@ -41,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.advice.advise import Recommendation
+from engine.advice.error_band import estimate_band
 from engine.advice.run_advice import CandidateRuns, RunAdvice, RunPick, pick_to_dict, plan_runs
 from engine.cost.estimate import Estimate
 
@@ -140,4 +143,5 @@ def estimate_to_dict(e: Estimate, rank: int, baseline_tpot_s: float) -> dict[str
         "hit_rate": e.stats.hit_rate,
         "breakdown_s": e.breakdown.to_dict(),
         "states": e.stats.summary(),
+        "error_band": estimate_band(e).to_dict(e.tokens_per_s),
     }
