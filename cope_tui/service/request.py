@@ -19,7 +19,8 @@ from engine.hardware.cpu_compute import core_compute
 from engine.hardware.memory import GIB
 from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
 from engine.hardware.presets import get_gpu_preset
-from engine.models.quant import get_quantization
+from engine.models.model_names import quant_for_name
+from engine.models.quant import get_quantization, quantizations
 from engine.replays.policy import Eviction
 from engine.traces import check_trace_fits_model, load_any_trace, load_trace
 from engine.traces.popularity import PopularityProfile, Profile
@@ -63,6 +64,11 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         quant_name = args.quant or model.default_quant
         if args.quant is None:
             assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
+        elif args.quant.upper() not in quantizations():  # a name people use (UD-Q4_K_XL): as a file name's
+            nearest, said = quant_for_name(args.quant)
+            if nearest is not None:
+                quant_name = nearest
+                assumed.extend(said)
         quant = get_quantization(quant_name)
 
     hardware_notes: list[str] = []
