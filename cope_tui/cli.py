@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv and sys.stdin.isatty() and sys.stdout.isatty():
-        return _launch_app()
+    if _opens_app(argv) and sys.stdin.isatty() and sys.stdout.isatty():
+        return _launch_app(argv)
     on_main = threading.current_thread() is threading.main_thread()  # signals can be set only there
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
     sweep_temps()  # temps a killed run left in the cache (engine/core/cache_dirs.py)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     try:
-        args = build_parser().parse_args(argv or ["advise"])
+        args = build_parser().parse_args(["advise", *argv] if _opens_app(argv) else argv)
         return args.run(args)
     except CopeInputError as exc:
         print(error_line(exc), file=sys.stderr)
@@ -121,11 +121,20 @@ def _internal_error() -> int:
     return EXIT_INTERNAL
 
 
-def _launch_app() -> int:
-    """`cope` with no arguments in a terminal: the Textual app (the only path that
-    imports textual; without a terminal, no arguments still means `cope advise`)."""
+def _opens_app(argv: list[str]) -> bool:
+    """`cope` alone or `cope FLAGS` (advise's plan flags, no command): the app in a terminal,
+    `cope advise FLAGS` without one."""
+    return not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"))
+
+
+def _launch_app(flags: list[str]) -> int:
+    """The Textual app (the only path that imports textual), started from `flags` (advise's
+    plan flags), else from the plan remembered at its last launch."""
     try:
-        return run_app()
+        return run_app(flags)
+    except CopeInputError as exc:  # a wrong flag: one line, before the screen is taken
+        print(error_line(exc), file=sys.stderr)
+        return EXIT_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

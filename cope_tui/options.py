@@ -26,6 +26,7 @@ from engine.cost.analytic_cost import KV_TYPE_BYTES
 from engine.cost.cost_model import Fidelity
 from engine.hardware.cpu_presets import cpu_models, cpu_presets, machines
 from engine.hardware.memory_spec import parse_bandwidth_gbps, parse_memory_spec
+from engine.hardware.platform import NO_GPU
 from engine.hardware.presets import gpu_presets
 from engine.models.quant import quantizations
 
@@ -64,6 +65,8 @@ class Option:
     group: str = "plan"  # which app pane shows it: "model", "hardware", "policy", "pricing"
     is_switch: bool = False  # a flag without a value
     app_choices: Callable[[], list[tuple[str, str]]] | None = None  # (label, value) known only at run time
+    # free text completed from these (known only at run time): a value beyond the list is taken too
+    app_suggestions: Callable[[], list[str]] | None = None
     hint: str = ""  # what an empty app field means
 
 
@@ -155,8 +158,9 @@ def _quantizations() -> list[tuple[str, str]]:
     return [(q, q) for q in quantizations()]
 
 
-def _gpu_presets() -> list[tuple[str, str]]:
-    return [(spec.name, pid) for pid, spec in gpu_presets().items()]
+def _gpu_words() -> list[str]:
+    """What the app's GPU field completes: every preset id, and none (the CPU alone)."""
+    return [*gpu_presets(), NO_GPU]
 
 
 def _cpu_presets() -> list[tuple[str, str]]:
@@ -200,7 +204,8 @@ class PlanChoices:
         None, flag="--quant", label="Quant", group="model", app_choices=lambda: _quantizations(), hint="model's usual",
         help="quantization, e.g. Q4_K_M (default: the model's usual one)")
     gpu: str | None = _option(
-        None, flag="--gpu", label="Plan for GPU", group="hardware", app_choices=lambda: _gpu_presets(), hint="this machine's",
+        None, flag="--gpu", label="Plan for GPU", group="hardware", app_suggestions=lambda: _gpu_words(),
+        hint="this machine's; or 2x NAME, NAME@vulkan, none",
         help="GPU preset to plan for (see `cope presets`; default: this machine's GPU when it has one); "
              "several cards as 'A,B' or '2x A', a llama.cpp backend after '@' (rx-7900-xtx@vulkan); "
              "none: plan for the CPU alone (llama.cpp with -ngl 0)")
@@ -372,6 +377,7 @@ class AppOption:
     choices: tuple[tuple[str, str], ...] | None  # (label, value): a select; None: free text
     multiple: bool  # several values at once, comma-separated (free text)
     hint: str  # what an empty field means
+    suggestions: tuple[str, ...] = ()  # free text: what it completes from
 
     @property
     def widget_id(self) -> str:
@@ -416,5 +422,6 @@ def app_options(group: str) -> list[AppOption]:
             choices = tuple((c, c) for c in opt.choices)
         else:
             choices = None
-        out.append(AppOption(f.name, opt.label, opt.group, opt.help, choices, multiple, opt.hint))
+        suggestions = tuple(opt.app_suggestions()) if opt.app_suggestions is not None else ()
+        out.append(AppOption(f.name, opt.label, opt.group, opt.help, choices, multiple, opt.hint, suggestions))
     return out

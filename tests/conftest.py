@@ -43,9 +43,11 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def _empty_cope_cache(tmp_path_factory):
     """COPE_CACHE_DIR points at a fresh, empty folder for the whole session, so `cope advise`
-    without --trace falls back to synthetic routing and no test sees the user's cache."""
+    without --trace falls back to synthetic routing and no test sees the user's cache; so does
+    COPE_CONFIG_DIR, so no app a test starts reads or writes the user's remembered plan."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COPE_CACHE_DIR", str(tmp_path_factory.mktemp("cope-cache")))
+        mp.setenv("COPE_CONFIG_DIR", str(tmp_path_factory.mktemp("cope-config")))
         yield
 
 

@@ -202,7 +202,8 @@ async def test_plan_for_another_gpu_preset():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("1")
-        app.query_one("#gpu").value = "rtx-4090"
+        await pilot.pause()
+        await pilot.press(*"rtx-4090", "enter")  # the tab's first field: the GPU to plan for
         await settle(pilot)
         assert app.advice.request.platform.gpu.preset_id == "rtx-4090"
         assert "RTX 4090" in text_of(app, "#gpu-title")
@@ -215,7 +216,7 @@ async def test_probes_show_progress_then_reprice():
     app = make_app(make_services(runner))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("p")
+        await pilot.press("p", "y")  # p asks first
         assert app.query_one(TabbedContent).active == "probes"
         await wait_for(pilot, runner.reached.is_set, "the second probe")
         await wait_for(pilot, lambda: "probe 2/4" in text_of(app, "#probe-current"), "progress")
@@ -235,7 +236,7 @@ async def test_escape_cancels_probes_and_keeps_what_was_measured():
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         before = app.advice
-        await pilot.press("p")
+        await pilot.press("p", "y")  # p asks first
         await wait_for(pilot, runner.reached.is_set, "the second probe")
         await pilot.press("escape")
         await settle(pilot)
@@ -244,7 +245,7 @@ async def test_escape_cancels_probes_and_keeps_what_was_measured():
         assert "Probes cancelled: 1 measurements taken, kept" in text and "resumes" in text
         assert "cancelled" in text_of(app, "#probe-summary")
         assert app.advice is before  # nothing repriced from a partial run
-        await pilot.press("5")
+        await pilot.press("f6")  # the Probes tab opened in its budget field: a digit would type there
         assert app.query_one(TabbedContent).active == "results"
 
 
@@ -252,7 +253,7 @@ async def test_a_failed_probe_run_is_a_notification_not_a_traceback():
     app = make_app(make_services(FakeRunner(fail=True)))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("p")
+        await pilot.press("p", "y")  # p asks first
         await settle(pilot)
         severity, text = app.notices[-1]
         assert severity == "error" and "Probes failed" in text and "the fake prober broke" in text
@@ -728,10 +729,10 @@ async def test_the_app_starts_on_the_detected_gpu_and_warns_when_torch_cannot_us
         assert "fix: pip uninstall -y torch" in shown
         assert "RTX 4090" in text_of(app, "#gpu-title")
         # Naming a preset plans for it; clearing the choice goes back to this machine's GPU.
-        app.query_one("#gpu").value = "rtx-3090"
+        await submit(pilot, "#gpu", "rtx-3090")
         await settle(pilot)
         assert app.advice.request.platform.gpu.preset_id == "rtx-3090"
-        app.query_one("#gpu").clear()
+        await submit(pilot, "#gpu", "")
         await settle(pilot)
         assert app.advice.request.platform.gpu.name == "NVIDIA GeForce RTX 4090"
 

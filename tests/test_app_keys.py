@@ -19,29 +19,34 @@ def typed(app) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {i.id: i.value for i in app.query(Input)}
 
 
-async def test_tab_keys_switch_tabs_and_never_type_into_an_input():
+async def test_tab_keys_switch_tabs_and_the_focus_lands_in_the_first_field():
+    """A digit switches tabs from where no text is typed (Results' table); the focus then
+    lands in the tab's first text field, so what is typed next goes into it; from a field,
+    digits are the field's and F2..F7 / alt+digit switch."""
     app = make_app(make_services())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         before = typed(app)
-        for key, tab in (("2", "model"), ("3", "trace"), ("4", "probes"), ("6", "export"), ("1", "hardware"),
-                         ("5", "results")):
-            await pilot.press(key)
-            await pilot.pause()
-            assert app.query_one(TabbedContent).active == tab
-            assert not isinstance(app.focused, Input), (key, app.focused)
-        assert typed(app) == before  # no digit landed in a field
-        # In a field, digits are the field's; alt+digit still switches.
         await pilot.press("2")
         await pilot.pause()
+        assert app.query_one(TabbedContent).active == "model"
+        assert isinstance(app.focused, Input) and app.focused.id == "search"
+        assert typed(app) == before  # the digit switched; nothing was typed
         threads = app.query_one("#threads", Input)
         threads.focus()
         await pilot.press("1", "2")
         assert threads.value == "12" and app.query_one(TabbedContent).active == "model"
+        for key, tab, first in (("f2", "hardware", "gpu"), ("f4", "trace", "import"), ("f5", "probes", "budget"),
+                                ("f7", "export", "model-path")):
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            assert app.query_one(TabbedContent).active == tab
+            assert isinstance(app.focused, Input) and app.focused.id == first, (key, app.focused)
         await pilot.press("alt+5")
         await pilot.pause()
         assert app.query_one(TabbedContent).active == "results"
-        assert isinstance(app.focused, DataTable)
+        assert isinstance(app.focused, DataTable)  # Results has no text field: its table
 
 
 async def test_after_switching_gpu_the_results_show_row_one_and_take_up_down():
@@ -53,9 +58,10 @@ async def test_after_switching_gpu_the_results_show_row_one_and_take_up_down():
         await pilot.press(*["down"] * 12)  # far down the old ranking
         assert table.cursor_row == 12
         await pilot.press("1")
-        app.query_one("#gpu").value = "rtx-4090"
+        await pilot.pause()
+        await pilot.press(*"rtx-4090", "enter")  # the focus is in the GPU field
         await settle(pilot)
-        await pilot.press("5")
+        await pilot.press("f6")
         await pilot.pause()
         assert app.advice.request.platform.gpu.preset_id == "rtx-4090"
         assert table.cursor_row == 0 and table.scroll_y == 0 and app.focused is table

@@ -224,7 +224,7 @@ async def test_a_refused_probe_series_is_named_in_the_summary_and_the_notice(mea
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         before = app.advice
-        await pilot.press("p")
+        await pilot.press("p", "y")  # p asks first
         await settle(pilot)
         severity, text = app.notices[-1]
         assert note == "cpu_experts at 8 threads refused: 3 experts measured 40.0 ms, slower than 4 experts at " \

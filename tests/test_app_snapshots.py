@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.widgets import TabbedContent  # noqa: E402
+from textual.widgets import Input, TabbedContent  # noqa: E402
 
 from cope_tui.app.help import HelpScreen  # noqa: E402
 from tests.test_app import make_app, make_services, settle, wait_for  # noqa: E402
@@ -43,6 +43,8 @@ async def shown(pilot, screen: str) -> None:  # type: ignore[no-untyped-def]
         return app.query_one(TabbedContent).active == screen and app.focused is not None
 
     await wait_for(pilot, there, f"the {screen} screen")
+    for field in app.query(Input):  # a tab opens in its first field: its cursor shown, not blinking
+        field.cursor_blink = False
     last = None
     for _ in range(100):
         await settle(pilot)

@@ -208,12 +208,18 @@ def test_in_tmux_the_raw_keys_switch_tabs_from_the_paste_field(tmp_path):
         tmux.wait_for("vs base")  # the first ranking is shown
         tmux.wait_for(SHOWN["results"])
         for key, tab in (("f2", "hardware"), ("ctrl+pagedown", "hardware"), ("ctrl+pageup", "results")):
+            # e is a key only where no text is typed: Results' table (a tab opens in its first field)
+            tmux.send_hex(F_KEYS["f6"])
+            tmux.wait_for(SHOWN["results"], step=f"after F6 (before {key})")
+            tmux.wait_settled(f"after F6 (before {key})")
             tmux.send_hex("e")  # the paste field of Export takes the focus
             tmux.wait_for(SHOWN["export"], step=f"after e (before {key})")
             tmux.wait_settled(f"after e (before {key})")
             tmux.send_hex({**F_KEYS, **CTRL_PAGE}[key])
             screen = tmux.wait_for(SHOWN[tab], step=f"after e then {key}")
             assert SHOWN["export"] not in screen
+        tmux.send_hex(F_KEYS["f6"])
+        tmux.wait_settled("after F6")
         tmux.send_hex("e")
         # Nothing was typed into the field: it still shows its placeholder. Waited for, not
         # read off the first frame that shows the tab: on a loaded machine the tab's label

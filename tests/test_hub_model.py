@@ -196,7 +196,7 @@ def test_remote_gguf_offline_reads_a_cached_file(hub, hf_env, gguf_files, monkey
     hf_env(refused_endpoint())
     model = model_from_hub_gguf(GGUF_REPO, "tiny-Q4_K_M.gguf")
     assert model.exact_bytes.expert_bytes_per_layer == model_from_gguf(gguf_files[0]).exact_bytes.expert_bytes_per_layer
-    with pytest.raises(CopeInputError, match=r"offline mode \(HF_HUB_OFFLINE\) and other\.gguf is not in the Hub cache"):
+    with pytest.raises(CopeInputError, match=r"/other\.gguf: offline mode \(HF_HUB_OFFLINE\) and the file is not in the Hub cache"):
         model_from_hub_gguf(GGUF_REPO, "other.gguf")
 
 

@@ -6,6 +6,7 @@ import sys
 import warnings
 
 import numpy as np
+import pytest
 
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from cope_tui.commands.output import LINE_LIMIT, clean_output, one_line
@@ -72,6 +73,31 @@ def test_one_line_keeps_short_lines_and_cuts_long_ones_in_the_middle():
     cut = one_line(long)
     assert cut.startswith("start ") and cut.endswith(" end") and len(cut) <= LINE_LIMIT + 40
     assert "characters left out" in cut
+
+
+def test_one_line_keeps_a_quoted_command_whole_and_cuts_before_it():
+    """The offline --gguf-file error of a long sharded name once cut its own `hf download`
+    workaround in the middle (issue 45): the command to copy stays whole."""
+    name = "UD-Q4_K_XL/Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-00001-of-00006.gguf"
+    repo = "unsloth/Qwen3-Coder-480B-A35B-Instruct-GGUF"
+    command = f"`hf download {repo} {name} --local-dir .`"
+    text = (f"{repo}/{name}: offline mode (HF_HUB_OFFLINE) and {name} is not in the Hub cache; "
+            f"download it ({command}) and pass its path to --model")
+    assert len(text) > LINE_LIMIT
+    line = one_line(text)
+    assert command in line and line.endswith("and pass its path to --model")
+    assert line.startswith(f"{repo}/") and "characters left out" in line and len(line) <= LINE_LIMIT + 40
+
+
+def test_the_offline_gguf_file_error_keeps_its_workaround(monkeypatch, tmp_path, capsys):
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # read once, at its import
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    name = "UD-Q4_K_XL/Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-00001-of-00006.gguf"
+    repo = "unsloth/Qwen3-Coder-480B-A35B-Instruct-GGUF"
+    assert main(["advise", "--model", repo, "--gguf-file", name]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"`hf download {repo} {name} --local-dir .`" in err
 
 
 def test_the_streams_are_restored(capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Select, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Footer, Header, Input, Select, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState
 
 from cope_tui.app.confirm import ConfirmScreen
@@ -18,6 +18,7 @@ from cope_tui.app.help import HelpScreen
 from cope_tui.app.messages import (
     AdviceReady,
     CommandEstimated,
+    CpuOnlyReady,
     GpuDetected,
     ProbesFinished,
     Progress,
@@ -36,6 +37,7 @@ from cope_tui.app.state import Services
 from cope_tui.app.trace_actions import TraceActions
 from cope_tui.app.widgets.chart import charted
 from cope_tui.app.workers import Workers, why
+from cope_tui.app_settings import anchored, save_settings
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import Advice, SweepPoint, parse_pasted
 from cope_tui.service.export import ExportAsk, export_command, save_export, write_side_files
@@ -45,10 +47,26 @@ from engine.advice.run_advice import plan_runs
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import output_path, user_path
 from engine.hardware.platform import unknown_gpu
-from engine.runtimes import runtime_named
+from engine.runtimes import STOCK_NAME, runtime_named
+from engine.runtimes.export import Export
 
 TABS = ("hardware", "model", "trace", "probes", "results", "export")
 TAB_FKEYS = ("f2", "f3", "f4", "f5", "f6", "f7")  # F1 is help
+
+
+class Tabbed(TabbedContent):
+    """TabbedContent that shows a pane for a focus only while that focus is still there.
+
+    A widget focused in a pane tells its TabbedContent through messages that climb one
+    container at a time; a tab key handled meanwhile has moved the focus (to the tab bar)
+    and shown another pane, and the late message then showed the old pane again (in tmux
+    under load, F6 right after a tab opened in its first field stayed there)."""
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        focused = self.screen.focused
+        if focused is None or event.tab_pane not in focused.ancestors_with_self:
+            event.prevent_default()  # stale: TabbedContent's own handler does not switch
+            event.stop()
 
 
 class CopeApp(TraceActions, Workers, App[None]):
@@ -69,23 +87,35 @@ class CopeApp(TraceActions, Workers, App[None]):
         Binding("ctrl+pageup", "cycle_tab(-1)", "Previous tab", show=False, priority=True),
         Binding("ctrl+pagedown", "cycle_tab(1)", "Next tab", show=False, priority=True),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
-        Binding("p", "start_probes", "Probe"),
+        # Single letters reach these only where no text is typed (an input takes its letters),
+        # and none is destructive: a measurement and quitting ask first.
+        Binding("p", "start_probes(True)", "Probe"),
         Binding("escape", "cancel", "Cancel"),
         Binding("c", "copy", "Copy"),
         Binding("s", "save", "Save"),
         Binding("r", "recompute", "Recompute", show=False),
-        Binding("m", "measure", "Measure", show=False),
+        Binding("m", "measure(True)", "Measure", show=False),
         Binding("e", "paste_command", "Estimate yours", show=False),
         Binding("t", "toggle_chart", "Chart decode/prompt", show=False),
-        Binding("q", "quit", "Quit"),
+        Binding("q", "ask_quit", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
+    # Asked while a question is shown, these would stack a second one or act behind it.
+    LETTER_ACTIONS = frozenset({"start_probes", "copy", "save", "recompute", "measure", "paste_command",
+                                "toggle_chart", "ask_quit", "help", "show_tab", "cycle_tab"})
 
     def __init__(self, services: Services | None = None, choices: PlanChoices | None = None, *,
-                 cwd: str | os.PathLike | None = None) -> None:
+                 cwd: str | os.PathLike | None = None, settings_path: Path | None = None,
+                 notes: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.services = services or Services()
         self.choices = choices or PlanChoices()
         self.cwd = Path(cwd) if cwd is not None else None
+        # Where each new plan is remembered (cope_tui/app_settings.py); None: not remembered.
+        self.settings_path = settings_path
+        self._settings_failed = False  # said once: a read-only config folder is no reason to nag
+        self._start_notes = notes  # said once the screen is up (a damaged settings file)
+        self.cpu_only = None  # cope_tui.service.cpu_only.CpuOnlyPlan: the plan when no GPU is planned
         self.cpu_spec = None
         self.detected_gpu = None
         self.advice: Advice | None = None
@@ -116,7 +146,7 @@ class CopeApp(TraceActions, Workers, App[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="results"):
+        with Tabbed(initial="results"):
             with TabPane("1 Hardware", id="hardware"):
                 yield HardwarePane()
             with TabPane("2 Model", id="model"):
@@ -132,6 +162,9 @@ class CopeApp(TraceActions, Workers, App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for note in self._start_notes:  # long enough to be read while the first ranking is computed
+            self.notices.append(("warning", f"Settings: {note}"))
+            self.notify(f"Settings: {note}", severity="warning", timeout=30)
         self.compute(self.choices)  # detects this machine's GPU first (this_gpu), and plans for it
         if self.services.scan_runtimes is not None:
             self.find_runtimes()
@@ -152,6 +185,24 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
 
     # --- state --------------------------------------------------------------------
+
+    @property
+    def request(self):  # type: ignore[no-untyped-def]
+        """The request planned for: the ranking's, or the CPU-only plan's (None before either)."""
+        if self.advice is not None:
+            return self.advice.request
+        return self.cpu_only.request if self.cpu_only is not None else None
+
+    def remember(self, choices: PlanChoices) -> None:
+        """Write the plan in use to the settings file, for the next launch (atomic)."""
+        if self.settings_path is None:
+            return
+        try:
+            save_settings(self.settings_path, anchored(choices, self.cwd or Path.cwd()))
+        except (OSError, CopeInputError) as exc:
+            if not self._settings_failed:
+                self._settings_failed = True
+                self.say(f"The plan is not remembered for the next launch: {exc}", "warning")
 
     def selected_estimate(self):  # type: ignore[no-untyped-def]
         if self.advice is None:
@@ -182,6 +233,10 @@ class CopeApp(TraceActions, Workers, App[None]):
     def current_export(self, *, out: Path | None = None):  # type: ignore[no-untyped-def]
         """The selected command, composed as `cope export` composes it (cope_tui/service/export.py),
         with the workload's -b/-ub."""
+        if self.cpu_only is not None:  # no GPU: the one CPU-only command
+            plan = self.cpu_only
+            return Export("cpu-only", "cpu-only", "runs-on-stock", "no GPU: every layer on the CPU (-ngl 0)",
+                          plan.line, runtime=STOCK_NAME, binary=plan.line.argv[0])
         ask = self.export_ask(out=out)
         if ask is None:
             return None
@@ -209,6 +264,17 @@ class CopeApp(TraceActions, Workers, App[None]):
             self.query_one("#results-summary").update(
                 f"computing the default recommendation: {message.done}/{message.total} candidates")
 
+    def on_cpu_only_ready(self, message: CpuOnlyReady) -> None:
+        """No GPU planned: the CPU-only command and its price, nothing to rank or sweep."""
+        self.workers.cancel_group(self, "sweep")
+        self.advice, self.cpu_only, self.choices = None, message.plan, message.choices
+        self.workload_ranking, self.runs, self.selected_id = None, None, None
+        self.sweep_points = []
+        self.sweep_message = "no GPU planned: no VRAM to sweep"
+        for pane in self.panes():
+            pane.update_from(self)
+        self.remember(self.choices)
+
     def on_advice_ready(self, message: AdviceReady) -> None:
         first = self.advice is None
         replanned = first or message.choices != self.choices  # another GPU, model, ...: a new ranking
@@ -217,6 +283,7 @@ class CopeApp(TraceActions, Workers, App[None]):
             record_plan(self.choices, by="the app")
         except (OSError, CopeInputError):
             pass  # a cache folder that cannot take it changes nothing the app shows
+        self.cpu_only = None
         workload = workload_of(self.choices)
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it
@@ -238,6 +305,8 @@ class CopeApp(TraceActions, Workers, App[None]):
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
+        if replanned:  # the person's new choices (a repricing after probes keeps them)
+            self.remember(self.choices)
 
     def _plan_runs(self):  # type: ignore[no-untyped-def]
         if self.advice is None:
@@ -297,6 +366,11 @@ class CopeApp(TraceActions, Workers, App[None]):
             pane.show_estimate_status(f"Could not read the command: {why(exc)}", error=True)
             return
         self.pasted_command = command
+        if self.cpu_only is not None:
+            pane.show_estimate_status("No GPU is planned, so there is no ranking to price your command beside: plan "
+                                      "for a GPU (Hardware tab), or run `cope estimate --gpu none -- COMMAND` to "
+                                      "price it on the CPU alone")
+            return
         if self.advice is None:
             pane.show_estimate_status("waiting for the first ranking; your command is priced after it")
             return
@@ -346,8 +420,9 @@ class CopeApp(TraceActions, Workers, App[None]):
         self.call_after_refresh(self._focus_into, event.pane.id)
 
     def _focus_into(self, tab: str | None) -> None:
-        """Focus the shown pane's table or list, else the tab bar: never an input, so the
-        next digit switches tabs instead of typing (and Up/Down move in the table)."""
+        """Focus the shown pane's first editable text field, so what is typed next goes into
+        it and never reaches a single-letter key; a pane without one (Results) focuses its
+        table or list, else the tab bar. From a field, F2..F7 and ctrl+pgup/pgdn switch tabs."""
         if tab != self.query_one(TabbedContent).active:
             return
         wanted, self._focus_wanted = self._focus_wanted, None
@@ -357,6 +432,10 @@ class CopeApp(TraceActions, Workers, App[None]):
             self.screen.set_focus(self.query_one(wanted[1]))
             return
         pane = self.query_one(f"TabPane#{tab}", TabPane)
+        for field in pane.query(Input):
+            if field.focusable and field.display:
+                self.screen.set_focus(field, scroll_visible=False)  # the pane opens at its top
+                return
         for widget in pane.query("DataTable, OptionList"):
             if widget.focusable and not any(isinstance(a, Select) for a in widget.ancestors):  # not a Select's list
                 self.screen.set_focus(widget, scroll_visible=False)  # the pane opens at its top
@@ -405,7 +484,52 @@ class CopeApp(TraceActions, Workers, App[None]):
     def action_recompute(self) -> None:
         self.compute(self.choices)
 
-    def action_measure(self) -> None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """While a question is shown, only its answers act: a key meant for it (n, y) or a
+        stray letter never starts something behind it."""
+        if isinstance(self.screen, ConfirmScreen) and action in self.LETTER_ACTIONS:
+            return False
+        return True
+
+    def ask(self, question: str, then) -> None:  # type: ignore[no-untyped-def]
+        """`then()` after y; n or Escape leaves everything as it was."""
+        if isinstance(self.screen, ConfirmScreen):  # one question at a time
+            return
+        self.push_screen(ConfirmScreen(question), lambda yes: then() if yes else None)
+
+    def work_in_flight(self) -> list[str]:
+        """What quitting now would lose: work that runs and keeps nothing until it ends."""
+        running = []
+        if self._is_active(self._probe_worker):
+            running.append("probes (what is measured so far is kept)")
+        if self._is_active(self._record_worker):
+            running.append("a trace recording or download")
+        if any(w.group == "measure" and w.is_running for w in self.workers):
+            running.append("the measurement of this machine")
+        return running
+
+    def action_ask_quit(self) -> None:
+        """q: always asks (a stray q never closes the app); ctrl+q quits at once when
+        nothing would be lost."""
+        running = self.work_in_flight()
+        lost = f" This stops {' and '.join(running)}." if running else ""
+        self.ask(f"Quit COPE?{lost} The plan is remembered for the next launch. y/n"
+                 if self.settings_path is not None else f"Quit COPE?{lost} y/n", self.exit)
+
+    async def action_quit(self) -> None:
+        running = self.work_in_flight()
+        if running:
+            self.ask(f"Quit COPE? This stops {' and '.join(running)}. y/n", self.exit)
+            return
+        self.exit()
+
+    def action_measure(self, ask: bool = False) -> None:
+        """Measure this machine's bandwidths; from the m key, asked first: it takes seconds,
+        loads torch and changes every later ranking."""
+        if ask:
+            self.ask("Measure this machine's memory and PCIe bandwidths now? It loads torch, takes about 20 s, "
+                     "and every later ranking uses what it measures. y/n", self.action_measure)
+            return
         expert_bytes = 16 * 1024**2
         if self.advice is not None:
             req = self.advice.request
@@ -417,7 +541,13 @@ class CopeApp(TraceActions, Workers, App[None]):
     def _is_active(worker: Worker | None) -> bool:
         return worker is not None and worker.state in (WorkerState.PENDING, WorkerState.RUNNING)
 
-    def action_start_probes(self) -> None:
+    def action_start_probes(self, ask: bool = False) -> None:
+        """Measure the chosen model's operators on this machine; from the p key, asked first
+        (the Start probes button is the asking)."""
+        if self.cpu_only is not None:
+            self.say("No GPU is planned: there is no GPU/CPU split to probe (cope calibrate measures the CPU "
+                     "with llama-bench)", "warning")
+            return
         if self.advice is None:
             self.say("Wait for the first ranking before probing", "warning")
             return
@@ -425,6 +555,10 @@ class CopeApp(TraceActions, Workers, App[None]):
             self.say("Probes are already running (Escape cancels)", "warning")
             return
         pane = self.query_one(ProbesPane)
+        if ask:
+            self.ask(f"Start probes now? They measure this machine for {self.advice.request.model.name} for up to "
+                     f"{pane.budget_s:.0f} s and reprice the ranking. y/n", self.action_start_probes)
+            return
         self.action_show_tab("probes")
         self._probe_cancel = threading.Event()
         self._probe_t0 = time.monotonic()

@@ -15,14 +15,18 @@ COPE replays how the model routes tokens under every candidate policy and ranks 
 by estimated time per output token. Figures carry their basis: **detected** (read from
 this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 
+A tab opens with the focus in its first text field, so what you type goes there; the
+single-letter keys below act only where no text is typed (Results' table, a button), and
+none destroys anything: `q`, `m` and `p` ask first (y/n).
+
 | key | does |
 |-----|------|
 | `1`..`6` | Hardware, Model, Trace, Probes, Results, Export |
 | `F2`..`F7` | the same, also from inside a text field |
 | `ctrl+pgup` `ctrl+pgdn` | the previous / next tab, also from inside a text field |
 | `alt+1`..`6` | as `F2`..`F7` where the terminal speaks the kitty keyboard protocol (kitty, WezTerm, foot, Ghostty); elsewhere alt+digit types a character |
-| `p` | start probes (measure this machine for the chosen model) |
-| `m` | measure this machine's bandwidths (loads torch) |
+| `p` | start probes (measure this machine for the chosen model); asks first |
+| `m` | measure this machine's bandwidths (loads torch); asks first |
 | `Escape` | cancel probes or recording (with neither running: back to Results); close this screen |
 | `r` | recompute the ranking |
 | `c` | copy the command of the selected candidate (OSC 52: your terminal must support it) |
@@ -30,10 +34,14 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `t` | with a Workload: chart prompt tok/s instead of decode tok/s |
 | `?` / `F1` | this help |
-| `q` | quit |
+| `q` | quit; asks first |
+| `ctrl+q` | quit at once; asks only while probes, a recording or a measurement run |
 
 - **Hardware**: choose the GPU preset to plan for, the CPU (this machine's, or a
-  preset) and the VRAM budget; *Measure this machine* measures its bandwidths.
+  preset) and the VRAM budget; *Measure this machine* measures its bandwidths. The GPU
+  field takes what `cope advise --gpu` takes (Enter plans; right arrow completes a preset):
+  several cards (`2x rtx-3090`, `rtx-4090,rtx-3090`), a llama.cpp backend
+  (`rx-7900-xtx@vulkan`), or `none` for the CPU alone (the one CPU-only command, priced).
 - **Model**: search the catalog (Enter picks; a misspelt name lists the closest), open a local `.gguf` (its tensors fix
   the quantization), or type a Hugging Face repo id; context and threads.
 - **Trace**: a **SYNTHETIC** trace is made-up routing. Pull a trace from the trace
@@ -71,7 +79,10 @@ this machine), **measured** (probed), **preset** (spec sheet), **assumed**.
   app's twin of `cope estimate`).
 
 The headless twin is `cope advise --json`; both read and write the same profile and
-trace caches.
+trace caches. `cope` takes `cope advise`'s plan flags to start from (`cope --model
+gpt-oss-120b --gpu "2x rtx-3090"`); without them it starts from the plan in use when it
+last closed, remembered in `app.json` in your config folder (`~/.config/cope` on Linux, or
+`COPE_CONFIG_DIR`).
 """
 
 

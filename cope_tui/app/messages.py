@@ -83,3 +83,12 @@ class RuntimesFound(Message):
     def __init__(self, scan: Any) -> None:
         super().__init__()
         self.scan = scan
+
+
+class CpuOnlyReady(Message):
+    """The plan for no GPU (`--gpu none`): one command on the CPU alone, priced
+    (cope_tui/service/cpu_only.py); nothing to rank."""
+
+    def __init__(self, plan: Any, choices: Any) -> None:
+        super().__init__()
+        self.plan, self.choices = plan, choices

@@ -49,9 +49,9 @@ class TraceActions:
         """Pull the published trace the trace index offers for this model (or one of the same
         shape, labelled as another model's routing): the first press says which file and how
         large, the second downloads it (Escape cancels mid-download)."""
-        if self.advice is None:
+        if self.request is None:
             return
-        model = self.advice.request.model
+        model = self.request.model
         matches = entries_for(model.id)
         if not matches:
             self.say(f"The trace index names no published trace of {model.id} (or of its shape): "
@@ -111,6 +111,6 @@ class TraceActions:
             self.say(message.text, "warning")
             return
         self.say(message.text)
-        if self.advice is not None:
-            pane.show_imatrix_entries(self.advice.request.model.id)  # now verified
+        if self.request is not None:
+            pane.show_imatrix_entries(self.request.model.id)  # now verified
         self.compute(self.choices.with_(profile_trace=message.path))

@@ -18,6 +18,7 @@ from textual.worker import get_current_worker
 from cope_tui.app.messages import (
     AdviceReady,
     CommandEstimated,
+    CpuOnlyReady,
     GpuDetected,
     ProbesFinished,
     Progress,
@@ -29,12 +30,18 @@ from cope_tui.app.messages import (
 )
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
+from cope_tui.service.cpu_only import plan_cpu_only
 from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
 from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
 from engine.core.errors import CopeInputError
 from engine.core.progress import Cancelled
 from engine.cost.cost_model import Fidelity
+from engine.hardware.platform import NO_GPU
 from engine.llamacpp.llama_args import LlamaCommand
+
+
+def plans_cpu_only(choices: PlanChoices) -> bool:
+    return (choices.gpu or "").strip().lower() == NO_GPU
 
 
 def why(exc: BaseException) -> str:
@@ -90,16 +97,26 @@ class Workers:
             if done % 8 == 0:
                 self.post_message(Progress("advice", done, total, label))
 
-        def job(cancel: threading.Event) -> service.Advice:
+        def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
             if self.cpu_spec is None:
                 self.cpu_spec = self.services.detect_cpu()
             if request is not None and pricing is not None:
                 return service.advise_with(request, pricing, progress=progress, cancel=cancel)
             # The app never probes unasked: no fidelity, no reprobe.
-            return service.plan(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec,
-                                detect_gpu=self.this_gpu, progress=progress, cancel=cancel)
+            asked = choices.with_(fidelity=None, reprobe=False)
+            if plans_cpu_only(choices):  # no GPU: the one CPU-only command, as `cope advise --gpu none`
+                if choices.prompt_tokens is not None or choices.workload is not None:
+                    raise CopeInputError("no GPU (none) prices decode only: choose no Workload to plan for it")
+                return plan_cpu_only(asked, detect_cpu=lambda: self.cpu_spec)
+            return service.plan(asked, detect_cpu=lambda: self.cpu_spec, detect_gpu=self.this_gpu,
+                                progress=progress, cancel=cancel)
 
-        self._deliver("advice", job, lambda advice: AdviceReady(advice, choices))
+        def ready(result):  # type: ignore[no-untyped-def]
+            if isinstance(result, service.Advice):
+                return AdviceReady(result, choices)
+            return CpuOnlyReady(result, choices)
+
+        self._deliver("advice", job, ready)
 
     @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
     def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:

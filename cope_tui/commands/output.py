@@ -23,6 +23,7 @@ import orjson
 
 LINE_LIMIT = 300
 LIST_KEPT = 4  # items shown of a long list
+_QUOTED = re.compile(r"`[^`]+`")  # a command quoted to be copied
 _LONG_LIST = re.compile(r"(?:[^\s,()]+, ){7,}(?:and )?[^\s,()]+")
 # C0 and C1 controls but newline and tab, and the bidirectional overrides that reorder text.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -96,8 +97,20 @@ def one_line(text: str, limit: int = LINE_LIMIT) -> str:
     line = _LONG_LIST.sub(_summarise_list, line)
     if len(line) <= limit:
         return line
-    head, tail = line[: limit * 2 // 3], line[-(limit // 4):]
-    return f"{head} ... ({len(line) - len(head) - len(tail):,} characters left out) ... {tail}"
+    # A command quoted for the person to copy (`hf download ...`: the workaround) is kept
+    # whole with what follows it; the cut goes into what comes before it.
+    quoted = _QUOTED.search(line)
+    if quoted is not None and len(line) - quoted.start() <= limit - 80:
+        kept = line[quoted.start():]
+        return _cut(line[:quoted.start()], limit - len(kept)) + kept
+    return _cut(line, limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` cut in the middle to about `limit` characters, saying how much was left out."""
+    head, tail = text[: limit * 2 // 3], text[-(limit // 4):]
+    gap = f" ... ({len(text) - len(head) - len(tail):,} characters left out) ... "
+    return head + gap + tail
 
 
 def _summarise_list(match: re.Match) -> str:

@@ -9,6 +9,7 @@ import sys
 from cope_tui.options import PlanChoices, add_flags, choices_from_args
 from cope_tui.service.advice import Advice, plan
 from cope_tui.service.last_plan import with_last_plan
+from cope_tui.service.request import preset_gpu_on_this_cpu
 from engine.cost.cost_model import Fidelity
 
 
@@ -43,6 +44,11 @@ def advice_for(args: argparse.Namespace, choices) -> Advice:  # type: ignore[no-
     """The ranked advice for `choices` (the flags' or a pasted command's), probe progress and
     the probing summary on stderr."""
     advice = plan(choices, probe_progress=_say_probe)
+    warning = preset_gpu_on_this_cpu(choices, advice.request.platform)
+    said = vars(args).setdefault("_said", set())  # estimate plans more than once: said once
+    if warning and warning not in said:
+        said.add(warning)
+        print(f"cope: warning: {warning}", file=sys.stderr)
     pricing = advice.pricing
     if pricing.probed is not None:
         print(f"cope: probes: {pricing.probed.summary()}; profile {pricing.profile_source}", file=sys.stderr)

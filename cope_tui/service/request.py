@@ -18,9 +18,11 @@ from engine.core.user_paths import user_path
 from engine.cost.request import AdviseRequest
 from engine.hardware.cpu_compute import core_compute
 from engine.hardware.memory import GIB
+from engine.core.spans import count_of
 from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
 from engine.hardware.presets import get_gpu_preset
-from engine.models.quant import get_quantization
+from engine.models.model_names import quant_for_name
+from engine.models.quant import get_quantization, quantizations
 from engine.replays.policy import Eviction
 from engine.traces import check_trace_fits_model, load_any_trace, load_trace
 from engine.traces.popularity import PopularityProfile, Profile
@@ -64,6 +66,11 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
         quant_name = args.quant or model.default_quant
         if args.quant is None:
             assumed.append(f"quantization: {quant_name} (the model's usual GGUF; --quant to change)")
+        elif args.quant.upper() not in quantizations():  # a name people use (UD-Q4_K_XL): as a file name's
+            nearest, said = quant_for_name(args.quant)
+            if nearest is not None:
+                quant_name = nearest
+                assumed.extend(said)
         quant = get_quantization(quant_name)
 
     hardware_notes: list[str] = []
@@ -148,6 +155,24 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
         assumed.append(core)
     notes.extend(cpu.notes)
     return Platform(gpu=gpu, cpu=cpu.cpu)
+
+
+def preset_gpu_on_this_cpu(choices: PlanChoices, platform: Platform) -> str | None:
+    """What to say loudly when a GPU preset is planned with this machine's CPU (--gpu
+    without --cpu): the CPU's experts are priced on the machine COPE runs on, which is often
+    not the one the card goes in (a laptop planning a desktop's two RTX 3090s). None when
+    the CPU was named or no GPU is planned."""
+    if choices.gpu is None or choices.gpu.strip().lower() == NO_GPU or choices.cpu is not None:
+        return None
+    cpu = platform.cpu
+    threads = (count_of(int(cpu.logical_threads.value), "thread") if cpu.logical_threads.known
+               else "its threads unknown")
+    bandwidth = cpu.mem_bandwidth_bytes_per_s
+    memory = (f"{bandwidth.value / 1e9:.0f} GB/s memory ({bandwidth.basis})" if bandwidth.known
+              else "its memory bandwidth unknown")
+    return (f"--gpu {choices.gpu.strip()} is planned with THIS machine's CPU ({cpu.name}, {threads}, {memory}): "
+            "the experts left on the CPU are priced on it; if the card goes in another machine, give that "
+            "machine's --cpu NAME (and --memory TYPE-SPEEDxCHANNELS)")
 
 
 def core_assumption(cpu: CpuSpec) -> str | None:

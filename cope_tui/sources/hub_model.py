@@ -256,8 +256,8 @@ def read_remote_header(repo_id: str, filename: str, *, revision: str | None = No
     download = (f"download it (`hf download {repo_id} {filename} --local-dir .`) and pass its path "
                 "to --model")
     if hub_offline():
-        raise CopeInputError(f"offline mode (HF_HUB_OFFLINE) and {filename} is not in the Hub cache; "
-                             f"{download}", path=where)
+        raise CopeInputError(f"offline mode (HF_HUB_OFFLINE) and the file is not in the Hub cache; {download}",
+                             path=where)
     away = unreachable(endpoint)
     if away is not None:
         raise not_reached(endpoint, away, f"its header cannot be read remotely: {download}", where)

@@ -138,9 +138,17 @@ def _catalog_match(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _quant_for(tag: str) -> tuple[str | None, tuple[str, ...]]:
+def quant_for_name(name: str) -> tuple[str | None, tuple[str, ...]]:
+    """(the row, notes) a quantization name people use prices as, as a file name's tag is
+    read: a row itself (no note), else the nearest row with a note that says so (UD-Q4_K_XL
+    -> Q4_K_M, Q4_K_L -> Q4_K_M); None with a note for a name with no defensible row."""
+    return _quant_for(name.strip(), said=f"--quant {name.strip()}")
+
+
+def _quant_for(tag: str, said: str | None = None) -> tuple[str | None, tuple[str, ...]]:
     if not tag:
         return None, ("the file name names no quantization",)
+    said = said or f"the file says {tag}"
     upper = tag.upper().replace("-", "_")
     table = quantizations()
     name = _TAG_ALIASES.get(upper, upper)
@@ -150,11 +158,16 @@ def _quant_for(tag: str) -> tuple[str | None, tuple[str, ...]]:
         base = upper[3:]
         nearest = base if base in table else _UD_BASE.get(base) or NEAREST.get(base, ("",))[0]
         if nearest:
-            return nearest, (f"the file says {tag}, an Unsloth dynamic quant (its own per-tensor mix, some tensors "
+            return nearest, (f"{said}, an Unsloth dynamic quant (its own per-tensor mix, some tensors "
                              f"above {nearest}'s types); priced as {nearest}, the nearest llama.cpp mix COPE sizes "
                              "(give the GGUF file for exact sizes)",)
     elif upper in NEAREST:
         nearest, why = NEAREST[upper]
-        return nearest, (f"the file says {tag}; priced as {nearest}, the nearest quantization COPE sizes ({why}; "
+        return nearest, (f"{said}; priced as {nearest}, the nearest quantization COPE sizes ({why}; "
                          "give the GGUF file for exact sizes)",)
-    return None, (f"the file says {tag}, a quantization COPE does not recognise (it sizes {', '.join(table)})",)
+    elif upper in _UD_BASE:  # Unsloth's K-quant XL name without its "UD-"
+        nearest = _UD_BASE[upper]
+        return nearest, (f"{said}, read as Unsloth's dynamic quant UD-{upper} (its own per-tensor mix, some "
+                         f"tensors above {nearest}'s types); priced as {nearest}, the nearest llama.cpp mix COPE "
+                         "sizes (give the GGUF file for exact sizes)",)
+    return None, (f"{said}, a quantization COPE does not recognise (it sizes {', '.join(table)})",)

@@ -35,7 +35,6 @@ class HardwarePane(VerticalScroll):
             table.add_columns("figure", "value", "basis", "how / why")
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
-        advice = app.advice
         detected = app.detected_gpu
         if detected is not None:
             vram = detected.vram_bytes
@@ -49,9 +48,10 @@ class HardwarePane(VerticalScroll):
             self.query_one("#detected-gpu", Static).update(text)
         else:
             self.query_one("#detected-gpu", Static).update("this machine's GPU: not detected yet")
-        if advice is None:
+        request = app.request  # the ranking's, or the CPU-only plan's
+        if request is None:
             return
-        platform = advice.request.platform
+        platform = request.platform
         in_use = {"gpu": platform.gpu.preset_id, "cpu": platform.cpu.preset_id}
         self.query_one(OptionsRow).show(app.choices, in_use=in_use)
         self.query_one("#gpu-title", Static).update(f"GPU planned for: {platform.gpu.name}")

@@ -131,15 +131,15 @@ class ModelPane(VerticalScroll):
         except CopeInputError as exc:
             self.app.say(str(exc), "error")  # type: ignore[attr-defined]
             return
-        if self.app.advice is not None and self.app.advice.request.model.exact_bytes is not None:  # type: ignore[attr-defined]
+        request = self.app.request  # type: ignore[attr-defined]
+        if request is not None and request.model.exact_bytes is not None:
             changes.pop("quant")
         self.post_message(Apply(**changes))
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
-        advice = app.advice
-        if advice is None:
+        req = app.request  # the ranking's, or the CPU-only plan's
+        if req is None:
             return
-        req = advice.request
         model = req.model
         fixed = model.exact_bytes is not None
         self.query_one("#model-now", Static).update(

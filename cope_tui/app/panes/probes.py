@@ -62,6 +62,12 @@ class ProbesPane(VerticalScroll):
         self.query_one("#probe-summary", Static).update(text)
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+        if app.cpu_only is not None:
+            pricing = app.cpu_only.pricing
+            text = (f"Cost model in use: {pricing.fidelity.value} ({pricing.reason}). No GPU is planned: probes "
+                    "measure a GPU/CPU split, so there is nothing to probe.")
+            self.query_one("#cost-model", Static).update(text)
+            return
         if app.advice is None:
             return
         cm = app.advice.rec.cost_model

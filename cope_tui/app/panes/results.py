@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from cope_tui.app.widgets.chart import ThroughputChart, charted, swept_title
+from cope_tui.service.cpu_only import render_cpu_only
 from cope_tui.text_report import nothing_fits, runs_on_text
 from engine.core.spans import count_of
 from engine.hardware.memory import GIB
@@ -72,6 +73,7 @@ class ResultsPane(Vertical):
     ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
     ResultsPane #results-message { height: auto; max-height: 8; padding: 0 1; display: none; }
     ResultsPane #results-table { height: 1fr; min-height: 5; }
+    ResultsPane #cpu-only-plan { height: 1fr; min-height: 5; padding: 0 1; display: none; overflow-y: auto; }
     ResultsPane #results-bottom { height: 45%; min-height: 11; }
     ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
         border-title-align: left; }
@@ -84,6 +86,7 @@ class ResultsPane(Vertical):
         # Hidden while a row can be run: says why none can, or why there is no ranking.
         yield Static("", id="results-message")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="cpu-only-plan")  # in the table's place when no GPU is planned
         with Horizontal(id="results-bottom"):
             chart = ThroughputChart(id="chart")
             chart.border_title = "tok/s vs VRAM budget"
@@ -113,6 +116,9 @@ class ResultsPane(Vertical):
         self.show_message(text, error=True)
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
+        if getattr(app, "cpu_only", None) is not None:
+            self.show_cpu_only(app)
+            return
         advice = app.advice
         if advice is None:
             return
@@ -138,7 +144,10 @@ class ResultsPane(Vertical):
         self.query_one("#results-summary", Static).update(summary)
         # No row to run (nothing fits RAM, no runtime runs any): the CLI's words, not a second wording.
         self.show_message(nothing_fits(runs) if runs.run_now is None else None)
+        self.query_one("#cpu-only-plan", Static).display = False
+        self.query_one("#results-bottom").display = True
         table = self.query_one(DataTable)
+        table.display = True
         self.compact = self.app.size.width < WIDE_AT
         table.clear(columns=True)
         table.add_columns(*(COMPACT_COLUMNS if self.compact else COLUMNS))
@@ -168,6 +177,25 @@ class ResultsPane(Vertical):
         table.move_cursor(row=row)
         self.show_selected(app)
         self.show_sweep(app)
+
+    def show_cpu_only(self, app) -> None:  # type: ignore[no-untyped-def]
+        """No GPU planned: the one CPU-only command and its price, as `cope advise --gpu none`
+        prints them (cope_tui/service/cpu_only.py); no table, no sweep."""
+        plan = app.cpu_only
+        req = plan.request
+        summary = Text()
+        summary.append(f"{req.model.name} {req.quant.name} on no GPU + {req.platform.cpu.name}, "
+                       f"{count_of(req.threads, 'thread')}, context {req.context_tokens}: CPU only, nothing to "
+                       "split or rank", style="bold")
+        self.query_one("#results-summary", Static).update(summary)
+        self.show_message(None)  # a refusal is the plan's own first lines
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.display = False
+        self.query_one("#results-bottom").display = False  # no VRAM to sweep, no split to break down
+        shown = self.query_one("#cpu-only-plan", Static)
+        shown.update(Text(render_cpu_only(plan).rstrip()))
+        shown.display = True
 
     def show_selected(self, app) -> None:  # type: ignore[no-untyped-def]
         e = app.selected_estimate()

@@ -84,10 +84,11 @@ class TracePane(VerticalScroll):
         yield Static("", id="record-status")
 
     def update_from(self, app) -> None:  # type: ignore[no-untyped-def]
-        if app.advice is None:
+        request = app.request  # the ranking's, or the CPU-only plan's
+        if request is None:
             return
-        model = app.advice.request.model
-        self.query_one("#trace-info", Static).update(trace_summary(app.advice.request))
+        model = request.model
+        self.query_one("#trace-info", Static).update(trace_summary(request))
         if model.id != self._model_id:  # the Record field follows the model in use
             self._model_id = model.id
             self.query_one("#record-model", Input).value = model.hf_repo or ""

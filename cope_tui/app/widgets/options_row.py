@@ -11,6 +11,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, Select
 
 from cope_tui.app.panes import Apply
@@ -27,6 +28,7 @@ class OptionsRow(Vertical):
     OptionsRow Label { width: 17; }
     OptionsRow Select { width: 1fr; max-width: 48; }
     OptionsRow Input { width: 16; }
+    OptionsRow Input.wide { width: 1fr; max-width: 48; }
     """
 
     def __init__(self, group: str, *, apply_on_change: bool = True, id: str | None = None) -> None:
@@ -41,6 +43,9 @@ class OptionsRow(Vertical):
                 if opt.choices is not None:
                     yield Select(list(opt.choices), id=opt.widget_id, allow_blank=True, prompt=opt.hint or "default",
                                  compact=True)
+                elif opt.suggestions:  # free text, completed (right arrow takes the suggestion)
+                    yield Input(placeholder=opt.hint, id=opt.widget_id, compact=True, classes="wide",
+                                suggester=SuggestFromList(opt.suggestions, case_sensitive=False))
                 else:
                     yield Input(placeholder=opt.hint, id=opt.widget_id, compact=True)
 
@@ -59,14 +64,15 @@ class OptionsRow(Vertical):
         return {opt.name: self.value_of(opt) for opt in self.options}
 
     def show(self, choices: PlanChoices, *, in_use: dict[str, Any] | None = None) -> None:
-        """Fill the fields from `choices`; `in_use` shows what a default resolved to
-        (a select cannot show "default" once a value is known)."""
+        """Fill the fields from `choices`; `in_use` shows in a select what a default resolved
+        to (a select cannot show "default" once a value is known; a text field keeps its
+        placeholder, which says what an empty field means)."""
         for opt in self.options:
             value = getattr(choices, opt.name)
-            if value is None and in_use:
-                value = in_use.get(opt.name)
             widget = self._widget(opt)
             if isinstance(widget, Select):
+                if value is None and in_use:
+                    value = in_use.get(opt.name)
                 known = {v for _, v in opt.choices or ()}
                 with widget.prevent(Select.Changed):
                     if value in known:
