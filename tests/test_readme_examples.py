@@ -1,4 +1,4 @@
-"""The README's own `cope ...` examples run as written (exit 0, something on stdout).
+"""The README's own `cope ...` examples (and docs/usage.md's) run as written (exit 0, something on stdout).
 
 Every `cope` command the README shows, in backticks or in a sh block, is either run here
 or listed in SKIP with the reason; synopses (with `[...]`, `a|b` or placeholders such as
@@ -15,7 +15,9 @@ import pytest
 
 from cope_tui.cli import EXIT_OK, main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+USAGE = ROOT / "docs" / "usage.md"  # the flag-by-flag reference the README points to
 
 SKIP = {
     "cope": "opens the app (tests/test_app.py drives it with the Pilot)",
@@ -33,11 +35,11 @@ SKIP = {
     "cope detect": "measures this machine's memory bandwidth with every core for about 10 s "
                    "(tests/test_detect.py covers the command with the measurement faked)",
 }
-_SYNOPSIS = re.compile(r"[\[|]|\b(ID|FILE|PATH|REPO|DIR|GIB|GBPS|NAME|PRESET|TYPE|Q|N|T|S)\b")
+_SYNOPSIS = re.compile(r"[\[|]|\b(ID|FILE|PATH|REPO|DIR|GIB|GBPS|NAME|PRESET|TYPE|COMMAND|Q|N|T|S)\b")
 
 
 def readme_commands() -> list[str]:
-    text = README.read_text()
+    text = README.read_text() + "\n" + USAGE.read_text()
     found = re.findall(r"`(cope(?:\s[^`]*)?)`", text)
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         found += [line for line in block.splitlines() if line.startswith("cope")]
