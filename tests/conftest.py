@@ -181,3 +181,33 @@ def without_recorded_clock(monkeypatch):
         monkeypatch.setattr(cpu_compute, "_table", lambda: table)
 
     return drop
+
+
+@pytest.fixture
+def run_cope(tmp_path, monkeypatch, capsys):
+    """`cope ARGS...` in this process, offline, with a cache folder of its own: returns
+    (exit code, stdout, stderr)."""
+    from cope_tui.cli import main
+
+    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def run(*args: str):  # type: ignore[no-untyped-def]
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def cope_json(run_cope):
+    """`cope ARGS...` that must succeed, its stdout read as JSON (the caller passes --json)."""
+    import json
+
+    def run(*args: str) -> dict:
+        code, out, err = run_cope(*args)
+        assert code == 0, err
+        return json.loads(out)
+
+    return run

@@ -3,7 +3,6 @@ command without placement flags, placed by --fit, priced as `cope estimate` pric
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -26,22 +25,6 @@ def test_fit_target_is_read():
         parse_llama_command(["llama-server", "-m", "m.gguf", "-fitt", "-3"])
 
 
-@pytest.fixture
-def cope_json(tmp_path, monkeypatch, capsys):
-    from cope_tui.cli import main
-
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def run(*args: str) -> dict:
-        code = main([*args, "--json"] if args[0] == "advise" else list(args))
-        captured = capsys.readouterr()
-        assert code == 0, captured.err
-        return json.loads(captured.out)
-
-    return run
-
-
 def test_a_larger_fit_target_leaves_fewer_experts_on_the_gpu(cope_json):
     base = ["estimate", "--gpu", "rtx-3060-12gb", "--json", "--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf",
             "-c", "8192"]
@@ -52,7 +35,7 @@ def test_a_larger_fit_target_leaves_fewer_experts_on_the_gpu(cope_json):
 
 
 def test_advise_shows_llama_cpps_own_placement_beside_its_command(cope_json):
-    doc = cope_json("advise", "--gpu", "rtx-3060-12gb")
+    doc = cope_json("advise", "--gpu", "rtx-3060-12gb", "--json")
     default = doc["llama_cpp_default"]
     assert "-ngl" not in default["argv"] and "--fit" not in default["argv"]
     lead = doc["llama_cpp_cache"]["with_cache"] if doc["llama_cpp_cache"]["cache_wins"] else None

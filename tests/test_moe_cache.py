@@ -4,7 +4,6 @@ price through `cope estimate` and `cope advise`."""
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -125,50 +124,29 @@ def test_the_cache_flag_is_read_and_checked():
         parse_llama_command(["llama-server", "-m", "x.gguf", "--moe-cache-mib", "-5"])
 
 
-@pytest.fixture
-def run_cope(tmp_path, monkeypatch, capsys):
-    from cope_tui.cli import main
-
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def run(*args: str):  # type: ignore[no-untyped-def]
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-def _cope_json(cli, *args):  # type: ignore[no-untyped-def]
-    code, out, err = cli(*args)
-    assert code == 0, err
-    return json.loads(out)
-
-
-def test_advise_leads_with_the_cache_and_estimate_prices_its_command(run_cope):
-    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
+def test_advise_leads_with_the_cache_and_estimate_prices_its_command(run_cope, cope_json):
+    doc = cope_json("advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
     cache = doc["llama_cpp_cache"]
     assert cache["cache_wins"], cache["verdict"]
     pick = cache["with_cache"]
     assert "--moe-cache-mib" in pick["argv"]
     assert pick["vram_bytes"] <= 12 * 1024**3
-    est = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--",
+    est = cope_json("estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--",
                      *pick["argv"])
     assert est["yours"]["tpot_s"] == pytest.approx(pick["tpot_s"], rel=1e-9)
     # the cache makes the same placement faster than without it
     plain = [w for w in pick["argv"] if w not in ("--moe-cache-mib", str(pick["cache_mib"]))]
-    bare = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", *plain)
+    bare = cope_json("estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", *plain)
     assert bare["yours"]["tpot_s"] > pick["tpot_s"]
 
 
-def test_the_cpu_share_is_read_checked_and_not_priced(run_cope):
+def test_the_cpu_share_is_read_checked_and_not_priced(run_cope, cope_json):
     command = parse_llama_command(["llama-server", "-m", "x.gguf", "--cpu-moe", "--moe-cache-mib", "2048",
                                    "--moe-cache-cpu-share", "0.5"])
     assert command.moe_cache_cpu_share == 0.5
     with pytest.raises(CopeInputError, match="--moe-cache-cpu-share"):
         parse_llama_command(["llama-server", "--moe-cache-cpu-share", "1.5"])
-    doc = _cope_json(run_cope, "estimate", "--gpu", "rtx-4090", "--json", "--", "llama-server", "-m",
+    doc = cope_json("estimate", "--gpu", "rtx-4090", "--json", "--", "llama-server", "-m",
                      "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--cpu-moe", "--moe-cache-mib", "4096",
                      "--moe-cache-cpu-share", "0.5")
     assert doc["yours"]["verdict"] == "not_priced"
@@ -179,17 +157,17 @@ def test_the_cpu_share_is_read_checked_and_not_priced(run_cope):
     assert code == 0 and "not modelled: --moe-cache-cpu-share" in out, err
 
 
-def test_export_llama_cache_after_advise_exports_advises_command(run_cope):
-    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
-    exported = _cope_json(run_cope, "export", "--candidate", "llama-cache", "--json")
+def test_export_llama_cache_after_advise_exports_advises_command(run_cope, cope_json):
+    doc = cope_json("advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--json")
+    exported = cope_json("export", "--candidate", "llama-cache", "--json")
     assert exported["argv"] == doc["llama_cpp_cache"]["with_cache"]["argv"]
     assert "--gpu rtx-4090" in exported["plan"]
     code, out, err = run_cope("export", "--candidate", "llama-cache", "--runtime", "ik_llama.cpp")
     assert code != 0 and "llama-cache" in err.strip().splitlines()[-1]
 
 
-def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope):
-    doc = _cope_json(run_cope, "advise", "--gpu", "rtx-4090", "--model", "gpt-oss-20b", "--json")
+def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope, cope_json):
+    doc = cope_json("advise", "--gpu", "rtx-4090", "--model", "gpt-oss-20b", "--json")
     cache = doc["llama_cpp_cache"]
     assert not cache["cache_wins"] and cache["partition"]["host_layers"] == 0
     assert cache["verdict"].startswith("every expert fits on the GPU")

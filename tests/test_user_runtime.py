@@ -4,7 +4,6 @@ ik_llama.cpp command (-fmoe, -rtr) gets COPE's command for ik_llama.cpp, without
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -15,19 +14,8 @@ from engine.runtimes import STOCK_NAME
 
 
 @pytest.fixture
-def estimate(tmp_path, monkeypatch, capsys):
-    from cope_tui.cli import main
-
-    monkeypatch.setenv("COPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def run(*args: str) -> dict:
-        code = main(["estimate", "--json", *args])
-        captured = capsys.readouterr()
-        assert code == 0, captured.err
-        return json.loads(captured.out)
-
-    return run
+def estimate(cope_json):
+    return lambda *args: cope_json("estimate", "--json", *args)
 
 
 def test_ik_only_options_say_the_command_is_ik_llama_cpps():

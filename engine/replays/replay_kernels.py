@@ -458,6 +458,23 @@ def lru_depths(layers, ids, initial_order, depth_counts):
 # replays do.
 
 
+@_inline
+def _slot_to_tail(prev, nxt, s, head, tail):
+    """`touch`: slot s to the most recently used end of the slot list (-1 ends it); the new
+    head and tail."""
+    if s == tail:
+        return head, tail
+    if prev[s] >= 0:
+        nxt[prev[s]] = nxt[s]
+    else:
+        head = nxt[s]
+    prev[nxt[s]] = prev[s]
+    prev[s] = tail
+    nxt[s] = -1
+    nxt[tail] = s
+    return head, s
+
+
 @_jit
 def moe_cache_lru_group(ids, layers, n_experts, n_slots, hits_hist, segments):
     """Replay every token of `ids` ([T, L, k] int32, MoE-layer order) through one group's
@@ -496,16 +513,7 @@ def moe_cache_lru_group(ids, layers, n_experts, n_slots, hits_hist, segments):
                 s = slot_of[j, uniq[i]]
                 if s >= 0:
                     n_hit += 1
-                    if s != tail:
-                        if prev[s] >= 0:
-                            nxt[prev[s]] = nxt[s]
-                        else:
-                            head = nxt[s]
-                        prev[nxt[s]] = prev[s]
-                        prev[s] = tail
-                        nxt[s] = -1
-                        nxt[tail] = s
-                        tail = s
+                    head, tail = _slot_to_tail(prev, nxt, s, head, tail)
             for a in range(1, nu):  # std::sort of the unique ids (a few: insertion sort)
                 v = uniq[a]
                 b = a - 1
@@ -525,16 +533,7 @@ def moe_cache_lru_group(ids, layers, n_experts, n_slots, hits_hist, segments):
                 key_layer[s] = j
                 key_expert[s] = e
                 slot_of[j, e] = s
-                if s != tail:
-                    if prev[s] >= 0:
-                        nxt[prev[s]] = nxt[s]
-                    else:
-                        head = nxt[s]
-                    prev[nxt[s]] = prev[s]
-                    prev[s] = tail
-                    nxt[s] = -1
-                    nxt[tail] = s
-                    tail = s
+                head, tail = _slot_to_tail(prev, nxt, s, head, tail)
                 if not (e == last_e + 1 and s == last_s + 1):
                     segments[j] += 1
                 last_e = e
