@@ -61,7 +61,8 @@ def test_every_spelling_of_a_setting_is_read_back_as_that_setting(binary):
     each older one a build may take) reads back as what it sets, for every binary."""
     value = {"model": "m.gguf", "gpu_layers": 7, "context": 4096, "threads": 6, "n_cpu_moe": 3,
              "fork_n_cpu_moe": 3, "override_tensor": r"blk\.(1|2)\.ffn_up_exps=CPU", "tensor_split": "1,1",
-             "device": "CUDA0", "n_prompt": 0, "n_gen": 16, "batch": 1024, "ubatch": 256}
+             "device": "CUDA0", "n_prompt": 0, "n_gen": 16, "batch": 1024, "ubatch": 256, "fit_target": 2048,
+             "moe_cache_mib": 900, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}
     for flag in FLAG_TABLE:
         for spelling in flag.spelling.get(binary, ()):
             words = [spelling.option] if spelling.switch else [spelling.option, spelling.value or str(value.get(
@@ -78,7 +79,9 @@ def test_every_spelling_of_a_setting_is_read_back_as_that_setting(binary):
                 "override_tensor": [o[:2] for o in got.overrides] == [(r"blk\.(1|2)\.ffn_up_exps", "CPU")],
                 "tensor_split": got.tensor_split == "1,1", "device": got.devices == "CUDA0",
                 "n_prompt": binary != "llama-bench" or got.n_prompt == 0, "n_gen": got.n_gen == 16,
-                "batch": got.batch == 1024, "ubatch": got.ubatch == 256,
+                "batch": got.batch == 1024, "ubatch": got.ubatch == 256, "fit_target": got.fit_target_mib == 2048,
+                "moe_cache_mib": got.moe_cache_mib == 900, "cache_type_k": got.kv_bytes_per_element < 2.0,
+                "cache_type_v": got.kv_bytes_per_element < 2.0,
             }.get(flag.setting)
             if effect is None:  # a flag COPE writes but does not read: listed back, never dropped
                 assert got.unknown == (" ".join(words),) and got.args == ((spelling.option, tuple(words)),)

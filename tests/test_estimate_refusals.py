@@ -69,13 +69,14 @@ CASES = [
     ("card-overflow", replace(TWO, gpu="2x rtx-3060-12gb", model="qwen3-235b-a22b"), "llama-server -m Qwen3-235B-A22B-Q4_K_M.gguf -ngl 99 -ts 1,1",
      "would not run: CUDA0 (NVIDIA GeForce RTX 3060"),
     ("vram", BIG_ONE, "llama-server -m Qwen3-235B-A22B-Q4_K_M.gguf -ngl 99", "would not run: it needs "),
-    ("ram", SMALL_RAM, f"{M} -ngl 99 --cpu-moe", "would not run: "),
-    ("ram-two-cards", SMALL_RAM_TWO, f"{M} -ngl 99 -ts 1,1 --cpu-moe", "would not run: "),
+    # a copy (-lm none) that RAM cannot hold; mapped, the same weights stream from the page cache (priced)
+    ("ram", SMALL_RAM, f"{M} -ngl 99 --cpu-moe -lm none", "would not run: "),
+    ("ram-two-cards", SMALL_RAM_TWO, f"{M} -ngl 99 -ts 1,1 --cpu-moe -lm none", "would not run: "),
     ("fit-unpriced", PlanChoices(tokens=40, gpu="gtx-1650-super", cpu="ryzen-9-7950x"),
      "llama-server -m Qwen3-235B-A22B-Q4_K_M.gguf -c 4096", "not priced: with every block offloaded it needs "),
     ("no-ranking", PlanChoices(tokens=40, gpu="gtx-1650-super", cpu="ryzen-9-7950x"),
      "llama-server -m Qwen3-235B-A22B-Q4_K_M.gguf -ngl 99 -c 4096", "would not run: it needs "),
-    ("no-gpu-ram", replace(SMALL_RAM, gpu="none"), f"{M} -ngl 0", "would not run: "),
+    ("no-gpu-ram", replace(SMALL_RAM, gpu="none"), f"{M} -ngl 0 -lm none", "would not run: "),
 ]
 
 

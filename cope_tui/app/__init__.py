@@ -25,6 +25,9 @@ def run_app(flags: list[str] | tuple[str, ...] = ()) -> int:
 
     app = CopeApp(choices=choices, settings_path=path, notes=(warning,) if warning else ())
     # a Hub wait said while the app runs: a notification, never a line over the screen
-    set_narrator(lambda line: app.call_from_thread(app.say, line, "warning"))
-    app.run()
+    previous = set_narrator(lambda line: app.call_from_thread(app.say, line, "warning"))
+    try:
+        app.run()
+    finally:  # the Hub's waits are said on stderr again once the app is gone
+        set_narrator(previous)
     return 0

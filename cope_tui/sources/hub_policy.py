@@ -45,10 +45,21 @@ _POLL_S = 0.1
 _narrate: Callable[[str], None] = lambda line: print(f"cope: {line}", file=sys.stderr)  # noqa: E731
 
 
-def set_narrator(say: Callable[[str], None]) -> None:
-    """Where the lines said while waiting go (stderr by default; the app shows them itself)."""
+def set_narrator(say: Callable[[str], None]) -> Callable[[str], None]:
+    """Where the lines said while waiting go (stderr by default; the app shows them itself);
+    returns the one it replaces, to put back when the app is gone."""
     global _narrate
-    _narrate = say
+    previous, _narrate = _narrate, say
+    return previous
+
+
+def _say(line: str) -> None:
+    """A line while waiting, through the narrator; one that fails (an app no longer running)
+    goes to stderr instead of failing the download it reports on."""
+    try:
+        _narrate(line)
+    except Exception:  # noqa: BLE001 - a narrator's failure must not become the Hub call's
+        print(f"cope: {line}", file=sys.stderr)
 
 
 def deadline_s() -> float:
@@ -129,7 +140,7 @@ class _RetryWatcher(logging.Handler):
                            f"{fault}, and no time left to retry within the {op.deadline:g} s deadline ({DEADLINE_ENV})")
                 op.done.set()
                 raise Abandoned(op.url)
-            _narrate(f"the Hub at {op.url}: {fault}; retrying in {wait:g} s "
+            _say(f"the Hub at {op.url}: {fault}; retrying in {wait:g} s "
                      f"(deadline {op.deadline:g} s, {DEADLINE_ENV})")
 
 
