@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.replays.policy import Kind
+
 ALL_GPU = "all-GPU"
 PARTIAL = "partial offload"
 EXPERTS_ON_CPU = "experts on the CPU"
@@ -113,8 +115,6 @@ def candidate_regime(estimate) -> str | None:  # type: ignore[no-untyped-def]
     """The regime of one of COPE's candidates (engine/cost/estimate.py Estimate): its whole-layer
     placements are llama.cpp's own; a per-expert residency (the Policy Matrix) is no regime a
     published run measured (None)."""
-    from engine.replays.policy import Kind
-
     kind = estimate.candidate.kind
     if kind is Kind.MATRIX:
         return None
