@@ -62,7 +62,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.")
+    parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.",
+                     epilog="`cope` with no command opens the app in a terminal, planning for `cope advise`'s plan "
+                            "flags when given (cope --model gpt-oss-120b --gpu '2x rtx-3090'), else for the plan it "
+                            "had when it last closed; without a terminal it is `cope advise`.")
     parser.add_argument("--version", action="version", version=f"cope {cope_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for command in COMMANDS:
