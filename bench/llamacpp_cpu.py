@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     rc, out, err = cope("detect", "--json")
     reads = read_figures(out) if rc == 0 else {}
     binaries = built_binaries(args.sdist)
-    work = binaries["llama-bench"].parents[2]  # <cache>/llamacpp/<sdist>/build/bin/llama-bench
+    work = binaries["llama-bench"].parents[2]  # <cache>/llamacpp/<sdist>/build-shared/bin/llama-bench
     built_at = time.monotonic() - start
     files = model_files(binaries, work, args.blocks, quants, args.keep_f16)
     rounds: dict[str, list[list[BenchTest]]] = {q: [] for q in files}

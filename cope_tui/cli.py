@@ -64,7 +64,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.")
+    parser = _Parser(prog="cope", description="Find the fastest GPU/CPU split of an MoE model's experts.",
+                     epilog="`cope` with no command opens the app in a terminal, planning for `cope advise`'s plan "
+                            "flags when given (cope --model gpt-oss-120b --gpu '2x rtx-3090'), else for the plan it "
+                            "had when it last closed; without a terminal it is `cope advise`.")
     parser.add_argument("--version", action="version", version=f"cope {cope_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for command in COMMANDS:
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     try:
-        args = build_parser().parse_args(["advise", *argv] if _opens_app(argv) else argv)
+        args = build_parser().parse_args(["advise", *argv] if _is_advise(argv) else argv)
         return args.run(args)
     except CopeInputError as exc:
         print(error_line(exc), file=sys.stderr)
@@ -121,10 +124,18 @@ def _internal_error() -> int:
     return EXIT_INTERNAL
 
 
-def _opens_app(argv: list[str]) -> bool:
-    """`cope` alone or `cope FLAGS` (advise's plan flags, no command): the app in a terminal,
-    `cope advise FLAGS` without one."""
+ADVISE_OUTPUT_FLAGS = ("--json", "--all", "--export")  # what only `cope advise` prints
+
+
+def _is_advise(argv: list[str]) -> bool:
+    """`cope` alone or `cope FLAGS` with no command: advise's flags."""
     return not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"))
+
+
+def _opens_app(argv: list[str]) -> bool:
+    """`cope` alone or `cope FLAGS` (advise's plan flags): the app in a terminal, `cope advise
+    FLAGS` without one, or with an output flag of advise's (`cope --json` prints the JSON)."""
+    return _is_advise(argv) and not any(flag.split("=")[0] in ADVISE_OUTPUT_FLAGS for flag in argv)
 
 
 def _launch_app(flags: list[str]) -> int:

@@ -299,6 +299,15 @@ def test_cope_with_flags_opens_the_app_from_them_in_a_terminal(monkeypatch, caps
     assert started == [["--gpu", "2x rtx-3090", "--model", "olmoe-1b-7b"], []]
 
 
+def test_cope_with_an_output_flag_of_advise_s_is_advise_even_in_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "run_app", lambda flags: pytest.fail("the app was opened"))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert cli.main(["--model", "olmoe-1b-7b", "--gpu", "rtx-3090", "--cpu", "7950x", "--tokens", "50",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendation"]
+
+
 def test_a_wrong_flag_for_the_app_is_one_line_before_the_screen_is_taken(monkeypatch, capsys):
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)

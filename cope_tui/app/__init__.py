@@ -7,14 +7,13 @@ classes for progress (messages.py) and the Textual-free work the workers run
 
 from __future__ import annotations
 
+from cope_tui.app_settings import choices_from_flags, load_settings, settings_path
 from cope_tui.sources.hub_policy import set_narrator
 
 
 def run_app(flags: list[str] | tuple[str, ...] = ()) -> int:
     """The app, planning first for `flags` (`cope advise`'s plan flags), else for the plan
     remembered at the last launch (cope_tui/app_settings.py), else for the defaults."""
-    from cope_tui.app_settings import choices_from_flags, load_settings, settings_path
-
     path = settings_path()
     warning = None
     if flags:

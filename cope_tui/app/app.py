@@ -301,12 +301,18 @@ class CopeApp(TraceActions, Workers, App[None]):
             table.focus()
         self.sweep_progress = (0, 0)
         charted_ids = [cid for _, cid in charted(self.advice.rec, self.services.chart_series)]
-        self.sweep(self.advice, workload, charted_ids)  # only the lines the chart draws
+        # only the lines the chart draws; started once the table is on the screen, so that its
+        # thread does not hold the interpreter while the first ranked table is painted
+        self.call_after_refresh(self._start_sweep, self.advice, workload, charted_ids)
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
         if replanned:  # the person's new choices (a repricing after probes keeps them)
             self.remember(self.choices)
+
+    def _start_sweep(self, advice, workload, charted_ids) -> None:  # type: ignore[no-untyped-def]
+        if advice is self.advice:  # a newer ranking starts its own
+            self.sweep(advice, workload, charted_ids)
 
     def _plan_runs(self):  # type: ignore[no-untyped-def]
         if self.advice is None:
