@@ -1,7 +1,7 @@
 """How well the analytic model prices runs from machines no fit has seen: leave-one-source-out
 cross-validation over the published decode rows.
 
-    python bench/published_cv.py [--csv PATH] [--json OUT] [--regime all-GPU]
+    python bench/published_cv.py [--csv PATH] [--json OUT] [--regime all-GPU] [--balanced]
 
 The constants of engine/cost/analytic_cost.py are fitted on the rows whose hardware is stated
 (bench/fit_published.py). Those rows' in-sample error says little about a new machine: a
@@ -49,13 +49,13 @@ class Fold:
 
 
 def leave_one_source_out(rows_csv: list[dict[str, str]], say=print,  # type: ignore[no-untyped-def]
-                         regime: str | None = None) -> list[Fold]:
+                         regime: str | None = None, balanced: bool = False) -> list[Fold]:
     """One fold per source of fitted rows (`regime`: per source with fitted rows of that regime)."""
     sources = sorted({p.source for p in fitted_rows(price_all(rows_csv)) if regime in (None, p.regime)})
     folds = []
     for i, source in enumerate(sources, 1):
         say(f"fold {i} of {len(sources)}: without {source}")
-        constants = fit(rows_csv, keep=lambda p, s=source: p.source != s, start=AnalyticAssumptions())
+        constants = fit(rows_csv, keep=lambda p, s=source: p.source != s, start=AnalyticAssumptions(), balanced=balanced)
         held = tuple(p for p in fitted_rows(price_all(rows_csv, constants)) if p.source == source)
         folds.append(Fold(source, constants, held))
     return folds
@@ -123,13 +123,18 @@ def report(folds: list[Fold]) -> dict:
 
 
 def main() -> int:
-    given = rows_from_args("published_cv.py", options=lambda parser: parser.add_argument(
-        "--regime", choices=REGIMES, help="leave out only the sources with fitted rows of this regime"))
+    def options(parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--regime", choices=REGIMES, help="leave out only the sources with fitted rows of this regime")
+        parser.add_argument("--balanced", action="store_true",
+                            help="fit each fold with every regime, and each source of a regime, weighing the same")
+
+    given = rows_from_args("published_cv.py", options=options)
     if given is None:
         return 2
     rows_csv, args = given
     json_out = args.json
-    doc = report(leave_one_source_out(rows_csv, say=lambda text: print(text, file=sys.stderr), regime=args.regime))
+    doc = report(leave_one_source_out(rows_csv, say=lambda text: print(text, file=sys.stderr), regime=args.regime,
+                                      balanced=args.balanced))
     if json_out:
         Path(json_out).write_text(json.dumps(doc, indent=1, default=str))
     return 0 if not math.isnan(doc["overall"]["mape"]) else 1

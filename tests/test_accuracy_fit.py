@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.fit_published import FITTED, BOUNDS, objective  # noqa: E402
+from bench.fit_published import FITTED, BOUNDS, plain_objective  # noqa: E402
 from bench.published import CSV, fitted_rows, price_all, published_rows  # noqa: E402
 from engine.cost.analytic_cost import AnalyticAssumptions  # noqa: E402
 from tests.fit_optimum import assert_at_optimum  # noqa: E402
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not CSV.exists(), reason=f"the calibration data 
 
 
 def fit_loss(rows_csv, assumptions: AnalyticAssumptions) -> float:  # type: ignore[no-untyped-def]
-    return objective(fitted_rows(price_all(rows_csv, assumptions)))
+    return plain_objective(fitted_rows(price_all(rows_csv, assumptions)))
 
 
 def test_the_constants_in_the_code_are_the_fit_of_the_published_runs():
