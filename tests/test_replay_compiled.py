@@ -233,7 +233,7 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
     # compile in every process rather than fail.
     import numba
 
-    from engine.replays import replay_kernels
+    from engine.replays import kernel_cache
 
     real = numba.njit
 
@@ -247,7 +247,7 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
     def add_one(x):
         return x + 1
 
-    assert replay_kernels._jit(add_one)(41) == 42
+    assert kernel_cache.jit(add_one)(41) == 42
 
 
 @pytest.mark.shared_traces

@@ -17,7 +17,7 @@ build 11739, commit 0ce8cd11, that a package registry serves):
 - Use: only ubatches of at most 32 tokens read and change the cache (decode, speculative
   verification); larger ones copy the cached experts and upload the rest without
   evicting. A decode step of a cached layer reads the selected ids back to the host,
-  plans the slots (`moe_cache_lru_group` in engine/replays/replay_kernels.py), uploads the misses (runs of
+  plans the slots (engine/replays/moe_cache_kernels.py), uploads the misses (runs of
   consecutive expert ids to consecutive slots merged into one copy per tensor) and the
   GPU computes every selected expert from the cache.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.core.errors import CopeInputError
 from engine.models.quant_mix import tensor_bytes, tensor_types
-from engine.replays.compiled import kernels
+from engine.replays.compiled import moe_cache_kernels
 
 SOURCE = "ggml-org/llama.cpp src/llama-moe-cache.cpp at 4b060f27"
 FIRST_RELEASE = "b11480"  # PR #29887: --moe-cache-mib
@@ -175,7 +175,7 @@ def replay_cache(ids: np.ndarray, groups: tuple[CacheGroup, ...]) -> CacheReplay
             raise CopeInputError(f"expert ids outside 0..{g.n_experts - 1} in the trace replayed through the cache")
         g_hist = np.zeros((len(layers), k + 1), dtype=np.int64)
         g_seg = np.zeros(len(layers), dtype=np.int64)
-        kernels().moe_cache_lru_group(ids32, layers, g.n_experts, g.n_slots, g_hist, g_seg)
+        moe_cache_kernels().moe_cache_lru_group(ids32, layers, g.n_experts, g.n_slots, g_hist, g_seg)
         hist[layers] = g_hist
         segments[layers] = g_seg
         cached[layers] = True

@@ -31,6 +31,13 @@ def kernels():
     return replay_kernels
 
 
+def moe_cache_kernels():
+    """The compiled replay of llama.cpp's expert cache (engine.replays.moe_cache_kernels)."""
+    from engine.replays import moe_cache_kernels  # numba, as kernels()
+
+    return moe_cache_kernels
+
+
 def threads() -> int:
     """CPUs this process may run on."""
     try:

@@ -35,107 +35,22 @@ Each loop takes the indices of the rows (caches, pairs, layers) it runs and rele
 the GIL, so `engine.replays.compiled.in_parallel` runs disjoint parts on every core from
 Python threads: numba's own parallel loops took about three times as long to compile.
 
-Compiled once per machine: `cache=True` keeps the machine code beside this file (or,
-where that is not writable, in numba's cache folder in the user's home); where no cache
-location is writable, the functions compile in every process instead of failing.
+Compiled once per machine (engine/replays/kernel_cache.py: the machine code kept beside
+this file, or in numba's cache folder in the user's home; where no cache location is
+writable, or the disk is full, the functions compile in every process instead of failing).
 """
 
 from __future__ import annotations
 
-import os
-import time
-import warnings
-
-import numba
 import numpy as np
-from numba.core.caching import FunctionCache
+
+from engine.replays.kernel_cache import inline, jit
 
 RESIDENT, PREFETCHED = 1, 2
 STAMP_LIMIT = 32000  # lru_depths' int16 stamps are renumbered before they pass it
 
 
-class _SparingCache(FunctionCache):
-    """numba's on-disk cache of one function, optional: a save that fails (a full disk, a
-    file-size limit, a folder gone read-only) or an entry that cannot be read back (a file
-    cut short by a killed run) turns the cache off for this process, which then compiles in
-    memory, said once in a warning, instead of failing the run."""
-
-    def __init__(self, py_func) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(py_func)
-        _sweep_numba_temps(self.cache_path)
-
-    def save_overload(self, sig, data) -> None:  # type: ignore[no-untyped-def]
-        try:
-            super().save_overload(sig, data)
-        except OSError as exc:
-            self.disable()
-            _say_once(f"cannot save compiled replay loops in {self.cache_path} ({exc.strerror or exc}): "
-                      "compiling them in memory (they are compiled again next run)")
-
-    def load_overload(self, sig, target_context):  # type: ignore[no-untyped-def]
-        try:
-            return super().load_overload(sig, target_context)
-        except Exception as exc:  # noqa: BLE001 - numba's pickles cut short: EOFError, UnpicklingError, ...
-            self.disable()
-            _say_once(f"cannot read compiled replay loops from {self.cache_path} ({type(exc).__name__}): "
-                      "compiling them in memory")
-            return None
-
-
-class KernelCacheWarning(UserWarning):
-    """The compiled loops could not be cached on disk (they run, compiled in memory)."""
-
-
-_SAID: set[str] = set()
-
-
-def _say_once(text: str) -> None:
-    if not _SAID:
-        _SAID.add(text)
-        warnings.warn(KernelCacheWarning(text), stacklevel=3)
-
-
-STALE_NUMBA_TEMP_S = 600.0  # numba writes an entry in well under a second; older temps are a killed run's
-
-
-def _sweep_numba_temps(folder: str) -> None:
-    """Remove numba's temps ("<entry>.tmp.<hex>") that a killed run left: numba names them
-    without a process id, so by age."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    now = time.time()
-    for name in names:
-        if ".tmp." not in name:
-            continue
-        path = os.path.join(folder, name)
-        try:
-            if now - os.stat(path).st_mtime > STALE_NUMBA_TEMP_S:
-                os.unlink(path)
-        except OSError:
-            pass
-
-
-def _jit(fn):
-    """numba.njit, releasing the GIL, with an on-disk cache where one can be written (and
-    compiled in memory where none can: `_SparingCache`)."""
-    compiled = numba.njit(nogil=True)(fn)
-    try:
-        # what numba.njit(cache=True) does (Dispatcher.enable_caching), with the sparing cache
-        compiled._cache = _SparingCache(compiled.py_func)
-    except (RuntimeError, OSError):  # "cannot cache function ...: no locator available for file ..."
-        pass
-    return compiled
-
-
-def _inline(fn):
-    """A list operation the loops call: inlined into them by numba itself (`inline="always"`
-    works on numba's IR), so the loops pay no call for it."""
-    return numba.njit(inline="always")(fn)
-
-
-@_inline
+@inline
 def _append(nx, pv, s, key):
     """`key` (not in the list) in as the most recent."""
     last = pv[s]
@@ -145,7 +60,7 @@ def _append(nx, pv, s, key):
     pv[s] = key
 
 
-@_inline
+@inline
 def _to_newest(nx, pv, s, key):
     """`key` (in the list) moved to the most recent end."""
     after, before = nx[key], pv[key]
@@ -154,7 +69,7 @@ def _to_newest(nx, pv, s, key):
     _append(nx, pv, s, key)
 
 
-@_inline
+@inline
 def _evict_oldest(nx, pv, fl, s):
     """The least recent key out of the list and its flags cleared."""
     victim = nx[s]
@@ -167,7 +82,7 @@ def _evict_oldest(nx, pv, fl, s):
 # --- the trace as the loops read it --------------------------------------------------
 
 
-@_jit
+@jit
 def first_guesses(pred):
     """uint8 [T, L, W]: 1 where a guess is the first of its value in its row (a step
     drops repeated guesses; the first of a prefix is the first of the whole row)."""
@@ -189,7 +104,7 @@ def first_guesses(pred):
 # --- LRU lists -------------------------------------------------------------------------
 
 
-@_jit
+@jit
 def fill(newest_first, lengths, nxt, prv, flags):
     """List r holds newest_first[r, :lengths[r]], the first the most recent."""
     s = flags.shape[1]
@@ -204,7 +119,7 @@ def fill(newest_first, lengths, nxt, prv, flags):
                 fl[key] = RESIDENT
 
 
-@_jit
+@jit
 def same_cache(nxt, prv, flags, a, b):
     """Whether lists a and b hold the same keys in the same order with the same flags:
     from then on, under the same rules, they do the same."""
@@ -220,7 +135,7 @@ def same_cache(nxt, prv, flags, a, b):
 # --- per-layer caches: one (layer, capacity, admissions, width) row at a time ----------
 
 
-@_jit
+@jit
 def layer_rows(rows, ids, pred, first, layer, capacity, admit, width, nxt, prv, flags, t0, t1, hits, copies,
                admitted, used):
     """Tokens t0..t1-1 of per-layer LRU caches, one row per cache.
@@ -291,7 +206,7 @@ def layer_rows(rows, ids, pred, first, layer, capacity, admit, width, nxt, prv, 
         used[r] += n_used
 
 
-@_jit
+@jit
 def pair_counts(part, hits, copies, n, pairs, counts):
     """Add the first n tokens of a chunk to the state counts [Q, k+1, W+1] of each pair
     q of rows (pairs[q] = (row of layer l, row of layer l + 1 or -1)): a step of layer l
@@ -309,7 +224,7 @@ def pair_counts(part, hits, copies, n, pairs, counts):
 # --- pools: one cache for every layer ---------------------------------------------------
 
 
-@_jit
+@jit
 def pool_steps(pools, ids, pred, first, n_experts, capacity, admit, width, nxt, prv, flags, t0, t1, counts,
                admitted, used):
     """Tokens t0..t1-1 of the LRU pools numbered in `pools`, every step in order.
@@ -376,7 +291,7 @@ def pool_steps(pools, ids, pred, first, n_experts, capacity, admit, width, nxt, 
 # --- hit curves (engine.replays.hit_curves) ----------------------------------------------------
 
 
-@_jit
+@jit
 def static_starts(layers, ids, ranks, starts):
     """starts[l, C, h] (h = 1..k) += steps of layer l whose h-th smallest depth
     (popularity rank + 1) is C: `engine.replays.hit_curves.static_step_counts`' bincount."""
@@ -395,7 +310,7 @@ def static_starts(layers, ids, ranks, starts):
                 starts[l, depth[h], h + 1] += 1
 
 
-@_jit
+@jit
 def lru_depths(layers, ids, initial_order, depth_counts):
     """depth_counts[l, d] += accesses of layer l at batch stack depth d
     (`engine.replays.hit_curves.lru_hit_curves`): 1 + the experts used more recently, counted
@@ -436,106 +351,3 @@ def lru_depths(layers, ids, initial_order, depth_counts):
             for j in range(k):
                 mine[ids[t, l, j]] = now + j
         now += k
-
-
-# --- llama.cpp's own expert cache (engine/llamacpp/moe_cache.py) --------------------------
-#
-# The compiled replay of llama.cpp's MoE expert cache (engine/llamacpp/moe_cache.py), one
-# group of same-layout layers at a time.
-#
-# It follows `moe_cache_lru::plan` of ggml-org/llama.cpp src/llama-moe-cache.cpp at commit
-# 4b060f27a806dab2072a66007607f0e98b6b9b40 step for step:
-# - the slots of a group form one list, least recently used at the head; at the start every
-#   slot is empty and the list runs 0, 1, ..., n_slots - 1 (`init`);
-# - a layer's selected ids are made unique in routing order; the cached ones are hits and
-#   move to the tail in that order (`touch`);
-# - the misses, in ascending expert id, each take the slot at the head (evicting whatever
-#   is there from its layer's slot map) and move it to the tail;
-# - the uploads of a layer: runs of misses whose expert ids and slots both rise by one are
-#   one copy per expert tensor (`copy`'s merge loop).
-#
-# engine.llamacpp.moe_cache reaches it through engine.replays.compiled.kernels(), as the
-# replays do.
-
-
-@_inline
-def _slot_to_tail(prev, nxt, s, head, tail):
-    """`touch`: slot s to the most recently used end of the slot list (-1 ends it); the new
-    head and tail."""
-    if s == tail:
-        return head, tail
-    if prev[s] >= 0:
-        nxt[prev[s]] = nxt[s]
-    else:
-        head = nxt[s]
-    prev[nxt[s]] = prev[s]
-    prev[s] = tail
-    nxt[s] = -1
-    nxt[tail] = s
-    return head, s
-
-
-@_jit
-def moe_cache_lru_group(ids, layers, n_experts, n_slots, hits_hist, segments):
-    """Replay every token of `ids` ([T, L, k] int32, MoE-layer order) through one group's
-    LRU: `layers` (int64, ascending) are the group's MoE layers, `n_slots` its slots.
-
-    Fills hits_hist[j, h] (steps of the group's j-th layer with h distinct hits) and
-    segments[j] (merged upload runs of that layer, per expert tensor)."""
-    n_tokens, _, k = ids.shape
-    n_layers = layers.shape[0]
-    slot_of = np.full((n_layers, n_experts), -1, dtype=np.int32)
-    key_layer = np.full(n_slots, -1, dtype=np.int32)
-    key_expert = np.full(n_slots, -1, dtype=np.int32)
-    prev = np.empty(n_slots, dtype=np.int32)
-    nxt = np.empty(n_slots, dtype=np.int32)
-    for s in range(n_slots):
-        prev[s] = s - 1
-        nxt[s] = s + 1 if s + 1 < n_slots else -1
-    head = 0
-    tail = n_slots - 1
-    seen = np.zeros(n_experts, dtype=np.int64)
-    uniq = np.empty(k, dtype=np.int32)
-    gen = 0
-    for t in range(n_tokens):
-        for j in range(n_layers):
-            row = ids[t, layers[j]]
-            gen += 1
-            nu = 0
-            for i in range(k):
-                e = row[i]
-                if seen[e] != gen:
-                    seen[e] = gen
-                    uniq[nu] = e
-                    nu += 1
-            n_hit = 0
-            for i in range(nu):  # hits to the tail first, in routing order
-                s = slot_of[j, uniq[i]]
-                if s >= 0:
-                    n_hit += 1
-                    head, tail = _slot_to_tail(prev, nxt, s, head, tail)
-            for a in range(1, nu):  # std::sort of the unique ids (a few: insertion sort)
-                v = uniq[a]
-                b = a - 1
-                while b >= 0 and uniq[b] > v:
-                    uniq[b + 1] = uniq[b]
-                    b -= 1
-                uniq[b + 1] = v
-            last_e = -2
-            last_s = -2
-            for i in range(nu):
-                e = uniq[i]
-                if slot_of[j, e] >= 0:
-                    continue
-                s = head
-                if key_layer[s] >= 0:
-                    slot_of[key_layer[s], key_expert[s]] = -1
-                key_layer[s] = j
-                key_expert[s] = e
-                slot_of[j, e] = s
-                head, tail = _slot_to_tail(prev, nxt, s, head, tail)
-                if not (e == last_e + 1 and s == last_s + 1):
-                    segments[j] += 1
-                last_e = e
-                last_s = s
-            hits_hist[j, n_hit] += 1
