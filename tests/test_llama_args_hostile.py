@@ -10,7 +10,8 @@ import pytest
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from engine.core.errors import CopeInputError
 from engine.llamacpp.ecma_regex import MAX_STATES, RegexError, compile_pattern, search
-from engine.llamacpp.llama_args import LLAMA_MAX_LAYERS, command_notes, parse_llama_command
+from engine.llamacpp.llama_args import command_notes, parse_llama_command
+from engine.llamacpp.tensor_overrides import LLAMA_MAX_LAYERS
 from engine.llamacpp.llama_placement import placement_of
 from engine.models.catalog import get_model
 

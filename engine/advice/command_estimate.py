@@ -30,7 +30,7 @@ from engine.hardware.gpu_set import cards_of
 from engine.llamacpp.builds import LlamaBuild, manifest
 from engine.llamacpp.card_price import card_cost, place_on_cards
 from engine.llamacpp.device_split import NotPriced
-from engine.llamacpp.llama_args import LlamaCommand, buffer_problem, command_notes
+from engine.llamacpp.llama_args import LlamaCommand, command_notes
 from engine.llamacpp.llama_fit import FitOutcome, fit_outcome
 from engine.llamacpp.llama_placement import (
     LlamaPlacement,
@@ -43,6 +43,7 @@ from engine.llamacpp.llama_placement import (
     placement_of,
 )
 from engine.llamacpp.moe_cache_price import CacheSetting, cache_for_placement, describe_cache
+from engine.llamacpp.tensor_overrides import buffer_problem
 from engine.models.model import ModelSpec
 from engine.models.model_names import model_from_file_name
 from engine.runtimes import STOCK_NAME
@@ -275,7 +276,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
             return CommandPrice(detail, None, None, cost_model.fidelity, str(why), fit=fit)
     memory = with_compute_buffer(placement_memory(request, placement, mapped=not command.no_mmap,
                                                   kv_offload=not command.no_kv_offload), model, command)
-    refused = buffer_problem(command)
+    refused = buffer_problem(command.overrides)
     if refused is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, refused, fit=fit)
     cached = None

@@ -21,7 +21,8 @@ from engine.llamacpp.device_split import (
     layer_devices,
 )
 from engine.llamacpp.ecma_regex import search
-from engine.llamacpp.llama_args import LlamaCommand, expert_tensor_names
+from engine.llamacpp.llama_args import LlamaCommand
+from engine.llamacpp.tensor_overrides import expert_tensor_names
 from engine.llamacpp.llama_placement import PlacementCost, gpu_layer_count
 
 

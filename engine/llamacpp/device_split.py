@@ -40,7 +40,8 @@ from engine.hardware.gpu_set import cards_of
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES, SAFETY_MARGIN_FRACTION
 from engine.hardware.platform import GpuSpec
 from engine.llamacpp.ecma_regex import search
-from engine.llamacpp.llama_args import GPU_BUFFER, LlamaCommand, expert_tensor_names
+from engine.llamacpp.llama_args import LlamaCommand
+from engine.llamacpp.tensor_overrides import GPU_BUFFER, expert_tensor_names
 from engine.models.block_tensors import OUTPUT_HEAD, shared_tensors
 
 MAX_DEVICES = 16  # src/llama.cpp llama_max_devices()

@@ -24,15 +24,20 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from engine.core.errors import CopeInputError
 from engine.cost.analytic_cost import KV_TYPE_BYTES
 from engine.llamacpp.command_line import CommandLine
-from engine.llamacpp.ecma_regex import RegexError, compile_pattern
 from engine.llamacpp.llama_repeats import resolve_values
 from engine.llamacpp.llamacpp_flags import EXPS_REGEX_TAIL, FLAG_TABLE, OFFLOAD_ENV, READ_NAMES, Flag
+from engine.llamacpp.tensor_overrides import (
+    GPU_BUFFER,
+    VISIBLE_DEVICES,
+    WHERE,
+    check_patterns,
+    is_gpu_buffer,
+    n_cpu_moe_overrides,
+    parse_overrides,
+)
 from engine.models.model import ModelSpec
 
-WHERE = "the llama.cpp command"
-LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h: no model has more blocks, so --n-cpu-moe N > 512 is 512
 INT_MAX = 2**31 - 1  # llama.cpp reads numbers with std::stoi: a 32-bit int
-MAX_OVERRIDE_STATES = 8_000  # every -ot pattern's matcher together (engine/llamacpp/ecma_regex.py)
 
 
 # What we understand: the flag table's settings that have names (switches: takes_value False).
@@ -230,10 +235,10 @@ def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[st
             if flag.setting == "cpu_moe":
                 overrides.append((EXPS_REGEX_TAIL, "CPU", name))
         elif flag.setting == "override_tensor":
-            overrides.extend(_parse_overrides(value, name, tool, notes))
+            overrides.extend(parse_overrides(value, name, tool, notes))
         elif flag.setting == "n_cpu_moe" and tool != "llama-bench":
             # arg.cpp: one override per block i < N, appended in order (none past the last block).
-            overrides.extend(_n_cpu_moe_overrides(stoi(value, name), name))
+            overrides.extend(n_cpu_moe_overrides(stoi(value, name), name))
             seen.setdefault(flag.setting, []).append((name, value))
         else:
             seen.setdefault(flag.setting, []).append((name, value))
@@ -241,7 +246,7 @@ def _command(binary: str, tool: str, reads: Iterable[_Read], environ: Mapping[st
     values = resolve_values(seen, tool, notes)  # repeated flags, llama-bench's lists and ranges
     if tool == "llama-bench" and "n_cpu_moe" in values:
         # llama-bench.cpp to_llama_mparams: the -ncmoe overrides come after the test's -ot ones.
-        overrides.extend(_n_cpu_moe_overrides(stoi(values["n_cpu_moe"], "-ncmoe"), "-ncmoe"))
+        overrides.extend(n_cpu_moe_overrides(stoi(values["n_cpu_moe"], "-ncmoe"), "-ncmoe"))
     if "n_cpu_moe" in values and tool != "llama-bench":
         values["n_cpu_moe"] = str(max(stoi(v, f) for f, v in seen["n_cpu_moe"]))
     if values.get("gpu_layers", "all").strip().lower() not in ("all", "auto", "max"):
@@ -315,12 +320,6 @@ def _cache_share(values: Mapping[str, str]) -> float | None:
     return share
 
 
-def _n_cpu_moe_overrides(n: int, flag: str) -> list[tuple[str, str, str]]:
-    if n < 0:
-        raise CopeInputError(f"{WHERE}: {flag} must be >= 0, got {n}")
-    return [(rf"blk\.{b}{EXPS_REGEX_TAIL}", "CPU", flag) for b in range(min(n, LLAMA_MAX_LAYERS))]
-
-
 def _prompt_settings(values: Mapping[str, str], tool: str, notes: list[str]) -> dict:
     """-p (llama-bench only), -ub, -b, -tb and -rtr as LlamaCommand fields."""
     out: dict = {}
@@ -379,31 +378,6 @@ def _kv_bytes(values: Mapping[str, str]) -> float:
     return sum(KV_TYPE_BYTES[kind] for kind in kinds) / 2
 
 
-# llama.cpp's buffer-type names (ggml_backend_buft_name), which -ot looks up exactly, case
-# included (common/arg.cpp, parse_tensor_buffer_overrides): the CPU's ("CPU", and its
-# extra types, "CPU_REPACK", ...), each GPU device's (the backend's name and the device's
-# index: CUDA0, ROCm0, Vulkan0, ...) and a GPU backend's pinned host memory (CUDA_Host).
-GPU_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)(\d+)|Metal")
-HOST_BUFFER = re.compile(r"(CUDA|ROCm|MUSA|Vulkan|SYCL|CANN)_Host")
-# The environment variables that choose which GPUs a backend sees.
-VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
-
-
-def is_gpu_buffer(buffer: str) -> bool:
-    """Whether an -ot buffer name is a GPU's memory (else the host's)."""
-    return GPU_BUFFER.fullmatch(buffer) is not None
-
-
-def buffer_problem(command: LlamaCommand) -> str | None:
-    """Why llama.cpp would refuse the command's -ot buffers at start-up (None: it takes them)."""
-    for pattern, buffer, flag in command.overrides:
-        if buffer.startswith("CPU") or is_gpu_buffer(buffer) or HOST_BUFFER.fullmatch(buffer):
-            continue
-        return (f"would not run: llama.cpp stops at start-up with 'unknown buffer type' for {flag} "
-                f"{pattern}={buffer}: buffer names are exact, case included (CPU, CUDA0, ...)")
-    return None
-
-
 HF_DEFAULT_TAG = "Q4_K_M"  # common/arg.cpp -hf: "quant is optional, case-insensitive, default to Q4_K_M"
 
 
@@ -458,44 +432,6 @@ def stoi(text: str, flag: str) -> int:
         raise CopeInputError(f"{WHERE}: {flag} {shown} is out of range (llama.cpp reads a 32-bit int, at most "
                              f"{INT_MAX})")
     return int(text)
-
-
-def _parse_overrides(value: str, flag: str, tool: str, notes: list[str]) -> list[tuple[str, str, str]]:
-    if tool == "llama-bench":
-        # llama-bench.cpp: ',' separates test configurations, ';' the overrides of one.
-        groups = value.split(",")
-        if len(groups) > 1:
-            notes.append(f"{flag} gives {len(groups)} llama-bench configurations: the first is estimated")
-        items = [x for x in groups[0].split(";") if x]
-    else:
-        items = [x for x in value.split(",") if x]  # arg.cpp parse_tensor_buffer_overrides
-    out = []
-    for item in items:
-        if "=" not in item:
-            raise CopeInputError(f"{WHERE}: {flag} {item!r} is not <pattern>=<buffer>")
-        pattern, buffer = item.split("=", 1)  # llama.cpp: override.find('='), the first one
-        out.append((pattern, buffer, flag))
-    return out
-
-
-def check_patterns(overrides: Sequence[tuple[str, str, str]]) -> None:
-    """Every -ot pattern compiles in engine/llamacpp/ecma_regex.py, and together they stay small
-    enough to match in bounded time."""
-    states = 0
-    for pattern, _, flag in overrides:
-        shown = pattern if len(pattern) <= 60 else pattern[:57] + "..."
-        try:
-            states += compile_pattern(pattern).size
-        except RegexError as exc:
-            raise CopeInputError(f"{WHERE}: {flag} pattern {shown!r} is not a regular expression COPE can match: {exc}") from None
-        if states > MAX_OVERRIDE_STATES:
-            raise CopeInputError(f"{WHERE}: the -ot patterns are too complex together (over {MAX_OVERRIDE_STATES} "
-                                 "matcher states); simplify them")
-
-
-def expert_tensor_names(model: ModelSpec, block: int) -> list[str]:
-    kinds = ("gate", "up", "down") if model.gated_experts else ("up", "down")
-    return [f"blk.{block}.ffn_{kind}_exps.weight" for kind in kinds]
 
 
 def command_notes(command: LlamaCommand, model: ModelSpec) -> tuple[str, ...]:

@@ -36,7 +36,8 @@ from engine.cost.split_work import split_work
 from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, ram_fit
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES
 from engine.llamacpp.ecma_regex import search
-from engine.llamacpp.llama_args import LlamaCommand, expert_tensor_names, is_gpu_buffer, stoi
+from engine.llamacpp.llama_args import LlamaCommand, stoi
+from engine.llamacpp.tensor_overrides import expert_tensor_names, is_gpu_buffer
 from engine.models.block_tensors import OUTPUT_HEAD, PIECES, shared_tensors, tensor_names
 from engine.models.model import ModelSpec
 from engine.models.quant import Quantization
