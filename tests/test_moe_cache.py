@@ -198,3 +198,15 @@ def test_what_advise_says_follows_the_build_found(help_lines, expect):
     text = "\n".join(render_cache_advice(_advice_with_cache(), build=build))
     assert expect in text
     assert "--moe-cache-mib 900" in text  # the command is shown either way (to run, or what upgrading gives)
+
+
+def test_estimate_does_not_carry_the_users_cache_into_copes_command(cope_json):
+    # COPE's best from the ranking is priced without llama.cpp's cache: the user's
+    # --moe-cache-mib must not ride along, or estimating the printed command would differ
+    doc = cope_json("estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", "llama-server", "-m",
+                    "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "--n-cpu-moe", "30", "--moe-cache-mib", "4000")
+    argv = doc["export"]["argv"]
+    assert "--moe-cache-mib" not in argv
+    again = cope_json("estimate", "--gpu", "rtx-4090", "--vram-budget", "12", "--json", "--", *argv)
+    claimed = doc["export"]["nearest_tpot_s"] or doc["export"]["candidate_tpot_s"]
+    assert again["yours"]["tpot_s"] == pytest.approx(claimed, rel=1e-9)

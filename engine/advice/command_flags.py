@@ -27,7 +27,10 @@ from engine.llamacpp.llamacpp_flags import OFFLOAD_ENV
 from engine.runtimes.export import Export
 from engine.runtimes.host import MAPPED_NOTE
 
-PLACEMENT = frozenset({"gpu_layers", "override_tensor", "cpu_moe", "n_cpu_moe"})
+# Where the experts run: COPE's command sets it. llama.cpp's expert cache is part of it: the
+# ranking's commands are priced without one, so a cache of the user's would change the figure.
+PLACEMENT = frozenset({"gpu_layers", "override_tensor", "cpu_moe", "n_cpu_moe", "moe_cache_mib",
+                       "moe_cache_cpu_share"})
 # Loading: -lm/--load-mode, --no-mmap and llama-bench's -mmp (read by COPE), and the
 # spellings it lists as not modelled: --mmap, llama-bench's -dio/--direct-io.
 MMAP_FAMILY = frozenset({"no_mmap", "bench_mmap", "load_mode", "--mmap", "-dio", "--direct-io"})
