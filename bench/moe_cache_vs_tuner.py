@@ -28,6 +28,7 @@ from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from engine.advice.cache_search import search_cache
 from engine.advice.command_estimate import price_placement_command
 from engine.llamacpp.llama_args import parse_llama_command
+from engine.hardware.memory import SAFETY_MARGIN_FRACTION
 from engine.llamacpp.moe_cache import MIB
 
 TUNER_TOKENS = (2048, 512, 512, 512, 512, 512)  # N_FIRST, then N_CALIB for the five other runs
@@ -59,22 +60,19 @@ def main() -> None:
         return price_placement_command(request, cost_model, parse_llama_command(_command(request, mib)))
 
     plain = priced(0)
-    room = int((request.vram_budget_bytes * 0.95 - plain.memory.vram_bytes) // MIB)
-    sizes = [int(m) for m in np.linspace(room / 8, room, 8)]
-    # the tuner's two "runs" (share 0): the largest size and half of it
-    runs = {m: priced(m) for m in (room, room // 2)}
-    misses = {m: float(priced(m).cost.cache_upload_s) for m in sizes}  # upload time, a proxy of misses
-    x = np.array([misses[room], misses[room // 2]]) if room // 2 in misses else None
-    if x is None:
-        misses[room // 2] = float(runs[room // 2].cost.cache_upload_s)
-        x = np.array([misses[room], misses[room // 2]])
-    y = np.array([runs[room].tpot_s, runs[room // 2].tpot_s])
-    slope = (y[0] - y[1]) / (x[0] - x[1]) if x[0] != x[1] else 0.0
-    intercept = y[0] - slope * x[0]
-    predicted = {m: intercept + slope * misses[m] for m in sizes}
+    usable = request.vram_budget_bytes * (1 - SAFETY_MARGIN_FRACTION)
+    room = int((usable - plain.memory.vram_bytes) // MIB)
+    # every size the tuner's replay predicts, its two "runs" (share 0: the largest and half) among them
+    sizes = sorted({int(m) for m in np.linspace(room / 8, room, 8)} | {room // 2})
+    at = {m: priced(m) for m in sizes}
+    uploads = {m: at[m].cost.cache_upload_s for m in sizes}  # what the replay's misses cost a token
+    runs = (at[room], at[room // 2])
+    # the tuner's fit: time per token = a + b x the replayed misses' upload time, through its two runs
+    slope = (runs[0].tpot_s - runs[1].tpot_s) / (uploads[room] - uploads[room // 2] or 1.0)
+    predicted = {m: runs[0].tpot_s + slope * (uploads[m] - uploads[room]) for m in sizes}
     tuner_mib = min(predicted, key=predicted.get)
-    tuner_true = priced(tuner_mib).tpot_s
-    tuner_decode_s = sum(n * r.tpot_s for n, r in zip(TUNER_TOKENS, [runs[room]] * 3 + [runs[room // 2]] * 3))
+    tuner_true = at[tuner_mib].tpot_s
+    tuner_decode_s = sum(n * r.tpot_s for n, r in zip(TUNER_TOKENS, [runs[0]] * 3 + [runs[1]] * 3))
 
     w = cope.with_cache
     print(f"model {request.model.name} {request.quant.name}, {request.platform.gpu.name}, budget "

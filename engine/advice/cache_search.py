@@ -62,6 +62,11 @@ class PricedCommand:
         return 1.0 / self.tpot_s
 
     @property
+    def placement_words(self) -> tuple[str, ...]:
+        """What the search chose: the words after `--fit off` (host layers, cache, load mode, -b/-ub)."""
+        return self.argv[self.argv.index("--fit") + 2:]
+
+    @property
     def objective_s(self) -> float:
         """What the search ranks by: the request time with a workload, else TPOT."""
         return self.request_s if self.request_s is not None else self.tpot_s
@@ -218,7 +223,7 @@ def render_cache_advice(advice: CacheAdvice, *, build=None, synthetic: bool = Fa
     elif advice.cache_wins:
         lines = ["Run this now: " + advice.verdict()]
     else:
-        lines = [f"Run this now: stock llama.cpp, {' '.join(best.argv[best.argv.index('off') + 1:])}; "
+        lines = [f"Run this now: stock llama.cpp, {' '.join(best.placement_words)}; "
                  + advice.verdict()]
     lines.append(f"  {best.figures()}, VRAM {best.vram_bytes / GIB:.2f} GiB; {best.detail}")
     lines.append("  " + " ".join(best.argv))

@@ -27,6 +27,7 @@ from engine.replays.policy import Execution
 # Pageable host-to-device copies at this share of the pinned bandwidth the cost model
 # holds: an assumption (a second copy through the driver's staging buffer), not a fit.
 PAGEABLE_H2D_FRACTION = 0.5
+SOURCE_SHORT = "llama.cpp 4b060f27"  # moe_cache.SOURCE, as a figure's line names it
 PAGEABLE_NOTE = (f"uploads from the mapped file (pageable memory) priced at {PAGEABLE_H2D_FRACTION:g}x the pinned "
                  "bandwidth: an assumption, no run behind it (-lm none pins the host experts)")
 
@@ -120,5 +121,3 @@ def describe_cache(cached: CachedLayers) -> str:
         out += f"; {PAGEABLE_NOTE}"
     return out
 
-
-SOURCE_SHORT = "llama.cpp 4b060f27"
