@@ -16,7 +16,7 @@ from cope_tui.service.advice import estimate_command, plan
 from cope_tui.service.request import build_request
 from engine.cost.analytic_cost import AnalyticCostModel
 from engine.hardware.cpu_presets import get_cpu_preset
-from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S
+from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, cold_expert_disk_bytes
 from engine.hardware.memory import GIB
 from engine.llamacpp.llama_args import parse_llama_command
 from engine.llamacpp.llama_placement import placement_cost, placement_memory, placement_of
@@ -100,11 +100,15 @@ def test_a_mapped_model_larger_than_ram_is_priced_with_its_disk_reads_and_a_copy
     assert mapped.yours.runs and ram.streams and not ram.fits and 0 < ram.disk_share < 0.05
     roomy = priced(line, replace(box, ram_gib=128))
     assert roomy.yours.memory.ram.fits and roomy.yours.cost.page_cache_s == 0
-    # the disk reads by hand: the CPU's share of the routed experts a token reads, at the assumed rate
+    # the disk reads: what the page cache lacks, taken from the least routed experts of the
+    # plan's routing profile; no more than the uniform share of every routed expert's bytes
     request, placement = mapped.request, placement_of(mapped.command, mapped.request.model)
-    read = sum(share * request.model.top_k * b for share, b in
-               zip(placement.expert_cpu_share, request.model.expert_bytes_per_layer(request.quant)))
-    assert mapped.yours.cost.page_cache_s == pytest.approx(ram.disk_share * read / PAGE_CACHE_DISK_BYTES_PER_S)
+    per_layer = np.asarray(request.model.expert_bytes_per_layer(request.quant), dtype=float)
+    cold = cold_expert_disk_bytes(request.profile.popularity(), placement.expert_cpu_share * per_layer,
+                                  request.model.top_k, ram.need_bytes - ram.budget_bytes)
+    assert mapped.yours.cost.page_cache_s == pytest.approx(cold / PAGE_CACHE_DISK_BYTES_PER_S)
+    uniform = ram.disk_share * request.model.top_k * float(per_layer @ placement.expert_cpu_share)
+    assert 0 < cold < uniform
     assert mapped.yours.tpot_s == pytest.approx(roomy.yours.tpot_s + mapped.yours.cost.page_cache_s, rel=1e-9)
     assert "read from disk again whenever a token needs it" in mapped.yours.detail
     copy = priced(line + " --no-mmap", box)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.hardware.memory import GIB
 
 # The OS, the runtime's process (CPU compute buffers, the CUDA context's host side).
@@ -75,6 +77,33 @@ class RamFit:
         return {"need_bytes": self.need_bytes, "budget_bytes": self.budget_bytes, "mapped": self.mapped,
                 "fits": self.fits, "streams_from_disk": self.streams, "disk_share": round(self.disk_share, 4),
                 "disk_bytes_per_s": PAGE_CACHE_DISK_BYTES_PER_S if self.streams else None}
+
+
+def cold_expert_disk_bytes(popularity: np.ndarray, cpu_expert_bytes: np.ndarray, top_k: int,
+                           missing_bytes: float) -> float:
+    """Bytes a decode token reads from disk when the page cache lacks `missing_bytes` of a
+    mapped model's host-side weights and what it lacks is the routed experts a token uses
+    least: the page cache keeps pages that are touched again (the kernel's LRU lists promote
+    a page used twice) and drops the coldest, and a token's experts are drawn from a steady
+    routing distribution, so over many tokens the resident set is the most often routed
+    experts. `popularity` [L, E]: routing counts per MoE layer and expert (a trace or its
+    profile); `cpu_expert_bytes` [L]: one expert's bytes each layer keeps on the CPU (0 where
+    its experts are on the GPU). Experts leave the cache from the least routed up until
+    `missing_bytes` are out (the last one in part); a token reads each absent expert with the
+    chance it is routed (top_k x its share of its layer's routing, with one routing added to
+    every expert's count so that an expert a short trace never saw still has a chance). What
+    the experts cannot cover (a shortfall larger than all of them) is weights a token reads
+    every time."""
+    counts = np.asarray(popularity, dtype=float) + 1.0
+    per_expert = np.broadcast_to(np.asarray(cpu_expert_bytes, dtype=float)[:, None], counts.shape)
+    chance = top_k * counts / counts.sum(axis=1, keepdims=True)
+    on_cpu = per_expert.ravel() > 0
+    order = np.argsort(chance.ravel()[on_cpu], kind="stable")
+    sizes, chances = per_expert.ravel()[on_cpu][order], chance.ravel()[on_cpu][order]
+    out_before = np.concatenate(([0.0], np.cumsum(sizes)[:-1]))
+    out_share = np.clip((missing_bytes - out_before) / np.where(sizes > 0, sizes, 1.0), 0.0, 1.0)
+    beyond = max(missing_bytes - float(sizes.sum()), 0.0)
+    return float((out_share * sizes * chances).sum()) + beyond
 
 
 def ram_budget_bytes(ram_bytes: int | None, *, mapped: bool) -> int | None:

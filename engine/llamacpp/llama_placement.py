@@ -33,9 +33,10 @@ from engine.core.spans import block_span
 from engine.cost.cost_model import CostModel
 from engine.cost.request import AdviseRequest
 from engine.cost.split_work import split_work
-from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, ram_fit
+from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, cold_expert_disk_bytes, ram_fit
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES
 from engine.llamacpp.ecma_regex import search
+from engine.llamacpp.graph_splits import crossings, expert_op_devices
 from engine.llamacpp.llama_args import LlamaCommand, stoi
 from engine.llamacpp.tensor_overrides import expert_tensor_names, is_gpu_buffer
 from engine.models.block_tensors import OUTPUT_HEAD, PIECES, shared_tensors, tensor_names
@@ -59,6 +60,10 @@ class LlamaPlacement:
     # Block tensors besides the routed experts that an override puts on the other device
     # than their block's (an offloaded block's on the CPU, a CPU block's on the GPU).
     moved_shared: frozenset[str] = frozenset()
+    # [L] the routed-expert projections ("up", "gate", "down") each MoE layer keeps on the CPU:
+    # where the token's work changes device (engine/llamacpp/graph_splits.py); () when not known
+    # (a placement built from shares alone: one stretch of CPU work a layer)
+    expert_cpu_projections: tuple[frozenset[str], ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -143,10 +148,12 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     start = max(model.n_blocks - n_gpu, 0)
     gpu_blocks = np.arange(model.n_blocks) >= start
     share = np.zeros(model.n_moe_layers)
+    projections = []
     for layer, block in enumerate(model.moe_blocks):
         names = expert_tensor_names(model, block)
         on_cpu = [_on_cpu(name, command, bool(gpu_blocks[block])) for name in names]
         share[layer] = sum(on_cpu) / len(names)
+        projections.append(frozenset(_projection(name) for name, cpu in zip(names, on_cpu) if cpu))
     moved: set[str] = set()
     output_on_gpu = has_gpu and n_gpu > model.n_blocks
     # --cpu-moe's and --n-cpu-moe's patterns name routed-expert tensors only: the rest of
@@ -165,7 +172,12 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     unused = [f"{flag} {pat}={buf}" for pat, buf, flag in typed if not any(search(pat, n) for n in names)]
     if unused:
         notes.append("overrides that match no tensor of this model (they move nothing): " + "; ".join(unused))
-    return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved))
+    return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved), tuple(projections))
+
+
+def _projection(name: str) -> str:
+    """"up", "gate" or "down" of an expert tensor's name (blk.N.ffn_up_exps.weight)."""
+    return name.split(".")[2].removeprefix("ffn_").removesuffix("_exps")
 
 
 def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
@@ -238,22 +250,21 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
         if layer is None:
             continue
         share = float(placement.expert_cpu_share[layer])
+        from_cache = share > 0 and cached is not None and bool(cached.cached[layer])
         if share < 1:
             gpu_experts_s += (1 - share) * gpu_layer
-            devices.append("gpu")
-        if share > 0 and cached is not None and cached.cached[layer]:
+        if from_cache:
             gpu_experts_s += float(cached.compute_s[layer] + cached.upload_s[layer])
-            devices.append("gpu")
         elif share > 0:
             cpu_experts_s += share * cpu_layer
-            devices.append(cpu_device)
+        devices += _expert_devices(placement, model, layer, on_gpu=on_gpu, cpu_device="gpu" if from_cache else cpu_device)
     if placement.output_on_gpu:
         head_s = cost_model.token_overhead_s()
         devices.append("gpu")
     else:
         head_s = shared.cpu_head_s(threads)
         devices.append("cpu")
-    transitions = sum(a != b for a, b in zip(devices, devices[1:]))
+    transitions = crossings(devices)
     if cached is None:
         return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2,
                              head_s, transitions)
@@ -261,6 +272,20 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s,
                          transitions * sync / 2 + cache_sync, head_s, transitions,
                          cache_upload_s=float(cached.upload_s.sum()), cache_sync_s=cache_sync)
+
+
+def _expert_devices(placement: LlamaPlacement, model: ModelSpec, layer: int, *, on_gpu: bool,
+                    cpu_device: str) -> list[str]:
+    """The devices a MoE layer's routed experts run on, in order: in an offloaded block whose
+    expert projections on the CPU are known, op by op as llama.cpp's scheduler places them
+    (graph_splits.expert_op_devices: `-ot ffn_(up|down)_exps=CPU` leaves gate and the GLU on
+    the GPU between up and down, two round trips); else the GPU's share, then the CPU's
+    (`cpu_device`: "gpu" where the CPU's experts are computed on the GPU, staged or cached)."""
+    share = float(placement.expert_cpu_share[layer])
+    projections = placement.expert_cpu_projections[layer] if placement.expert_cpu_projections else frozenset()
+    if share > 0 and on_gpu and cpu_device == "cpu" and projections:
+        return list(expert_op_devices(projections, gated=model.gated_experts))
+    return (["gpu"] if share < 1 else []) + ([cpu_device] if share > 0 else [])
 
 
 @dataclass(frozen=True)
@@ -288,17 +313,17 @@ class PlacementMemory:
 
 def page_cache_stream_s(request: AdviseRequest, placement: LlamaPlacement, ram: "RamFit") -> float:
     """Seconds a decode token spends reading the CPU's routed experts back from disk when the
-    mapped model is larger than the RAM it may use (`ram.streams`): the page cache holds a
-    share of the host-side weights and the rest (`ram.disk_share`) is read again when a token
-    routes to it. Taken uniformly over the experts: the experts a token uses are spread over
-    all of them, and the kernel's LRU keeps no popular set apart (it would keep hot experts
-    better than uniform, a fuller OS worse). At the assumed PAGE_CACHE_DISK_BYTES_PER_S."""
+    mapped model is larger than the RAM it may use (`ram.streams`): the page cache lacks
+    `need - budget` bytes, taken from the experts the routing profile routes least
+    (host_memory.cold_expert_disk_bytes: the cache keeps the experts tokens reuse), and a
+    token reads each absent expert it routes to. At the assumed PAGE_CACHE_DISK_BYTES_PER_S."""
     if not ram.streams:
         return 0.0
     model, quant = request.model, request.quant
-    per_layer = model.expert_bytes_per_layer(quant)
-    cpu_bytes = sum(share * model.top_k * bytes_ for share, bytes_ in zip(placement.expert_cpu_share, per_layer))
-    return ram.disk_share * cpu_bytes / PAGE_CACHE_DISK_BYTES_PER_S
+    cpu_bytes = np.asarray(placement.expert_cpu_share) * np.asarray(model.expert_bytes_per_layer(quant), dtype=float)
+    missing = ram.need_bytes - int(ram.budget_bytes or 0)
+    return cold_expert_disk_bytes(request.profile.popularity(), cpu_bytes, model.top_k,
+                                  missing) / PAGE_CACHE_DISK_BYTES_PER_S
 
 
 def placement_memory(request: AdviseRequest, placement: LlamaPlacement, *, mapped: bool,
