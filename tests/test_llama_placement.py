@@ -115,6 +115,24 @@ def test_a_mapped_model_larger_than_ram_is_priced_with_its_disk_reads_and_a_copy
     assert not copy.yours.runs and copy.yours.refusal.startswith("would not run: ") and "as a copy" in copy.yours.refusal
 
 
+def test_a_copy_too_large_for_pinned_memory_runs_from_pageable_memory():
+    """The published run of issue 44's case is a copy (llama-bench -mmp 0) on a 64 GB box: 57.8
+    GiB is more than the pinned budget (64 GiB less the 2 GiB reserve and 10% headroom, 55.6
+    GiB), and llama.cpp's CUDA host buffer then falls back to pageable memory, where it fits the
+    62 GiB a mapped file may use: it runs, priced as a copy that fits (no disk reads)."""
+    box = PlanChoices(model="qwen3.5-122b-a10b", quant="IQ4_XS", gpu="rtx-4070", cpu="ryzen-9-7950x", ram_gib=64,
+                      tokens=20, fidelity="analytic")
+    line = "llama-bench -m q.gguf -ngl 99 -ncmoe 48 -mmp 0 -p 0 -n 128"
+    copy = priced(line, box)
+    ram = copy.yours.memory.ram
+    assert copy.yours.runs and not ram.fits and ram.pageable and not ram.streams
+    assert ram.budget_bytes == pytest.approx(55.6 * GIB, abs=1) and ram.pageable_budget_bytes == 62 * GIB
+    assert ram.budget_bytes < ram.need_bytes <= ram.pageable_budget_bytes and copy.yours.cost.page_cache_s == 0
+    assert "falls back to pageable memory" in ram.describe() and ram.to_dict()["pageable_fallback"] is True
+    mapped = priced(line.replace(" -mmp 0", ""), box)
+    assert mapped.yours.memory.ram.fits and mapped.yours.tpot_s == pytest.approx(copy.yours.tpot_s, rel=1e-9)
+
+
 def test_a_context_no_candidate_fits_still_prices_the_command_alone(capsys):
     """-c 200000 on a 16 GiB card: the KV cache alone overflows it, so nothing can be
     ranked; the command is still answered, "would not run" with its arithmetic, exit 0."""

@@ -299,8 +299,7 @@ def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacem
     if cards is None or len(cards.devices.names) == 1:  # one card: the placement's own check (and --fit's)
         problem = memory.problem()
     else:  # each card against its own memory
-        problem = cards.memory.problem() or (None if memory.ram.fits or memory.ram.streams
-                                             else f"would not run: {memory.ram.describe()}")
+        problem = cards.memory.problem() or (None if memory.ram.runs else f"would not run: {memory.ram.describe()}")
     if problem is not None:
         return CommandPrice(detail, None, memory, cost_model.fidelity, problem, fit=fit)
     cost = placement_cost(request, cost_model, placement, stage=stage, kv_offload=not command.no_kv_offload,

@@ -13,7 +13,13 @@ Two ways to hold them, two budgets (assumed constants, not measured):
 - a copy (`--no-mmap`): llama.cpp puts CPU weights that are not mapped in the GPU's
   host buffer type, page-locked (pinned) memory (src/llama-model.cpp,
   make_cpu_buft_list, unless --no-host), which the kernel can neither evict nor swap;
-  a margin of RAM stays free for the kernel and the page cache.
+  a margin of RAM stays free for the kernel and the page cache. When the pinned allocation
+  fails, the CUDA backend falls back to ordinary pageable memory
+  (ggml-org/llama.cpp ggml/src/ggml-cuda/ggml-cuda.cu,
+  ggml_backend_cuda_host_buffer_type_alloc_buffer: "fallback to cpu buffer"), so a copy
+  larger than the pinned budget still runs as long as it fits the RAM a mapped file may use
+  (`pageable`); only a copy larger than that does not run (it would need swap, which COPE
+  does not assume).
 """
 
 from __future__ import annotations
@@ -42,10 +48,24 @@ class RamFit:
     budget_bytes: int | None  # None: RAM unknown, not checked
     mapped: bool
     what: str  # what is held, e.g. "11 layers' experts and the token embedding"
+    # a copy's budget in ordinary pageable memory, where llama.cpp falls back when the pinned
+    # allocation fails (the mapped budget); None: RAM unknown, or mapped
+    pageable_budget_bytes: int | None = None
 
     @property
     def fits(self) -> bool:
         return self.budget_bytes is None or self.need_bytes <= self.budget_bytes
+
+    @property
+    def pageable(self) -> bool:
+        """A copy too large for pinned memory that fits in pageable memory: it runs."""
+        return (not self.mapped and not self.fits and self.pageable_budget_bytes is not None
+                and self.need_bytes <= self.pageable_budget_bytes)
+
+    @property
+    def runs(self) -> bool:
+        """It fits, it runs from pageable memory, or (mapped) it streams from disk."""
+        return self.fits or self.pageable or self.streams
 
     @property
     def streams(self) -> bool:
@@ -70,12 +90,16 @@ class RamFit:
         if self.streams:
             said += (f"; it runs from the page cache, {self.disk_share:.1%} of it read from disk again whenever "
                      f"a token needs it (priced at an assumed {PAGE_CACHE_DISK_BYTES_PER_S / 1e9:.0f} GB/s)")
+        elif self.pageable:
+            said += (f" pinned; llama.cpp falls back to pageable memory, where it fits "
+                     f"({self.pageable_budget_bytes / GIB:.1f} GiB), and runs")
         return said
 
     def to_dict(self) -> dict:
         # by hand: the fit's figures and verdict; `what` is for describe()'s sentence
         return {"need_bytes": self.need_bytes, "budget_bytes": self.budget_bytes, "mapped": self.mapped,
-                "fits": self.fits, "streams_from_disk": self.streams, "disk_share": round(self.disk_share, 4),
+                "fits": self.fits, "pageable_fallback": self.pageable, "streams_from_disk": self.streams,
+                "disk_share": round(self.disk_share, 4),
                 "disk_bytes_per_s": PAGE_CACHE_DISK_BYTES_PER_S if self.streams else None}
 
 
@@ -118,4 +142,5 @@ def ram_budget_bytes(ram_bytes: int | None, *, mapped: bool) -> int | None:
 
 
 def ram_fit(need_bytes: int, ram_bytes: int | None, *, mapped: bool, what: str) -> RamFit:
-    return RamFit(int(need_bytes), ram_budget_bytes(ram_bytes, mapped=mapped), mapped, what)
+    pageable = None if mapped else ram_budget_bytes(ram_bytes, mapped=True)
+    return RamFit(int(need_bytes), ram_budget_bytes(ram_bytes, mapped=mapped), mapped, what, pageable)

@@ -306,7 +306,7 @@ class PlacementMemory:
         if not self.fits_vram:
             return (f"would not run: it needs {self.vram_bytes / GIB:.1f} GiB of VRAM (weights, KV cache, CUDA "
                     f"context and buffers) on a {self.vram_total_bytes / GIB:.1f} GiB GPU")
-        if not self.ram.fits and not self.ram.streams:  # a mapped file larger than RAM still runs (slower)
+        if not self.ram.runs:  # a mapped file larger than RAM still runs (slower), a copy from pageable memory
             return f"would not run: {self.ram.describe()}"
         return None
 
