@@ -262,6 +262,16 @@ EXTRA_ROWS: tuple[Row, ...] = (
           (98, r"-ngl 49 -ot blk\.5\.ffn_down.*=CPU;blk\.([6-9]|[1-4][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU", ""),
           (99, r"-ngl 49 -ot blk\.8\.ffn_(gate|down).*=CPU;blk\.(9|[1-4][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU",
            " -ctk q8_0 -ctv q8_0"))),
+    # ikawrakow/ik_llama.cpp PR 232 (ikawrakow, 2025-02-24): DeepSeek-Lite Q4_K_M (9.78 GiB) on his Ryzen-7950X, CPU only and with
+    # every routed expert on the CPU beside the GPU, llama-bench tg128 -t 16 (-rtr left out, see above). The PR states the memory
+    # as "64 GB/s theoretical": two channels at 4000 MT/s (2 x 8 bytes x 4000 MT/s), not the preset's usual DDR5-5200.
+    Row(100, "DeepSeek-Lite", "deepseek-v2-lite-chat", "Q4_K_M", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4000x2", file_gib=9.78,
+        sweep="232-7950x-v2lite"),
+    Row(101, "DeepSeek-Lite", "deepseek-v2-lite-chat", "Q4_K_M", "rtx-4080", "ryzen-9-7950x",
+        r"llama-bench -m m.gguf -ngl 100 -ot \.ffn_.*_exps\.=CPU -t 16 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4000x2",
+        file_gib=9.78, sweep="232-7950x-v2lite", stated=False,
+        assumed="the GPU: the PR does not name it; ikawrakow's RTX-4080 (named with this Ryzen-7950X in PR 235 three days later)"),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
