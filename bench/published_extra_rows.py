@@ -223,6 +223,55 @@ EXTRA_ROWS: tuple[Row, ...] = (
           (81, "Q8_0", 386.183, 63, "", "-ctk q8_0 ", 128, 16384),
           (82, "Q4_K_M", 357.623, 99, " -ub 4096", "", 1024, 0),
           (83, "Q4_K_M", 357.623, 99, " -ub 4096", "", 1024, 16384))),
+    # carteakey/lllms docs/bench-results.md (at 827b9607): one desktop, an RTX 4070 12 GB with an i5-12600K and 64 GB of
+    # DDR5-5867 (4 x 16 GB on the CPU's two channels, docs/bench-runbook.md), llama-bench pp512/tg128 with -t 10 -fa 1 -mmp 0
+    # pinned to CPUs 0-11. Four models, each a sweep of placements; the UD quants priced as their base K-quant's mix
+    # (engine/models/model_names.py), IQ4_XS as itself. ik_llama.cpp's -fmoe left out (see above; the CSV keeps it).
+    *(Row(index, "Qwen3.5-122B-A10B", "qwen3.5-122b-a10b", "IQ4_XS", "rtx-4070", "core-i5-12600k",
+          f"llama-bench -m m.gguf {placement} -t 10 -fa 1 -mmp 0 -p 0 -n 128", runtime=runtime, memory="ddr5-5867x2",
+          ram_gib=64, sweep=f"4070-12600k-qwen3.5-122b-{runtime}" if index != 89 else "")
+      for index, placement, runtime in (
+          (84, "-ngl 99 -ncmoe 48", "llama.cpp"),
+          (85, "-ngl 99 -ot .ffn_(up|down|gate)_(ch|)exps=CPU", "llama.cpp"),
+          (86, r"-ngl 99 -ot blk\.(3|[4-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU", "llama.cpp"),
+          (88, r"-ngl 99 -ot blk\.(3|[4-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU", "ik_llama.cpp"),
+          (89, r"-ngl 99 -ot blk\.(3|[4-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU", "ik_llama.cpp"))),
+    # gpt-oss-120b: -ngl 37 offloads all 36 blocks and the output; blocks 5-35's experts on the CPU.
+    *(Row(index, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
+          r"llama-bench -m m.gguf -ngl 37 -ot blk\.(5|[6-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU "
+          "-t 10 -fa 1 -mmp 0 -p 0 -n 128", runtime=runtime, memory="ddr5-5867x2", ram_gib=64)
+      for index, runtime in ((90, "llama.cpp"), (91, "ik_llama.cpp"))),
+    # Qwen3.6-35B-A3B UD-Q5_K_XL (24.76 GiB), -b 1024 -ub 512 and a q8_0 KV cache; row 95's -ot written from the page's
+    # words ("blk.13 down + blk.14-40 (up/down/gate_up/gate)", -ngl 41: all 40 blocks and the output).
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q5_K_M", "rtx-4070", "core-i5-12600k",
+          f"llama-bench -m m.gguf {placement} -t 10 -fa 1 -mmp 0 -b 1024 -ub 512 -ctk q8_0 -ctv q8_0 -p 0 -n 128",
+          memory="ddr5-5867x2", ram_gib=64, file_gib=24.76, sweep="4070-12600k-qwen3.6-35b")
+      for index, placement in (
+          (92, "-ngl 99 -ot .ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"),
+          (93, r"-ngl 99 -ot blk\.(4|[5-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"),
+          (94, "-ngl 99 -ot .ffn_(up|down)_(ch|)exps=CPU"),
+          (95, r"-ngl 41 -ot blk\.13\.ffn_down_exps=CPU;blk\.(1[4-9]|[2-3][0-9])\.ffn_(up|down|gate_up|gate)_exps=CPU"))),
+    # Qwen3-Coder-Next UD-Q4_K_XL (the catalog's Qwen3-Next-80B-A3B shape): -ncmoe 40, every expert on the CPU, and two
+    # llama-fit-params placements (-ngl 49: all 48 blocks and the output; the page's "..." are the blocks in between).
+    *(Row(index, "Qwen3-Coder-Next", "qwen3-next-80b-a3b", "Q4_K_M", "rtx-4070", "core-i5-12600k",
+          f"llama-bench -m m.gguf {placement} -t 10 -fa 1 -mmp 0{kv} -p 0 -n 128", memory="ddr5-5867x2", ram_gib=64,
+          sweep="4070-12600k-qwen3-coder-next")
+      for index, placement, kv in (
+          (96, "-ngl 99 -ncmoe 40", ""),
+          (97, "-ngl 99 -ot .ffn_.*_exps.=CPU", ""),
+          (98, r"-ngl 49 -ot blk\.5\.ffn_down.*=CPU;blk\.([6-9]|[1-4][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU", ""),
+          (99, r"-ngl 49 -ot blk\.8\.ffn_(gate|down).*=CPU;blk\.(9|[1-4][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU",
+           " -ctk q8_0 -ctv q8_0"))),
+    # ikawrakow/ik_llama.cpp PR 232 (ikawrakow, 2025-02-24): DeepSeek-Lite Q4_K_M (9.78 GiB) on his Ryzen-7950X, CPU only and with
+    # every routed expert on the CPU beside the GPU, llama-bench tg128 -t 16 (-rtr left out, see above). The PR states the memory
+    # as "64 GB/s theoretical": two channels at 4000 MT/s (2 x 8 bytes x 4000 MT/s), not the preset's usual DDR5-5200.
+    Row(100, "DeepSeek-Lite", "deepseek-v2-lite-chat", "Q4_K_M", None, "ryzen-9-7950x",
+        "llama-bench -m m.gguf -ngl 0 -t 16 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4000x2", file_gib=9.78,
+        sweep="232-7950x-v2lite"),
+    Row(101, "DeepSeek-Lite", "deepseek-v2-lite-chat", "Q4_K_M", "rtx-4080", "ryzen-9-7950x",
+        r"llama-bench -m m.gguf -ngl 100 -ot \.ffn_.*_exps\.=CPU -t 16 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4000x2",
+        file_gib=9.78, sweep="232-7950x-v2lite", stated=False,
+        assumed="the GPU: the PR does not name it; ikawrakow's RTX-4080 (named with this Ryzen-7950X in PR 235 three days later)"),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -246,4 +295,6 @@ EXTRA_SKIPPED: dict[int, str] = {
         "a placement COPE does not model",
     75: "attn_kv_b on the CPU as well as the experts (-ot exps=CPU,attn_kv_b=CPU): an attention tensor off the GPU, "
         "a placement COPE does not model",
+    87: "llama-fit-params' -ot for this run is not printed (the page: '-ngl 49 + per-layer -ot from blk 3'); row 86 is the "
+        "written-out placement of the same split",
 }
