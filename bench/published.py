@@ -246,8 +246,11 @@ def fitted_rows(priced: list[Priced]) -> list[Priced]:
 
 
 def streams(p: Priced) -> bool:
-    """Whether the row's command is priced reading its mapped weights back from disk."""
-    return p.price is not None and p.price.memory is not None and p.price.memory.ram.streams
+    """Whether the row's command is priced reading its mapped weights back from disk, or
+    holding a copy too large for pinned memory in pageable memory (RamFit.pageable: a box
+    whose RAM the weights nearly fill, a pressure COPE does not price)."""
+    return (p.price is not None and p.price.memory is not None
+            and (p.price.memory.ram.streams or p.price.memory.ram.pageable))
 
 
 def streamed_rows(priced: list[Priced]) -> list[Priced]:
@@ -376,7 +379,8 @@ def report(priced: list[Priced], skipped_rows: dict[str, str], total_rows: int) 
         "left out (SUSPECT in the calibration notes): "
         + ("; ".join(f"{p.key}: {p.suspect}" for p in suspects) or "none"),
         f"assumed hardware: MAPE {summary['mape_assumed']:.1%}",
-        "read from disk (mapped weights larger than the RAM; priced with the assumed disk term, not fitted): "
+        "read from disk or from pageable memory (mapped weights larger than the RAM, priced with the assumed disk "
+        "term; a copy too large to pin): not fitted: "
         + ("; ".join(f"{p.key} {p.ratio:.2f} ({p.price.memory.ram.disk_share:.1%} from disk)"
                      for p in streamed_rows(priced)) or "none"),
         "sweeps: " + "; ".join(f"{name} {'right' if ok else 'WRONG'} ({how})" for name, ok, how in sweeps),
