@@ -29,6 +29,8 @@ _9355 = "12 channels (stated) of DDR5-6000, the preset's speed (the row does not
 _SPARK_DEPTH = ("tg32 @ d{depth}: an inner point of the DGX Spark sweep; its depths 0 and 16384 (x{d0}, x{d16}) are "
                 "priced, as the other sources' sweeps (N_KV 0 and 16384), so that one source and machine does not "
                 "weigh five times in the fit")
+_9900T = ("the memory: two channels of DDR4-2666 (the Core i9-9900T's rated speed; the issue states no memory), and the "
+          "UD-Q4_K_M file's split between its expert and other tensors (the catalog's Q4_K_M sized to '21 GB')")
 _IQ4_NL = "IQ4_NL experts priced as Q4_0 (both 4.5 bits per weight in 32-weight blocks; IQ4_NL is not in the catalog)"
 
 EXTRA_ROWS: tuple[Row, ...] = (
@@ -272,6 +274,14 @@ EXTRA_ROWS: tuple[Row, ...] = (
         r"llama-bench -m m.gguf -ngl 100 -ot \.ffn_.*_exps\.=CPU -t 16 -p 0 -n 128", runtime="ik_llama.cpp", memory="ddr5-4000x2",
         file_gib=9.78, sweep="232-7950x-v2lite", stated=False,
         assumed="the GPU: the PR does not name it; ikawrakow's RTX-4080 (named with this Ryzen-7950X in PR 235 three days later)"),
+    # ikawrakow/ik_llama.cpp issue 2199 (2026-07-28): RTX A1000 8 GB + Core i9-9900T (Debian 12 LXC on Proxmox; the memory
+    # is not stated: the CPU's two channels of DDR4-2666 assumed), Qwen3.6-35B-A3B UD-Q4_K_M ('21 GB', priced as Q4_K_M sized
+    # to it), every expert on the CPU, llama-bench tg128 with -t 12 -b/-ub 2048 -fa 1 and a q4_0/q8_0 KV cache: ik_llama.cpp
+    # build 4706 and mainline build 10155 (row 103, ik build 4749, is the regression the issue reports: EXTRA_SKIPPED).
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-a1000", "core-i9-9900t",
+          "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 99 -t 12 -b 2048 -ub 2048 -fa 1 -ctk q4_0 -ctv q8_0 -p 0 -n 128",
+          runtime=runtime, file_gib=21e9 / 2**30, stated=False, assumed=_9900T)
+      for index, runtime in ((102, "ik_llama.cpp"), (104, "llama.cpp"))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -295,6 +305,8 @@ EXTRA_SKIPPED: dict[int, str] = {
         "a placement COPE does not model",
     75: "attn_kv_b on the CPU as well as the experts (-ot exps=CPU,attn_kv_b=CPU): an attention tensor off the GPU, "
         "a placement COPE does not model",
+    103: "ik_llama.cpp build 4749's regression that the issue reports (18.73 GiB of pinned host memory allocated at load; "
+         "TG 16.80 against 26.23 for build 4706 with the same flags): a runtime defect, kept in the CSV as printed",
     87: "llama-fit-params' -ot for this run is not printed (the page: '-ngl 49 + per-layer -ot from blk 3'); row 86 is the "
         "written-out placement of the same split",
 }
