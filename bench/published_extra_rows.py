@@ -282,6 +282,18 @@ EXTRA_ROWS: tuple[Row, ...] = (
           "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 99 -t 12 -b 2048 -ub 2048 -fa 1 -ctk q4_0 -ctv q8_0 -p 0 -n 128",
           runtime=runtime, file_gib=21e9 / 2**30, stated=False, assumed=_9900T)
       for index, runtime in ((102, "ik_llama.cpp"), (104, "llama.cpp"))),
+    # msb-msb/insiderllm-bench-results tamanna-ram-speed-offload-2026-10-09 (InsiderLLM's records, rig 'tamanna'): RTX 3090 24 GB
+    # (PCIe 4.0 x16) + Ryzen 7 5700X, 64 GB as 4 x 16 GB DDR4 on the CPU's two channels, set to 3000 and then 2133 MT/s in the
+    # BIOS the same day (stream_read 42.44 and 31.52 GB/s); llama.cpp b10809 (5266f24), Qwen3.6-35B-A3B UD-Q4_K_M (22,134,528,992
+    # bytes: Q4_K_M sized to it), llama-bench -ngl 99 -ncmoe 40/20/0 -fa 1 -t 8 -lm mmap, tg128 at depths 0 and 4096. A sweep is
+    # one memory speed (the placement and depth varied); the two speeds are the record's A/B of the memory alone.
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-3090", "ryzen-7-5700x",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -fa 1 -t 8 -lm mmap -p 0 -n 128 -d {depth}",
+          memory=f"ddr4-{speed}x2", ram_gib=64, file_gib=22134528992 / 2**30, sweep=f"tamanna-3090-5700x-ddr4-{speed}")
+      for index, speed, n, depth in (
+          (105, 3000, 40, 0), (106, 3000, 40, 4096), (107, 3000, 20, 0), (108, 3000, 20, 4096), (109, 3000, 0, 0),
+          (110, 3000, 0, 4096), (111, 2133, 40, 0), (112, 2133, 40, 4096), (113, 2133, 20, 0), (114, 2133, 20, 4096),
+          (115, 2133, 0, 0), (116, 2133, 0, 4096))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
