@@ -294,6 +294,15 @@ EXTRA_ROWS: tuple[Row, ...] = (
           (105, 3000, 40, 0), (106, 3000, 40, 4096), (107, 3000, 20, 0), (108, 3000, 20, 4096), (109, 3000, 0, 0),
           (110, 3000, 0, 4096), (111, 2133, 40, 0), (112, 2133, 40, 4096), (113, 2133, 20, 0), (114, 2133, 20, 4096),
           (115, 2133, 0, 0), (116, 2133, 0, 4096))),
+    # The same repository's rig 'rushuna': RTX 3060 12 GB (PCIe 3.0 x16) + Core i7-7700, 32 GB as 4 x 8 GB DDR4-2133 (the
+    # 2026-09-28 record; two channels), llama.cpp b10809, Qwen3.6-35B-A3B UD-Q4_K_M, llama-bench -ngl 99 -ncmoe N -fa 1 with
+    # 4 threads: the 2026-09-11 record (-lm mmap, tg128 at d0 and d4096) and the 2026-09-28 re-measure (load mode auto).
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-3060-12gb", "core-i7-7700",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -fa 1 -t 4{lm} -p 0 -n 128 -d {depth}",
+          memory="ddr4-2133x2", ram_gib=32, file_gib=22134528992 / 2**30, sweep="rushuna-3060-7700")
+      for index, n, depth, lm in (
+          (117, 40, 0, " -lm mmap"), (118, 40, 4096, " -lm mmap"), (119, 24, 0, " -lm mmap"), (120, 24, 4096, " -lm mmap"),
+          (121, 32, 0, ""), (122, 24, 8192, ""))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
