@@ -33,6 +33,18 @@ _9900T = ("the memory: two channels of DDR4-2666 (the Core i9-9900T's rated spee
           "UD-Q4_K_M file's split between its expert and other tensors (the catalog's Q4_K_M sized to '21 GB')")
 _IQ4_NL = "IQ4_NL experts priced as Q4_0 (both 4.5 bits per weight in 32-weight blocks; IQ4_NL is not in the catalog)"
 
+# castlen3/rtx3060-qwen3.6-35b-guide (data/results.csv at 5e952d3b; the machine in notes/01_environment.md): RTX 3060 12GB
+# + Xeon E5-2666 v3 (10 cores) with 64 GB of DDR3-1600 as 4 x 16 GB, priced on the CPU's four channels (Haswell-EP; the page
+# lists the DIMMs as two per 'NODE' and names no channel count); llama-server b9444 on Windows, --no-mmap, q8_0 KV, a
+# 16-token prompt and 200 tokens generated. Its first stage ran a release without the CUDA runtime: CPU only. The preset
+# takes DDR4 (Intel's rating for the part; this board runs its controller with DDR3): as published_hybrid_rows.py does for
+# DDR5 at 2000 MT/s (_12600K_SLOW), the same bus
+# at the same transfer rate is written DDR4-1600 x4 (51.2 GB/s peak either way).
+_3060_DDR3 = "ddr4-1600x4"
+_E5_2666V3 = ("the CPU: the Xeon E5-2666 v3 (10 cores, 2.9 GHz), an off-roadmap part Intel ARK does not list, priced on the "
+              "xeon-e5-2660-v3 preset (the same Haswell-EP die with 10 cores, 2.6 GHz base)")
+_3060_KV = "-ctk q8_0 -ctv q8_0 -mmp 0 -p 0 -n 200"
+
 EXTRA_ROWS: tuple[Row, ...] = (
     # Reddit r/LocalLLaMA, u/eloquentemu: EPYC 9B14 (96 cores, 44 threads), 12ch DDR5-4800, CPU-only llama-bench.
     Row(0, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", None, "epyc-9654",
@@ -303,6 +315,12 @@ EXTRA_ROWS: tuple[Row, ...] = (
       for index, n, depth, lm in (
           (117, 40, 0, " -lm mmap"), (118, 40, 4096, " -lm mmap"), (119, 24, 0, " -lm mmap"), (120, 24, 4096, " -lm mmap"),
           (121, 32, 0, ""), (122, 24, 8192, ""))),
+    Row(123, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", None, "xeon-e5-2660-v3",
+        f"llama-bench -m m.gguf -ngl 0 -t 6 {_3060_KV}", memory=_3060_DDR3, ram_gib=64, file_gib=19.70,
+        stated=False, assumed=_E5_2666V3, sweep="3060-e5-2666v3"),
+    Row(124, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-3060-12gb", "xeon-e5-2660-v3",
+        f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe 20 -t 8 {_3060_KV}", memory=_3060_DDR3, ram_gib=64,
+        file_gib=19.70, stated=False, assumed=_E5_2666V3, sweep="3060-e5-2666v3"),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -330,4 +348,9 @@ EXTRA_SKIPPED: dict[int, str] = {
          "TG 16.80 against 26.23 for build 4706 with the same flags): a runtime defect, kept in the CSV as printed",
     87: "llama-fit-params' -ot for this run is not printed (the page: '-ngl 49 + per-layer -ot from blk 3'); row 86 is the "
         "written-out placement of the same split",
+    **{index: "more experts on the GPU than its 12 GB hold (COPE: would not run); the Windows driver spills the rest to "
+              "shared system memory over PCIe (the page: VRAM full, decode falls), a path COPE does not model"
+       for index in (125, 126, 127, 128, 129)},
+    130: "row 124's settings with a 307-token prompt (27.73 against 27.35 t/s): kept in the CSV as printed so that one "
+        "setting does not weigh twice",
 }

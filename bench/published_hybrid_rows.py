@@ -39,16 +39,6 @@ _4090_122B = "-ctk q8_0 -ctv q8_0 -b 3072 -ub 3072 -p 0 -n 300 -d 2928"
 # guard): the same bus at the same transfer rate is written DDR4-2000 x2 (32 GB/s peak either way).
 _12600K_SLOW = "ddr4-2000x2"
 
-# castlen3/rtx3060-qwen3.6-35b-guide (data/results.csv at 5e952d3b; the machine in notes/01_environment.md): RTX 3060 12GB
-# + Xeon E5-2666 v3 (10 cores) with 64 GB of DDR3-1600 as 4 x 16 GB, priced on the CPU's four channels (Haswell-EP; the page
-# lists the DIMMs as two per 'NODE' and names no channel count); llama-server b9444 on Windows, --no-mmap, q8_0 KV, a
-# 16-token prompt and 200 tokens generated. Its first stage ran a release without the CUDA runtime: CPU only. The preset
-# takes DDR4 (Intel's rating for the part; this board runs its controller with DDR3): as with _12600K_SLOW, the same bus
-# at the same transfer rate is written DDR4-1600 x4 (51.2 GB/s peak either way).
-_3060_DDR3 = "ddr4-1600x4"
-_E5_2666V3 = ("the CPU: the Xeon E5-2666 v3 (10 cores, 2.9 GHz), an off-roadmap part Intel ARK does not list, priced on the "
-              "xeon-e5-2660-v3 preset (the same Haswell-EP die with 10 cores, 2.6 GHz base)")
-_3060_KV = "-ctk q8_0 -ctv q8_0 -mmp 0 -p 0 -n 200"
 
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
@@ -76,12 +66,6 @@ HYBRID_ROWS: tuple[Row, ...] = (
     Row(13, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
         r"llama-bench -m m.gguf -ngl 37 -ot blk\.(5|[6-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU "
         "-fa 1 -t 10 -mmp 0 -p 0 -n 128 -d 512", memory="ddr5-6000x2", ram_gib=64, file_gib=59.02),
-    Row(14, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", None, "xeon-e5-2660-v3",
-        f"llama-bench -m m.gguf -ngl 0 -t 6 {_3060_KV}", memory=_3060_DDR3, ram_gib=64, file_gib=19.70,
-        stated=False, assumed=_E5_2666V3, sweep="3060-e5-2666v3"),
-    Row(15, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-3060-12gb", "xeon-e5-2660-v3",
-        f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe 20 -t 8 {_3060_KV}", memory=_3060_DDR3, ram_gib=64,
-        file_gib=19.70, stated=False, assumed=_E5_2666V3, sweep="3060-e5-2666v3"),
 )
 
 _FIT = "--fit on: the runtime chose the placement and the row does not say which"
@@ -91,9 +75,4 @@ HYBRID_SKIPPED: dict[int, str] = {
     10: "the author's fork (a VRAM cache of hot experts, rebalanced every 60 tokens), not stock llama.cpp",
     12: "a repeat of row 11's configuration (llama-bench's default threads on this hybrid CPU are its 6 P-cores), "
         "kept in the CSV as printed so that one run does not weigh twice",
-    **{index: "more experts on the GPU than its 12 GB hold (COPE: would not run); the Windows driver spills the rest to "
-              "shared system memory over PCIe (the page: VRAM full, decode falls), a path COPE does not model"
-       for index in (16, 17, 18, 19, 20)},
-    21: "row 15's settings with a 307-token prompt (27.73 against 27.35 t/s): kept in the CSV as printed so that one "
-        "setting does not weigh twice",
 }
