@@ -31,6 +31,12 @@ _SPARK_DEPTH = ("tg32 @ d{depth}: an inner point of the DGX Spark sweep; its dep
                 "weigh five times in the fit")
 _9900T = ("the memory: two channels of DDR4-2666 (the Core i9-9900T's rated speed; the issue states no memory), and the "
           "UD-Q4_K_M file's split between its expert and other tensors (the catalog's Q4_K_M sized to '21 GB')")
+_SRV1 = ("the memory's speed and channels (the record: 48 GB, STREAM triad 26.8 GB/s): two channels of DDR4-2666, the "
+         "i5-9600K's rated speed, and the default threads (its 6 cores)")
+_SRV2_1CH = ("the memory's speed (the record: 32 GB on one channel, STREAM triad 13.3 GB/s): DDR4-2933, the i9-10900F's "
+             "rated speed, and 10 threads for every cell (the record gives them for the --n-cpu-moe 48 cell)")
+_SRV2_2CH = ("the memory's speed (the record: 16 GB on two channels, STREAM triad 23.8 GB/s): DDR4-2933, the i9-10900F's "
+             "rated speed, and 10 threads (not given for these cells)")
 _IQ4_NL = "IQ4_NL experts priced as Q4_0 (both 4.5 bits per weight in 32-weight blocks; IQ4_NL is not in the catalog)"
 
 # castlen3/rtx3060-qwen3.6-35b-guide (data/results.csv at 5e952d3b; the machine in notes/01_environment.md): RTX 3060 12GB
@@ -321,6 +327,24 @@ EXTRA_ROWS: tuple[Row, ...] = (
     Row(124, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-3060-12gb", "xeon-e5-2660-v3",
         f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe 20 -t 8 {_3060_KV}", memory=_3060_DDR3, ram_gib=64,
         file_gib=19.70, stated=False, assumed=_E5_2666V3, sweep="3060-e5-2666v3"),
+    # AdarGit008/mcgyvr records/evidence/2026-08-25-moe-expert-offload (two rigs, named in the repository's
+    # data/capability-table.json: srv1 a GTX 1660 SUPER 6 GB on a Core i5-9600K, srv2 an RTX 3060 12 GB on a Core i9-10900F):
+    # qwen3-coder:30b Q4_K_M (18,556,688,736 bytes; priced as the catalog's Qwen3-30B-A3B, the same shape), llama-server
+    # b10481 -ngl 99 -c 4096 -fa on, 128 tokens after a 32-token warm-up. The memory's speed is not stated: srv2 ran 32 GB on
+    # one channel (STREAM 13.3 GB/s), then 16 GB on two (23.8 GB/s, --no-mmap: the file is larger than the RAM); srv1 48 GB
+    # (26.8 GB/s). Each priced at its CPU's rated DDR4 speed on the stated channels (srv1: two channels assumed).
+    *(Row(index, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", gpu, cpu,
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} -fa 1{t}{mm} -p 0 -n 128", memory=mem, ram_gib=ram,
+          file_gib=18556688736 / 2**30, stated=False, assumed=why, sweep=sweep)
+      for index, gpu, cpu, n, t, mm, mem, ram, why, sweep in (
+          *((i, "gtx-1660-super", "core-i5-9600k", n, "", "", "ddr4-2666x2", 48, _SRV1, "mcgyvr-srv1")
+            for i, n in ((131, 48), (132, 44), (133, 40))),
+          *((i, "gtx-1660-super", "core-i5-9600k", n, " -t 5", "", "ddr4-2666x2", 48, _SRV1, "mcgyvr-srv1-t5")
+            for i, n in ((134, 40), (135, 39), (136, 38), (137, 37))),
+          *((i, "rtx-3060-12gb", "core-i9-10900f", n, " -t 10", "", "ddr4-2933x1", 32, _SRV2_1CH, "mcgyvr-srv2-1ch")
+            for i, n in ((138, 48), (139, 40), (140, 32), (141, 24), (142, 20))),
+          *((i, "rtx-3060-12gb", "core-i9-10900f", n, " -t 10", " -mmp 0", "ddr4-2933x2", 16, _SRV2_2CH, "mcgyvr-srv2-2ch")
+            for i, n in ((143, 20), (144, 24), (145, 32), (146, 40))))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
