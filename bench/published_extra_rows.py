@@ -345,6 +345,26 @@ EXTRA_ROWS: tuple[Row, ...] = (
             for i, n in ((138, 48), (139, 40), (140, 32), (141, 24), (142, 20))),
           *((i, "rtx-3060-12gb", "core-i9-10900f", n, " -t 10", " -mmp 0", "ddr4-2933x2", 16, _SRV2_2CH, "mcgyvr-srv2-2ch")
             for i, n in ((143, 20), (144, 24), (145, 32), (146, 40))))),
+    # jeano76/8G_Qwen3-Coder-30B-A3B README (revision 0311d14): RTX 2070 SUPER 8 GB + Core i5-12400F (priced on the
+    # i5-12400 preset: the same cores and clocks without the integrated GPU), 32 GB DDR5-5600 on ONE channel (one DIMM, 29.1
+    # GB/s measured). Qwen3-Coder-30B-A3B (the catalog's Qwen3-30B-A3B shape) llama-bench tg128 with -t 6 (the page's physical
+    # cores): Q4_K_M and IQ4_XS -ncmoe sweeps, an IQ4_XS thread sweep at -ncmoe 34, and UD-Q3_K_XL (priced as Q3_K_M sized to
+    # its 13.81 GB) at the least -ncmoe each context fits, q8_0 KV. The page gives no run dates: these predate its August
+    # 2026 switch to Qwen3.6 (the date column names no build; priced as a current one). Then Qwen3.6-35B-A3B UD-Q3_K_XL
+    # (16.85 GB) on llama-server, August 2026: the A/B table's short-context generation, -ub 2048, q8_0 KV, -lm none.
+    *(Row(index, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", quant, "rtx-2070-super", "core-i5-12400",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t {t}{kv} -p 0 -n 128", memory="ddr5-5600x1", ram_gib=32,
+          file_gib=gb * 1e9 / 2**30, sweep=sweep)
+      for index, quant, gb, n, t, kv, sweep in (
+          *((i, "Q4_K_M", 18.56, n, 6, "", "2070s-12400f-coder-q4km") for i, n in ((147, 48), (148, 40), (149, 32))),
+          *((i, "IQ4_XS", 16.38, n, 6, "", "2070s-12400f-coder-iq4xs") for i, n in ((150, 48), (151, 40), (152, 34))),
+          *((i, "IQ4_XS", 16.38, 34, t, "", "2070s-12400f-coder-threads") for i, t in ((153, 2), (154, 3), (155, 4), (156, 5))),
+          *((i, "Q3_K_M", 13.81, n, 6, " -fa 1 -ctk q8_0 -ctv q8_0", "2070s-12400f-coder-udq3")
+            for i, n in ((158, 32), (159, 34), (160, 38), (161, 40))))),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q3_K_M", "rtx-2070-super", "core-i5-12400",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 6 -fa 1 -mmp 0 -ub 2048 -ctk q8_0 -ctv q8_0 -p 0 -n 128",
+          memory="ddr5-5600x1", ram_gib=32, file_gib=16.85e9 / 2**30, sweep="2070s-12400f-qwen3.6")
+      for index, n in ((162, 32), (163, 30), (164, 33), (165, 34), (166, 40))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
@@ -375,6 +395,8 @@ EXTRA_SKIPPED: dict[int, str] = {
     **{index: "more experts on the GPU than its 12 GB hold (COPE: would not run); the Windows driver spills the rest to "
               "shared system memory over PCIe (the page: VRAM full, decode falls), a path COPE does not model"
        for index in (125, 126, 127, 128, 129)},
+    157: "row 152's setting (IQ4_XS, -ncmoe 34, 6 threads) measured again in the thread sweep (38.66 against 39.12 t/s): "
+         "kept in the CSV as printed so that one setting does not weigh twice",
     130: "row 124's settings with a 307-token prompt (27.73 against 27.35 t/s): kept in the CSV as printed so that one "
         "setting does not weigh twice",
 }
