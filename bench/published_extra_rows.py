@@ -365,6 +365,18 @@ EXTRA_ROWS: tuple[Row, ...] = (
           f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 6 -fa 1 -mmp 0 -ub 2048 -ctk q8_0 -ctv q8_0 -p 0 -n 128",
           memory="ddr5-5600x1", ram_gib=32, file_gib=16.85e9 / 2**30, sweep="2070s-12400f-qwen3.6")
       for index, n in ((162, 32), (163, 30), (164, 33), (165, 34), (166, 40))),
+    # GoodOlClint/homelab docs/llm-bench-results.md: Quadro RTX 5000 16 GB (PCIe 3.0 x16) passed through to a Proxmox VM on an
+    # i9-14900K host (MPG Z690 Carbon: the repository's ADR 0056), the VM pinned to 6 P-cores with 80 GB; the host's 128 GB
+    # are 4 x 32 GB DDR5 on two channels (two DIMMs each) at 4000 MT/s (the JEDEC fallback: docs/local-ai-plan.md), then at
+    # 4800 MT/s (only the memory clock changed). llama-bench build 5266f24da (10809) -ngl 99 --n-cpu-moe N -fa 1 -t 6:
+    # Qwen3-30B-A3B Q4_K_M (17.28 GiB) and Qwen3.6-35B-A3B UD-Q4_K_M (20.60 GiB, priced as Q4_K_M sized to it).
+    *(Row(index, model_in_csv, model, "Q4_K_M", "quadro-rtx-5000", "core-i9-14900k",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} -fa 1 -t 6 -p 0 -n 128", memory=f"ddr5-{speed}x2", ram_gib=80,
+          file_gib=gib, sweep=f"rtx5000-14900k-{model}-ddr5-{speed}")
+      for index, model_in_csv, model, gib, speed, n in (
+          *((i, "Qwen3-30B-A3B", "qwen3-30b-a3b", 17.28, 4000, n) for i, n in ((167, 40), (168, 24), (169, 16))),
+          *((i, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", 20.60, 4000, n) for i, n in ((170, 24), (171, 20), (172, 16))),
+          *((i, "Qwen3-30B-A3B", "qwen3-30b-a3b", 17.28, 4800, n) for i, n in ((173, 40), (174, 24), (175, 16))))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
