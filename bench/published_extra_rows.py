@@ -377,6 +377,16 @@ EXTRA_ROWS: tuple[Row, ...] = (
           *((i, "Qwen3-30B-A3B", "qwen3-30b-a3b", 17.28, 4000, n) for i, n in ((167, 40), (168, 24), (169, 16))),
           *((i, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", 20.60, 4000, n) for i, n in ((170, 24), (171, 20), (172, 16))),
           *((i, "Qwen3-30B-A3B", "qwen3-30b-a3b", 17.28, 4800, n) for i, n in ((173, 40), (174, 24), (175, 16))))),
+    # lucaspwo/ancalagon-llm benchmarks/TUNING.md section 2: RTX 4070 Ti SUPER 16 GB + Ryzen 5 7600X, Qwen3-Coder-30B-A3B-Instruct
+    # Q4_K_M (lmstudio-community, the catalog's Qwen3-30B-A3B shape; size not stated), llama-bench tg128 -ngl 99 --n-cpu-moe
+    # 48 down to 6. The memory is not stated (AM5 takes DDR5 on two channels: the preset's DDR5-5200 x2 assumed) nor the
+    # bench's threads (the page sets -t 12 for llama.cpp: assumed).
+    *(Row(index, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rtx-4070-ti-super", "ryzen-5-7600x",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} -t 12 -p 0 -n 128", stated=False,
+          assumed="the memory (the page names none; AM5 takes DDR5 on two channels: the preset's DDR5-5200 x2) and the "
+                  "bench's threads (the page: -t 12 for llama.cpp)", sweep="4070tis-7600x-coder")
+      for index, n in ((176, 48), (177, 40), (178, 32), (179, 24), (180, 20), (181, 18), (182, 16), (183, 14), (184, 12),
+                       (185, 10), (186, 8), (187, 6))),
 )
 
 EXTRA_SKIPPED: dict[int, str] = {
