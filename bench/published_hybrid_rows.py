@@ -39,7 +39,6 @@ _4090_122B = "-ctk q8_0 -ctv q8_0 -b 3072 -ub 3072 -p 0 -n 300 -d 2928"
 # guard): the same bus at the same transfer rate is written DDR4-2000 x2 (32 GB/s peak either way).
 _12600K_SLOW = "ddr4-2000x2"
 
-
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
