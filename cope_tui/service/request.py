@@ -16,7 +16,7 @@ from engine.advice.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import user_path
 from engine.cost.request import AdviseRequest
-from engine.hardware.cpu_compute import core_compute
+from engine.hardware.cpu_compute import core_compute, hybrid_of
 from engine.hardware.memory import GIB
 from engine.core.spans import count_of
 from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
@@ -153,6 +153,9 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
     core = core_assumption(cpu.cpu)
     if core:
         assumed.append(core)
+    hybrid = hybrid_note(cpu.cpu)
+    if hybrid:
+        notes.append(hybrid)
     notes.extend(cpu.notes)
     return Platform(gpu=gpu, cpu=cpu.cpu)
 
@@ -173,6 +176,19 @@ def preset_gpu_on_this_cpu(choices: PlanChoices, platform: Platform) -> str | No
     return (f"--gpu {choices.gpu.strip()} is planned with THIS machine's CPU ({cpu.name}, {threads}, {memory}): "
             "the experts left on the CPU are priced on it; if the card goes in another machine, give that "
             "machine's --cpu NAME (and --memory TYPE-SPEEDxCHANNELS)")
+
+
+def hybrid_note(cpu: CpuSpec) -> str | None:
+    """How a hybrid Intel CPU's threads are priced (engine/hardware/hybrid_cores.py), None for
+    any other CPU."""
+    hybrid = hybrid_of(cpu)
+    if hybrid is None:
+        return None
+    p = hybrid.performance.cores
+    assumed = f"; {hybrid.assumed}" if hybrid.assumed else ""
+    return (f"{cpu.name} is hybrid ({hybrid.describe()}{assumed}): llama.cpp's threads are not pinned and a "
+            f"decode mat-vec's rows are split evenly when they make fewer than 4 chunks of 64 a thread, so past "
+            f"the {p} P-cores every thread works at the slowest core's pace")
 
 
 def core_assumption(cpu: CpuSpec) -> str | None:
