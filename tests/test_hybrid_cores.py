@@ -136,3 +136,16 @@ def test_cope_estimate_orders_the_155h_threads_as_users_report(run_cope):  # typ
 
     six, eight, sixteen = tok_s(6), tok_s(8), tok_s(16)
     assert eight < six and sixteen <= six * 1.01  # was 2.6x at -t 16
+
+
+def test_advise_plans_a_hybrid_cpu_at_its_fastest_thread_count(cope_json):  # type: ignore[no-untyped-def]
+    # no --threads: not the 16 cores of a 155H (E-cores would set every thread's pace) but its 6 P-cores
+    doc = cope_json("advise", "--json", "--gpu", "rtx-4060-ti-16gb", "--cpu", "core-ultra-7-155h", "--ram-gib", "32",
+                    "--tokens", "200")
+    argv = doc["recommendation"]["run_now"]["argv"]
+    assert argv[argv.index("-t") + 1] == "6"
+    # a 12900K's memory saturates at 7 P-cores' pace (7 x 8.26 GB/s > 50.06 GB/s): the fewest threads that reach it
+    doc = cope_json("advise", "--json", "--gpu", "rtx-4060-ti-16gb", "--cpu", "core-i9-12900k", "--ram-gib", "32",
+                    "--tokens", "200")
+    argv = doc["recommendation"]["run_now"]["argv"]
+    assert argv[argv.index("-t") + 1] == "7"

@@ -279,6 +279,16 @@ class AnalyticCostModel:
             self._hybrid_stream[threads] = self._hybrid_stream_bytes_per_s(threads, cap)
         return self._hybrid_stream[threads]
 
+    def fastest_threads(self) -> int:
+        """The -t whose CPU lane streams most, one thread a core at most, the fewest on a tie
+        (past the memory's saturation more threads stream no more): on a hybrid CPU often
+        its P-cores (engine/hardware/hybrid_cores.py)."""
+        cores = self.platform.cpu.physical_cores
+        top = int(cores.value) if cores.known else 1
+        speeds = {n: self.cpu_stream_bytes_per_s(n) for n in range(1, top + 1)}
+        best = max(speeds.values())
+        return min(n for n, v in speeds.items() if v >= best * (1 - 1e-9))
+
     def _hybrid_stream_bytes_per_s(self, threads: int, cap: float) -> float:
         """An expert's three mat-vecs on a hybrid CPU, each at the P-cores' worth of pace its
         rows get (engine/hardware/hybrid_cores.py: an even split runs at the slowest thread's

@@ -84,6 +84,12 @@ class HybridCores:
             return float(sum(speeds))
         return n * min(speeds)
 
+    def expert_pace(self, threads: int, ffn_rows: int, hidden_rows: int) -> float:
+        """P-cores' worth of pace for a routed expert: gate and up (`ffn_rows` each) and down
+        (`hidden_rows`), the same number of weights each."""
+        return 1.0 / ((2 / 3) / self.p_core_equivalents(threads, ffn_rows)
+                      + (1 / 3) / self.p_core_equivalents(threads, hidden_rows))
+
     def describe(self) -> str:
         parts = ", ".join(f"{t.cores} {t.name}s at {t.macs_per_s / self.performance.macs_per_s:.2f}x"
                           for t in self.types if t.cores)
