@@ -192,8 +192,6 @@ def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-untyped-def]
     """`--gpu none`: the CPU-only command and its price (cope_tui/service/cpu_only.py)."""
-    if choices.prompt_tokens is not None or choices.workload is not None:
-        raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
     keep_plan(choices)
     if args.json:
