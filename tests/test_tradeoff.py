@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from cope_tui.options import PlanChoices
-from cope_tui.service.advice import plan
+from cope_tui.service.advice import cost_model_at, plan
+from engine.cost.cost_models import analytic_model
 from engine.advice.cache_search import search_argv, search_cache
 from engine.advice.command_estimate import price_placement_command
 from engine.advice.tradeoff import CONTEXTS_TOKENS, KV_TYPES, price_tradeoff
@@ -26,7 +27,7 @@ def persona_a():  # type: ignore[no-untyped-def]
     advice = plan(PlanChoices(**PERSONA_A))
     found = search_cache(advice.rec.request, advice.cost_model)
     table = price_tradeoff(advice.rec.request, advice.cost_model, found.best, prompt_tokens=1000,
-                           prompt_basis="a default")
+                           prompt_basis="a default", cost_model_at=cost_model_at(advice))
     return advice, found, table
 
 
@@ -55,7 +56,8 @@ def test_each_cell_is_the_fastest_command_that_fits_with_the_held_knobs(persona_
         at = _at(request, cell.context_tokens, cell.kv_cache_type)
         assert cell.fits
         # the cell's command priced again, on its own, gives the cell's figures (one pricing path)
-        again = price_placement_command(at, advice.cost_model, parse_llama_command(cell.argv), prompt_tokens=1000)
+        priced_by = analytic_model(at)  # the cell's own: its context's depth and its cache's bytes
+        again = price_placement_command(at, priced_by, parse_llama_command(cell.argv), prompt_tokens=1000)
         assert again.tpot_s == pytest.approx(cell.tpot_s, rel=1e-12)
         assert again.prefill.ttft_s == pytest.approx(cell.ttft_s, rel=1e-12)
         assert again.vram_used_bytes == cell.vram_used_bytes <= budget
@@ -64,7 +66,7 @@ def test_each_cell_is_the_fastest_command_that_fits_with_the_held_knobs(persona_
         # no other host-layer count that fits is faster, in decode or in TTFT (a full scan, not the bisection)
         for n in range(model.moe_blocks[0], model.n_blocks + 1):
             argv = search_argv(at, "qwen3-30b-a3b.gguf", n, 0, False, None)
-            other = price_placement_command(at, advice.cost_model, parse_llama_command(argv), prompt_tokens=1000)
+            other = price_placement_command(at, priced_by, parse_llama_command(argv), prompt_tokens=1000)
             if other.memory.vram_bytes > budget:
                 assert n < cell.n_cpu_moe  # the cell is the smallest N that fits
                 continue
@@ -92,7 +94,7 @@ def test_a_cell_that_does_not_fit_says_so():
     advice = plan(PlanChoices(**PERSONA_A, vram_budget_gib=3.0))
     found = search_cache(advice.rec.request, advice.cost_model)
     table = price_tradeoff(advice.rec.request, advice.cost_model, found.best, prompt_tokens=1000,
-                           prompt_basis="a default")
+                           prompt_basis="a default", cost_model_at=cost_model_at(advice))
     big = table.cell(65536, "f16")
     assert not big.fits and big.tokens_per_s is None and "--cpu-moe" in big.refusal
     assert table.cell(8192, "q8_0").fits
@@ -104,7 +106,7 @@ def test_a_workload_holds_the_answers_ubatch_and_refuses_contexts_too_small():
     advice = plan(PlanChoices(**PERSONA_A, prompt_tokens=12000, output_tokens=300))
     found = search_cache(advice.rec.request, advice.cost_model, prompt_tokens=12000, output_tokens=300)
     table = price_tradeoff(advice.rec.request, advice.cost_model, found.best, prompt_tokens=12000,
-                           prompt_basis="the workload's", output_tokens=300)
+                           prompt_basis="the workload's", output_tokens=300, cost_model_at=cost_model_at(advice))
     for kv in KV_TYPES:
         small = table.cell(8192, kv)
         assert not small.fits and "12300 tokens do not fit in 8192" in small.refusal

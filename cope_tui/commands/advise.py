@@ -13,6 +13,7 @@ from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
 from cope_tui.options import WORKLOAD_PRESETS, choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
+from cope_tui.service.advice import cost_model_at
 from cope_tui.service.export import ExportAsk, export_command, write_side_files
 from cope_tui.service.last_plan import record_plan
 from cope_tui.service.runtimes import run_advice, scan_runtimes
@@ -124,9 +125,11 @@ def _tradeoff(advice, cache, workload):  # type: ignore[no-untyped-def]
     if workload is None:
         prompt = WORKLOAD_PRESETS[DEFAULT_PROMPT][0]
         return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=prompt,
-                              prompt_basis=f"the {DEFAULT_PROMPT} workload's (no workload given)")
+                              prompt_basis=f"the {DEFAULT_PROMPT} workload's: no workload given",
+                              cost_model_at=cost_model_at(advice))
     return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=workload.prompt_tokens,
-                          prompt_basis="the workload's", output_tokens=workload.output_tokens)
+                          prompt_basis="the workload's", output_tokens=workload.output_tokens,
+                          cost_model_at=cost_model_at(advice))
 
 
 def _search_leads(cache, runs) -> bool:  # type: ignore[no-untyped-def]

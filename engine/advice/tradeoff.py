@@ -20,6 +20,7 @@ prompt the caller names.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from engine.advice.cache_search import PricedCommand, search_argv
 from engine.advice.command_estimate import CommandPrice, price_placement_command
@@ -74,8 +75,9 @@ class Tradeoff:
 
     def lines(self) -> list[str]:
         """The table as `cope advise` prints it, short."""
-        out = [f"What context and KV cache type cost (stock llama.cpp, --n-cpu-moe searched; {self.held_fixed}; "
-               f"TTFT of a {self.prompt_tokens}-token prompt, {self.prompt_basis}; decode {self.decode_at}):",
+        out = [f"What context and KV cache type cost (stock llama.cpp; TTFT of a {self.prompt_tokens}-token prompt, "
+               f"{self.prompt_basis}):",
+               f"  each the fewest --n-cpu-moe layers that fit, {self.held_fixed}; decode {self.decode_at}",
                f"  {'context':>7} {'KV':<5} {'tok/s':>6} {'TTFT s':>7} {'VRAM GiB':>9}  placement"]
         for c in self.cells:
             head = f"  {c.context_tokens:>7} {c.kv_cache_type:<5}"
@@ -95,19 +97,27 @@ def _placement(argv: tuple[str, ...]) -> str:
 
 
 def price_tradeoff(request: AdviseRequest, cost_model: CostModel, answer: PricedCommand, *, prompt_tokens: int,
-                   prompt_basis: str, output_tokens: int | None = None,
+                   prompt_basis: str, cost_model_at: Callable[[AdviseRequest], CostModel],
+                   output_tokens: int | None = None,
                    contexts: tuple[int, ...] = CONTEXTS_TOKENS, kv_types: tuple[str, ...] = KV_TYPES) -> Tradeoff:
     """Every (context, KV type) cell priced with `answer`'s -ub and load mode held (the search's
-    best command); `output_tokens` given: the workload's request, whose tokens a context must hold."""
+    best command); `output_tokens` given: the workload's request, whose tokens a context must hold.
+    A cost model prices one context and KV type (the depth a decode step attends to, the
+    cache's bytes): `cost_model` is `request`'s, `cost_model_at` gives another cell's."""
     model_file = answer.argv[answer.argv.index("-m") + 1]
     budget = request.vram_budget_bytes - int(request.vram_budget_bytes * SAFETY_MARGIN_FRACTION)
     workload = output_tokens is not None
     count = [0]
 
+    models: dict[tuple[int, float], CostModel] = {_cell_key(request): cost_model}
+
     def price(at: AdviseRequest, n: int, prompt: int | None) -> tuple[tuple[str, ...], CommandPrice]:
         argv = search_argv(at, model_file, n, 0, answer.pinned, answer.ubatch)
         count[0] += 1
-        return tuple(argv), price_placement_command(at, cost_model, parse_llama_command(argv), prompt_tokens=prompt)
+        key = _cell_key(at)
+        if key not in models:
+            models[key] = cost_model_at(at)
+        return tuple(argv), price_placement_command(at, models[key], parse_llama_command(argv), prompt_tokens=prompt)
 
     def fits(at: AdviseRequest, n: int) -> bool:
         _, p = price(at, n, None)
@@ -124,11 +134,15 @@ def price_tradeoff(request: AdviseRequest, cost_model: CostModel, answer: Priced
             at = replace(request, context_tokens=context, kv_bytes_per_element=KV_TYPE_BYTES[kv],
                          kv_cache_type=None if kv == "f16" else kv)
             cells.append(_cell(at, context, kv, price, fits, prompt_tokens, budget))
-    held = (f"-ub {answer.ubatch}" if answer.ubatch is not None else "llama.cpp's default -ub") + \
-        (", -lm none" if answer.pinned else "") + " held from the answer, no expert cache"
+    held = ("the answer's " + (f"-ub {answer.ubatch}" if answer.ubatch is not None else "-ub (llama.cpp's default)")
+            + (" and -lm none" if answer.pinned else "") + " held, no expert cache")
     decode_at = (f"at the request's mean depth, {request.attention_tokens} tokens" if workload
                  and request.attention_tokens is not None else "at half the context")
     return Tradeoff(tuple(cells), prompt_tokens, prompt_basis, held, decode_at, count[0])
+
+
+def _cell_key(request: AdviseRequest) -> tuple[int, float]:
+    return request.context_tokens, request.kv_bytes_per_element
 
 
 def _cell(at: AdviseRequest, context: int, kv: str, price, fits, prompt_tokens: int,  # type: ignore[no-untyped-def]
