@@ -14,7 +14,7 @@ from engine.cost.cost_models import analytic_model
 from engine.advice.cache_search import search_argv, search_cache
 from engine.advice.command_estimate import price_placement_command
 from engine.advice.tradeoff import CONTEXTS_TOKENS, KV_TYPES, price_tradeoff
-from engine.cost.analytic_cost import KV_TYPE_BYTES
+from engine.cost.analytic_cost import KV_TYPE_BYTES, AnalyticCostModel
 from engine.cost.estimate import faster
 from engine.hardware.memory import GIB, SAFETY_MARGIN_FRACTION
 from engine.llamacpp.llama_args import parse_llama_command
@@ -131,3 +131,22 @@ def test_advise_prints_the_table_after_the_answer_and_writes_it_in_json(run_cope
     # the 8k f16 cell is the command advise leads with
     assert first["tokens_per_s"] == pytest.approx(doc["recommendation"]["run_now"]["tokens_per_s"], rel=1e-9)
     assert first["vram_used_bytes"] / GIB < 12
+
+
+def test_cells_priced_by_another_fidelity_say_which(persona_a):  # type: ignore[no-untyped-def]
+    """A measured profile covers the answer's context only: the other cells fall back (the
+    default policy), and the table says which cell each fidelity priced."""
+    advice, found, table = persona_a
+    assert {c.fidelity for c in table.cells} == {"analytic"}
+    assert not any(line.strip().startswith("priced ") for line in table.lines())
+
+    class Measured(AnalyticCostModel):  # stands in for the answer's measured fidelity
+        fidelity = "combined"
+
+    request = advice.rec.request
+    answer_model = Measured(request.model, request.quant, request.platform, context_tokens=request.context_tokens)
+    mixed = price_tradeoff(request, answer_model, found.best, prompt_tokens=1000, prompt_basis="a default",
+                           cost_model_at=analytic_model)
+    assert mixed.cell(8192, "f16").fidelity == "combined" and mixed.cell(8192, "q8_0").fidelity == "analytic"
+    said = mixed.lines()[-1]
+    assert said.startswith("  priced analytic: 8192 q8_0, 16384 f16") and said.endswith("combined: 8192 f16")

@@ -45,6 +45,7 @@ class TradeoffCell:
     ttft_s: float | None
     vram_used_bytes: int | None
     refusal: str | None = None  # why no command fits (None: it does)
+    fidelity: str = ""  # the cost model that priced it ("": not priced)
 
     @property
     def fits(self) -> bool:
@@ -87,6 +88,11 @@ class Tradeoff:
             ttft = "-" if c.ttft_s is None else f"{c.ttft_s:.2f}"
             out.append(f"{head} {c.tokens_per_s:>6.1f} {ttft:>7} {c.vram_used_bytes / GIB:>9.2f}  "
                        f"{_placement(c.argv)}")  # type: ignore[arg-type]
+        kinds = {c.fidelity for c in self.cells if c.fidelity}
+        if len(kinds) > 1:  # a measured profile covers some contexts only (each cell's cost model: its own)
+            out.append("  priced " + "; ".join(
+                f"{kind}: " + ", ".join(f"{c.context_tokens} {c.kv_cache_type}" for c in self.cells if c.fidelity == kind)
+                for kind in sorted(kinds)))
         return out
 
 
@@ -162,6 +168,6 @@ def _cell(at: AdviseRequest, context: int, kv: str, price, fits, prompt_tokens: 
             lo = mid + 1
     argv, p = price(at, lo, prompt_tokens)
     if not p.runs:  # it fits VRAM, yet does not run (RAM: more host layers need more of it)
-        return TradeoffCell(context, kv, argv, lo, None, None, p.vram_used_bytes, p.refusal)
+        return TradeoffCell(context, kv, argv, lo, None, None, p.vram_used_bytes, p.refusal, p.fidelity)
     ttft = p.prefill.ttft_s if p.prefill is not None else None
-    return TradeoffCell(context, kv, argv, lo, p.tpot_s, ttft, p.vram_used_bytes)
+    return TradeoffCell(context, kv, argv, lo, p.tpot_s, ttft, p.vram_used_bytes, fidelity=p.fidelity)
