@@ -60,6 +60,11 @@ NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GP
 # a fold would be tested on a machine its fit saw. The blog post's gpt-oss-120b runs are the
 # machine (RTX 4070, i5-12600K, two DDR5 DIMMs) of the same author's benchmark repository.
 ONE_MACHINE = {
+    # InsiderLLM's rig 'rushuna' (RTX 3060 + i7-7700), in two records of its bench-results repository
+    "https://github.com/msb-msb/insiderllm-bench-results/blob/1639d2ec897b8af159c15abd61c15050c20634e3/"
+    "rushuna-july-rows-remeasure-2026-09-28/README.md":
+        "https://github.com/msb-msb/insiderllm-bench-results/blob/bbd4fae677cf03ac08f581fb563a70150cb8bdb2/"
+        "rushuna-3060-qwen36-ncmoe-2026-09-11/README.md",
     "https://carteakey.dev/blog/local-inference/optimizing-gpt-oss-120b-local-inference/":
         "https://github.com/carteakey/lllms/blob/827b96079041b7f4244bf35b40e0955f31c66f9f/docs/bench-results.md",
 }

@@ -116,7 +116,7 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
             assert (e.tpot_s, e.vram_used_bytes) == (r["tpot_s"], r["vram_used_bytes"]), r["id"]
         # the whole document the CLI writes, from the app's advice and its runs (less what the CLI adds)
         whole = {k: v for k, v in doc.items()
-                 if k not in ("runtimes", "workload", "export", "llama_cpp_cache", "llama_cpp_default")}
+                 if k not in ("runtimes", "workload", "export", "llama_cpp_cache", "llama_cpp_default", "tradeoff")}
         assert _same(recommendation_to_dict(rec, app.runs)) == whole
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:

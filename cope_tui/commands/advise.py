@@ -11,8 +11,9 @@ from dataclasses import replace
 from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
-from cope_tui.options import choices_from_args
+from cope_tui.options import WORKLOAD_PRESETS, choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
+from cope_tui.service.advice import cost_model_at
 from cope_tui.service.export import ExportAsk, export_command, write_side_files
 from cope_tui.service.last_plan import record_plan
 from cope_tui.service.runtimes import run_advice, scan_runtimes
@@ -21,6 +22,7 @@ from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
 from engine.advice.cache_search import render_cache_advice, search_cache
 from engine.advice.llama_default import llama_default
+from engine.advice.tradeoff import price_tradeoff
 from engine.cost.estimate import faster
 from engine.advice.report import recommendation_to_dict
 from engine.hardware.gpu_set import cards_of
@@ -61,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
     cache = _cache_advice(advice, workload)
     leads = _search_leads(cache, runs)
     default = _llama_default(advice, runs, cache, leads, workload)
+    tradeoff = _tradeoff(advice, cache, workload)
     if args.json:
         doc = recommendation_to_dict(recommendation, runs)
         doc["llama_cpp_cache"] = cache.to_dict() if cache is not None else None
         doc["llama_cpp_default"] = default.to_dict() if default is not None else None
+        doc["tradeoff"] = tradeoff.to_dict() if tradeoff is not None else None
         doc["runtimes"] = scan.to_dict()
         if ranking is not None:
             doc["workload"] = ranking.to_dict()
@@ -83,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                                                    lead=leads))
             if default is not None:
                 block += "\n  " + default.line()
+            if tradeoff is not None:
+                block += "\n\n" + "\n".join(tradeoff.lines())
             # the search's command first when it beats the ranking's pick, else its one line after that pick
             head, sep, rest = text.partition("\n\n")
             text = f"{block}\n\n{text}" if leads else f"{head}\n{block}{sep}{rest}"
@@ -105,6 +111,25 @@ def _cache_advice(advice, workload):  # type: ignore[no-untyped-def]
         return search_cache(request, advice.cost_model)
     return search_cache(request, advice.cost_model, prompt_tokens=workload.prompt_tokens,
                         output_tokens=workload.output_tokens)
+
+
+# TTFT in the trade-off table without a workload: the chat workload's prompt.
+DEFAULT_PROMPT = "chat"
+
+
+def _tradeoff(advice, cache, workload):  # type: ignore[no-untyped-def]
+    """What each context and KV cache type costs, beside the search's best command
+    (engine/advice/tradeoff.py); None where there is no search (two or more cards)."""
+    if cache is None or cache.best is None:
+        return None
+    if workload is None:
+        prompt = WORKLOAD_PRESETS[DEFAULT_PROMPT][0]
+        return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=prompt,
+                              prompt_basis=f"the {DEFAULT_PROMPT} workload's: no workload given",
+                              cost_model_at=cost_model_at(advice))
+    return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=workload.prompt_tokens,
+                          prompt_basis="the workload's", output_tokens=workload.output_tokens,
+                          cost_model_at=cost_model_at(advice))
 
 
 def _search_leads(cache, runs) -> bool:  # type: ignore[no-untyped-def]
@@ -170,8 +195,6 @@ def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-untyped-def]
     """`--gpu none`: the CPU-only command and its price (cope_tui/service/cpu_only.py)."""
-    if choices.prompt_tokens is not None or choices.workload is not None:
-        raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
     keep_plan(choices)
     if args.json:
