@@ -158,19 +158,6 @@ def block_kernels(model: ModelSpec, block: int) -> int:
     return attention + ffn
 
 
-# How many times a decode step streams a linear-attention (Gated DeltaNet) block's recurrent
-# state: ggml_gated_delta_net reads the state and writes the new one into its result, and a
-# ggml_cpy copies that into the recurrent cache (read and write) (ggml-org/llama.cpp
-# src/models/delta-net-base.cpp at 156ce1c: build_delta_net_fused, build_recurrent_attn). The
-# state is F32 and as large as the block's weights in places (Qwen3-Next: 2 MiB a block), and
-# it is read where the block runs, on the GPU or the CPU. Builds from before the fused op
-# (llama.cpp PR 19504, 2026-02) ran build_delta_net_autoregressive instead, a dozen elementwise
-# ops over state-sized tensors (about 16 passes counted in the same file), the path llama.cpp
-# issue 19480 measured about 5x slower on the CPU than bandwidth predicts; COPE prices the fused
-# graph of current builds.
-DELTA_NET_STATE_PASSES = 4
-
-
 @dataclass(frozen=True)
 class AnalyticAssumptions:
     """The constants of the roofline model. "fitted": by bench/fit_published.py, once, on
@@ -366,19 +353,12 @@ class AnalyticCostModel:
         """The KV cache's bytes a decode step reads in `block` at the attended depth."""
         return self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
 
-    def state_bytes(self, block: int) -> float:
-        """The recurrent state's bytes a decode step streams in `block` (a linear-attention
-        block's; 0 for attention): DELTA_NET_STATE_PASSES over the state."""
-        return DELTA_NET_STATE_PASSES * self.model.recurrent_state_bytes_per_layer(block)
-
     def gpu_block_s(self, block: int) -> float:
-        work = (self.model.shared_layer_bytes(self.quant, block) + self.gpu_kv_read_factor * self.kv_bytes(block)
-                + self.state_bytes(block))
+        work = self.model.shared_layer_bytes(self.quant, block) + self.gpu_kv_read_factor * self.kv_bytes(block)
         return self.gpu_block_fixed_s(block) + work / self.gpu_stream_bytes_per_s
 
     def cpu_block_s(self, block: int, threads: int) -> float:
-        work = (self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
-                + self.state_bytes(block))
+        work = self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
         return self.a.cpu_block_overhead_s + work / self.cpu_stream_bytes_per_s(threads)
 
     def head_s(self, *, on_cpu: bool = False, threads: int = 1) -> float:
