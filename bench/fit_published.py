@@ -46,8 +46,8 @@ START = AnalyticAssumptions(gpu_bandwidth_efficiency=0.7, cpu_bandwidth_efficien
 # above 6 no row asks for. The GPU's per-SM cache rate: 0.5-50 GB/s an SM spans every card's
 # bandwidth an SM (5.7-12 GB/s) either way, so the bound never decides (docs/accuracy.md).
 # sync_s: a hand-over is a stream synchronisation and three synchronous copies (the hidden state and
-# the expert ids to the CPU, the experts' outputs back: engine/llamacpp/graph_splits.py), microseconds
-# each; left free the fit takes it to nothing.
+# the expert ids to the CPU, the experts' outputs back: llama.cpp's ggml-backend.cpp,
+# ggml_backend_sched_compute_splits), microseconds each; left free the fit takes it to nothing.
 # gpu_bandwidth_efficiency: a whole dense decode step, every launch and small op included,
 # streams 0.81 of the GPU's peak (llama-bench tg128 of llama 7B F16 on an RTX 4090, 13.5 GB a
 # token at 61.0 tok/s of 1008 GB/s: https://github.com/ggml-org/llama.cpp/pull/4766), so the

@@ -190,11 +190,10 @@ class AnalyticAssumptions:
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
     cpu_block_overhead_s: float = 73.18e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     # fitted (held to 5 us-0.5 ms): the hand-over of a layer whose experts run on the CPU, half of it at each
-    # change of device (engine/llamacpp/graph_splits.py counts them from llama.cpp's scheduler): the GPU's stream
-    # synchronised and three synchronous copies (the normed hidden state and the expert ids to the CPU, the
-    # experts' outputs back), and the CPU thread team's start and join for the split (ggml-backend.cpp
-    # ggml_backend_sched_compute_splits, ggml-cpu.c ggml_graph_compute). The source gives the count, not the
-    # microseconds.
+    # change of device: the GPU's stream synchronised and three synchronous copies (the normed hidden state and
+    # the expert ids to the CPU, the experts' outputs back), and the CPU thread team's start and join for the
+    # split (ggml-org/llama.cpp ggml-backend.cpp at 0054c01, ggml_backend_sched_compute_splits; ggml-cpu.c at
+    # 1b5f950, ggml_graph_compute). The source gives the count, not the microseconds (docs/accuracy.md, issue 44).
     sync_s: float = 5.06e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
     # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; the rows hardly tell it from

@@ -99,9 +99,7 @@ def fit_outcome(request: AdviseRequest, command: LlamaCommand, placement: LlamaP
 def _last_layers_on_cpu(placement: LlamaPlacement, n_gpu: int) -> LlamaPlacement:
     share = np.ones_like(placement.expert_cpu_share)
     share[:n_gpu] = 0.0
-    every = frozenset(("up", "gate", "down"))  # a layer's projections on the CPU (graph_splits)
-    return replace(placement, expert_cpu_share=share,
-                   expert_cpu_projections=tuple(every if s else frozenset() for s in share))
+    return replace(placement, expert_cpu_share=share)
 
 
 def _experts_on_gpu(request: AdviseRequest, placement: LlamaPlacement, target: int, mapped: bool,

@@ -37,7 +37,6 @@ from engine.cost.split_work import split_work
 from engine.hardware.host_memory import PAGE_CACHE_DISK_BYTES_PER_S, cold_expert_disk_bytes, ram_fit
 from engine.hardware.memory import GIB, RUNTIME_RESERVE_BYTES
 from engine.llamacpp.ecma_regex import search
-from engine.llamacpp.graph_splits import crossings, expert_op_devices
 from engine.llamacpp.llama_args import LlamaCommand, stoi
 from engine.llamacpp.tensor_overrides import expert_tensor_names, is_gpu_buffer
 from engine.models.block_tensors import OUTPUT_HEAD, PIECES, shared_tensors, tensor_names
@@ -61,10 +60,6 @@ class LlamaPlacement:
     # Block tensors besides the routed experts that an override puts on the other device
     # than their block's (an offloaded block's on the CPU, a CPU block's on the GPU).
     moved_shared: frozenset[str] = frozenset()
-    # [L] the routed-expert projections ("up", "gate", "down") each MoE layer keeps on the CPU:
-    # where the token's work changes device (engine/llamacpp/graph_splits.py); () when not known
-    # (a placement built from shares alone: one stretch of CPU work a layer)
-    expert_cpu_projections: tuple[frozenset[str], ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -151,12 +146,10 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     start = max(model.n_blocks - n_gpu, 0)
     gpu_blocks = np.arange(model.n_blocks) >= start
     share = np.zeros(model.n_moe_layers)
-    projections = []
     for layer, block in enumerate(model.moe_blocks):
         names = expert_tensor_names(model, block)
         on_cpu = [_on_cpu(name, command, bool(gpu_blocks[block])) for name in names]
         share[layer] = sum(on_cpu) / len(names)
-        projections.append(frozenset(_projection(name) for name, cpu in zip(names, on_cpu) if cpu))
     moved: set[str] = set()
     output_on_gpu = has_gpu and n_gpu > model.n_blocks
     # --cpu-moe's and --n-cpu-moe's patterns name routed-expert tensors only: the rest of
@@ -176,12 +169,7 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     if unused:
         notes.append("overrides that match no tensor of this model (they move nothing): " + "; ".join(unused))
     gpu_blocks.flags.writeable = share.flags.writeable = False
-    return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved), tuple(projections))
-
-
-def _projection(name: str) -> str:
-    """"up", "gate" or "down" of an expert tensor's name (blk.N.ffn_up_exps.weight)."""
-    return name.split(".")[2].removeprefix("ffn_").removesuffix("_exps")
+    return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved))
 
 
 def _on_cpu(name: str, command: LlamaCommand, block_on_gpu: bool) -> bool:
@@ -254,21 +242,22 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
         if layer is None:
             continue
         share = float(placement.expert_cpu_share[layer])
-        from_cache = share > 0 and cached is not None and bool(cached.cached[layer])
         if share < 1:
             gpu_experts_s += (1 - share) * gpu_layer
-        if from_cache:
+            devices.append("gpu")
+        if share > 0 and cached is not None and cached.cached[layer]:
             gpu_experts_s += float(cached.compute_s[layer] + cached.upload_s[layer])
+            devices.append("gpu")
         elif share > 0:
             cpu_experts_s += share * cpu_layer
-        devices += _expert_devices(placement, model, layer, on_gpu=on_gpu, cpu_device="gpu" if from_cache else cpu_device)
+            devices.append(cpu_device)
     if placement.output_on_gpu:
         head_s = cost_model.token_overhead_s()
         devices.append("gpu")
     else:
         head_s = shared.cpu_head_s(threads)
         devices.append("cpu")
-    transitions = crossings(devices)
+    transitions = sum(a != b for a, b in zip(devices, devices[1:]))
     if cached is None:
         return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s, transitions * sync / 2,
                              head_s, transitions)
@@ -276,20 +265,6 @@ def placement_cost(request: AdviseRequest, cost_model: CostModel, placement: Lla
     return PlacementCost(gpu_blocks_s, cpu_blocks_s, gpu_experts_s, cpu_experts_s,
                          transitions * sync / 2 + cache_sync, head_s, transitions,
                          cache_upload_s=float(cached.upload_s.sum()), cache_sync_s=cache_sync)
-
-
-def _expert_devices(placement: LlamaPlacement, model: ModelSpec, layer: int, *, on_gpu: bool,
-                    cpu_device: str) -> list[str]:
-    """The devices a MoE layer's routed experts run on, in order: in an offloaded block whose
-    expert projections on the CPU are known, op by op as llama.cpp's scheduler places them
-    (graph_splits.expert_op_devices: `-ot ffn_(up|down)_exps=CPU` leaves gate and the GLU on
-    the GPU between up and down, two round trips); else the GPU's share, then the CPU's
-    (`cpu_device`: "gpu" where the CPU's experts are computed on the GPU, staged or cached)."""
-    share = float(placement.expert_cpu_share[layer])
-    projections = placement.expert_cpu_projections[layer] if placement.expert_cpu_projections else frozenset()
-    if share > 0 and on_gpu and cpu_device == "cpu" and projections:
-        return list(expert_op_devices(projections, gated=model.gated_experts))
-    return (["gpu"] if share < 1 else []) + ([cpu_device] if share > 0 else [])
 
 
 @dataclass(frozen=True)
