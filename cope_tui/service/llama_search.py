@@ -1,0 +1,106 @@
+"""Stock llama.cpp's commands searched beside the ranking, and llama.cpp's own placement of
+the command COPE leads with: what `cope advise` prints around its run-now pick, in one
+place so the app shows the same answer (issue 45 item 2, issue 43).
+
+- the search (engine/advice/cache_search.py): host layers x llama.cpp's expert cache x load
+  mode (x -ub with a workload), one GPU only, since COPE models one card's cache;
+- whether its best command beats the ranking's run-now pick (then it leads);
+- the lead command against the same command with no placement flags, which llama.cpp's
+  `--fit` places (engine/advice/llama_default.py), by the same measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.advice.cache_search import CacheAdvice, render_cache_advice, search_cache
+from engine.advice.llama_default import LlamaDefault, llama_default
+from engine.cost.estimate import faster
+from engine.hardware.gpu_set import cards_of
+from engine.runtimes import STOCK_NAME
+
+
+@dataclass(frozen=True)
+class LlamaSearch:
+    cache: CacheAdvice | None  # None: not searched (several GPUs)
+    default: LlamaDefault | None  # None: nothing on stock llama.cpp to compare with
+    leads: bool  # the search's command beats the ranking's run-now pick
+
+    def heading(self) -> str:
+        """What the ranking's run-now block is headed with: it is the answer only when the
+        search's command does not beat it."""
+        if not self.leads:
+            return "Run this now"
+        assert self.cache is not None
+        return "Without llama.cpp's expert cache (any build), run" if self.cache.cache_wins else "COPE's ranking picks"
+
+    def block(self, *, build=None, synthetic: bool = False) -> str | None:  # type: ignore[no-untyped-def]
+        """The search's lines and llama.cpp's own placement's line (None: nothing searched)."""
+        if self.cache is None:
+            return None
+        text = "\n".join(render_cache_advice(self.cache, build=build, synthetic=synthetic, lead=self.leads))
+        if self.default is not None:
+            text += "\n  " + self.default.line()
+        return text
+
+    def placed(self, text: str, *, build=None, synthetic: bool = False) -> str:  # type: ignore[no-untyped-def]
+        """`text` (the run-now block, then a blank line and the rest) with the search's block
+        placed: first when its command leads, else right after the run-now block."""
+        block = self.block(build=build, synthetic=synthetic)
+        if block is None:
+            return text
+        if self.leads:
+            return f"{block}\n\n{text}"
+        head, sep, rest = text.partition("\n\n")
+        return f"{head}\n{block}{sep}{rest}"
+
+    def to_dict(self) -> dict:
+        """The two keys `cope advise --json` carries."""
+        return {"llama_cpp_cache": self.cache.to_dict() if self.cache is not None else None,
+                "llama_cpp_default": self.default.to_dict() if self.default is not None else None}
+
+
+def search_beside(advice, runs, workload) -> LlamaSearch:  # type: ignore[no-untyped-def]
+    """The search for `advice`'s plan (by request time with a workload), whether it leads
+    the ranking's pick in `runs`, and llama.cpp's own placement of the lead command."""
+    cache = _cache_advice(advice, workload)
+    leads = _search_leads(cache, runs)
+    return LlamaSearch(cache, _llama_default(advice, runs, cache, leads, workload), leads)
+
+
+def _cache_advice(advice, workload) -> CacheAdvice | None:  # type: ignore[no-untyped-def]
+    request = advice.rec.request
+    if len(cards_of(request.platform.gpu)) != 1:
+        return None
+    if workload is None:
+        return search_cache(request, advice.cost_model)
+    return search_cache(request, advice.cost_model, prompt_tokens=workload.prompt_tokens,
+                        output_tokens=workload.output_tokens)
+
+
+def _search_leads(cache: CacheAdvice | None, runs) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the searched command beats the ranking's run-now pick (by what both rank by)."""
+    if cache is None or cache.best is None:
+        return False
+    if runs.run_now is None:  # the ranking found nothing that fits RAM: its refusal leads
+        return False
+    return faster(cache.best.objective_s, runs.seconds(runs.run_now.row))
+
+
+def _llama_default(advice, runs, cache, leads, workload) -> LlamaDefault | None:  # type: ignore[no-untyped-def]
+    """The command advise leads with, against llama.cpp's own placement of it (--fit), by
+    the same measure (TPOT, or with a workload the request time)."""
+    if cache is None:
+        return None
+    request = advice.rec.request
+    work = {} if workload is None else {"prompt_tokens": workload.prompt_tokens,
+                                        "output_tokens": workload.output_tokens}
+    if leads:
+        pick = cache.best
+        return llama_default(request, advice.cost_model, pick.argv, pick.objective_s, **work)
+    if runs.run_now is None:
+        return None
+    export = runs.export(advice.rec, runs.run_now)
+    if export.runtime != STOCK_NAME:
+        return None
+    return llama_default(request, advice.cost_model, export.argv, runs.seconds(runs.run_now.row), **work)
