@@ -24,6 +24,7 @@ from cope_tui.app.messages import (
     Progress,
     PullPlanned,
     RuntimesFound,
+    SearchReady,
     SweepReady,
     TraceRecorded,
     WorkFailed,
@@ -152,6 +153,19 @@ class Workers:
                 self.post_message(SweepReady(stage.points, advice, stage.done, stage.total))
 
         self._deliver("sweep", job, lambda _: None)
+
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
+    def search_llama(self, advice: service.Advice, runs, workload, cache=None) -> None:  # type: ignore[no-untyped-def]
+        """Stock llama.cpp's commands searched beside the ranking, as `cope advise` searches them;
+        `cache`: the search already made for this plan (new runtimes change the picks, not it)."""
+        from cope_tui.service.llama_search import beside, search_beside
+
+        def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
+            if cache is not None:
+                return beside(advice, runs, workload, cache)
+            return search_beside(advice, runs, workload)
+
+        self._deliver("search", job, lambda found: SearchReady(found, advice, runs))
 
     @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
     def find_runtimes(self) -> None:

@@ -63,7 +63,12 @@ class LlamaSearch:
 def search_beside(advice, runs, workload) -> LlamaSearch:  # type: ignore[no-untyped-def]
     """The search for `advice`'s plan (by request time with a workload), whether it leads
     the ranking's pick in `runs`, and llama.cpp's own placement of the lead command."""
-    cache = _cache_advice(advice, workload)
+    return beside(advice, runs, workload, _cache_advice(advice, workload))
+
+
+def beside(advice, runs, workload, cache: CacheAdvice | None) -> LlamaSearch:  # type: ignore[no-untyped-def]
+    """`cache` (a search already made for `advice`'s plan) beside the ranking's picks in `runs`:
+    the runtimes found can change the run-now pick, not the search."""
     leads = _search_leads(cache, runs)
     return LlamaSearch(cache, _llama_default(advice, runs, cache, leads, workload), leads)
 
