@@ -447,6 +447,11 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         paper = [i for i, line in enumerate(lines) if line.startswith("Fastest on paper (")]
         assert all(i > runs for i in paper)
         assert "tok/s" in shown and "ms/token" in shown
+        # every figure carries its band, as `cope estimate` prints it (engine/advice/error_band.py)
+        est = app.pasted_estimate
+        figures = [i for i, line in enumerate(lines) if " tok/s" in line and "ms/token" in line]
+        assert figures and all(lines[i + 1].startswith("  error band: ") for i in figures)
+        assert lines[figures[0] + 1] == f"  error band: {est.yours.band.text()}" and "±" in lines[figures[0] + 1]
         unknown = next(line for line in shown.splitlines() if line.startswith("Not understood"))
         assert "--foo" in unknown
         assert "priced as" not in shown  # the -m file is named after the model in use: nothing to say

@@ -178,8 +178,8 @@ class ResultsPane(Vertical):
             best = ranking.best
             summary.append(f"; {ranking.workload.describe()}: fastest request {best.candidate_id} "
                            f"{best.request_s:.1f} s (TTFT {best.prefill.ttft_s:.1f} s, "
-                           f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s)",
-                           style="bold")
+                           f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s "
+                           f"{band_cell(estimate_band(best.estimate)).plain})", style="bold")
         self.query_one("#results-summary", Static).update(summary)
         # No row to run (nothing fits RAM, no runtime runs any): the CLI's words, not a second wording.
         self.show_message(nothing_fits(runs) if runs.run_now is None else None)
@@ -285,7 +285,10 @@ class ResultsPane(Vertical):
         table.display = False
         self.query_one("#results-bottom").display = False  # no VRAM to sweep, no split to break down
         shown = self.query_one("#cpu-only-plan", Static)
-        shown.update(Text(render_cpu_only(plan).rstrip()))
+        text = Text(render_cpu_only(plan).rstrip())
+        if plan.price.runs:
+            text.append(f"\nerror band of {plan.price.tokens_per_s:.1f} tok/s: {plan.price.band.text()}", style="italic")
+        shown.update(text)
         shown.display = True
 
     def show_selected(self, app) -> None:  # type: ignore[no-untyped-def]
