@@ -31,13 +31,15 @@ COLUMNS = ("#", "llama.cpp flags, or candidate", "tok/s", "band", "ms/tok", "x b
 COMPACT_COLUMNS = ("#", "flags, or candidate", "tok/s ±band", "VRAM", "RAM", "runs on")
 WIDE_AT = 110  # narrower terminals get the compact table
 _ABBREV = (("ready-first", "ready1st"), ("sequential", "seq"), ("parallel", "par"), ("nonuniform", "nonu"),
-           ("uniform", "uni"), ("prefetch", "pf"))
+           ("uniform", "uni"), ("prefetch", "pf"), ("layers' experts on the CPU", "on CPU"),
+           ("(every expert on the GPU)", "(all on GPU)"))
 
 
-def compact_id(candidate_id: str) -> str:
+def compact_id(words: str) -> str:
+    """A row's flags or candidate id, shortened for a narrow terminal."""
     for long, short in _ABBREV:
-        candidate_id = candidate_id.replace(long, short)
-    return candidate_id
+        words = words.replace(long, short)
+    return words
 
 
 PAPER_KEY = "paper-only"  # the row that heads the Policy Matrix's paper-only cells (not a candidate)
@@ -99,8 +101,8 @@ class ResultsPane(Vertical):
     ResultsPane #run-now-box { height: auto; max-height: 25%; padding: 0 1; }
     ResultsPane #run-now { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }
     ResultsPane #results-table { height: 1fr; min-height: 5; }
-    ResultsPane #paper-row { height: 1; padding: 0 1; }
-    ResultsPane #paper-line { width: 1fr; height: 1; }
+    ResultsPane #paper-row { height: auto; max-height: 2; padding: 0 1; }
+    ResultsPane #paper-line { width: 1fr; height: auto; }
     ResultsPane #show-paper { height: 1; border: none; padding: 0; }
     ResultsPane #cpu-only-plan { height: 1fr; min-height: 5; padding: 0 1; display: none; overflow-y: auto; }
     ResultsPane #results-bottom { height: 35%; min-height: 7; }
