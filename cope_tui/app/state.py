@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 from cope_tui.service.advice import sweep_stages
+from cope_tui.service.hardware import remember_cpu_bandwidth
 from cope_tui.service.pricing import probe_then_price
 from cope_tui.service.runtimes import scan_runtimes
+from cope_tui.service.traces import record_trace
+from cope_tui.sources.hub_imatrix import pull_entry_file
 from cope_tui.sources.hub_trace import plan_pull, pull_trace
+from probes.detect import detect_platform
 from probes.gpu import UNLOADED, detect_gpu
 from probes.host import detect_cpu
-
-# What only a person's action reaches (measuring, recording, an imatrix download) is
-# imported when first used: the app's first ranked table does not wait for it.
 
 
 def _detect_cpu():  # type: ignore[no-untyped-def]
@@ -26,9 +27,6 @@ def _detect_gpu():  # type: ignore[no-untyped-def]
 
 
 def _measure_platform(progress, expert_bytes):  # type: ignore[no-untyped-def]
-    from cope_tui.service.hardware import remember_cpu_bandwidth
-    from probes.detect import detect_platform
-
     platform = detect_platform(measure=True, expert_bytes=expert_bytes, progress=progress)
     remember_cpu_bandwidth(platform)  # planning on this machine uses it from now on
     return platform
@@ -51,8 +49,6 @@ def _pull(spec: str, model: str, log, progress=None, cancel=None):  # type: igno
 
 
 def _pull_imatrix(repo_id: str, filename: str | None, **kw):  # type: ignore[no-untyped-def]
-    from cope_tui.sources.hub_imatrix import pull_entry_file
-
     return pull_entry_file(repo_id, filename, **kw)
 
 
@@ -61,8 +57,6 @@ def _sweep_stages(advice, n_points, **kw):  # type: ignore[no-untyped-def]
 
 
 def _record(**kw):  # type: ignore[no-untyped-def]
-    from cope_tui.service.traces import record_trace
-
     return record_trace(**kw)
 
 

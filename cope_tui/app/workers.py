@@ -32,6 +32,7 @@ from cope_tui.app.messages import (
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
 from cope_tui.service.cpu_only import plan_cpu_only
+from cope_tui.service.llama_search import beside, search_beside
 from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
 from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
 from engine.core.errors import CopeInputError
@@ -163,8 +164,6 @@ class Workers:
     def search_llama(self, advice: service.Advice, runs, workload, cache=None) -> None:  # type: ignore[no-untyped-def]
         """Stock llama.cpp's commands searched beside the ranking, as `cope advise` searches them;
         `cache`: the search already made for this plan (new runtimes change the picks, not it)."""
-        from cope_tui.service.llama_search import beside, search_beside
-
         def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
             if cache is not None:
                 return beside(advice, runs, workload, cache)
