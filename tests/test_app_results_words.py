@@ -98,3 +98,20 @@ async def test_the_table_lists_what_runs_by_its_flags_with_bands_and_paper_rows_
         app.query_one("#show-paper", Checkbox).value = False
         await settle(pilot)
         assert table.row_count == len(runnable)
+
+
+async def test_a_search_that_fails_is_one_line_above_the_table_and_the_ranking_stays(monkeypatch):
+    from engine.core.errors import CopeInputError
+
+    def broken(*a, **kw):  # type: ignore[no-untyped-def]
+        raise CopeInputError("the test's search broke")
+
+    monkeypatch.setattr("cope_tui.service.llama_search.search_cache", broken)
+    app = make_app(make_services(), PlanChoices(**PLAN))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.llama_search is None and app.search_failed == "the test's search broke"
+        shown = text_of(app, "#run-now")
+        assert shown.startswith("Run this now: ") and "not searched: the test's search broke" in shown
+        assert app.query_one("#results-table", DataTable).row_count == len(runnable_rows(app)) > 0
+        assert not [n for n in app.notices if n[0] == "error"]
