@@ -4,7 +4,8 @@
 
 Each row of ../shared/calibration/published-decode.csv that bench/published_rows.py
 transcribes, and of the project's own bench/data/published-extra.csv (bench/published_extra_rows.py;
-its rows are named x<index>), is priced through the code path of `cope estimate` (the request built from
+its rows are named x<index>) and bench/data/published-hybrid.csv (bench/published_hybrid_rows.py; rows
+h<index>: web pages' runs with experts on the CPU beside a GPU), is priced through the code path of `cope estimate` (the request built from
 the model, quantization and hardware presets, the command's own settings, its placement
 priced by engine/advice/command_estimate.py) with the analytic cost model, the fidelity COPE
 uses for a machine it has not measured. The published tokens/s are only compared with:
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.published_extra_rows import EXTRA_ROWS, EXTRA_SKIPPED  # noqa: E402
+from bench.published_hybrid_rows import HYBRID_ROWS, HYBRID_SKIPPED  # noqa: E402
 from bench.published_multi_gpu import MULTI_GPU_INDEXES, MULTI_GPU_ROWS, MULTI_GPU_SKIPPED  # noqa: E402
 from bench.published_rows import ROWS, SKIPPED, Row  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
@@ -49,8 +51,28 @@ from engine.hardware.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
 EXTRA_CSV = ROOT / "bench" / "data" / "published-extra.csv"  # published runs the project collected (its .md)
+HYBRID_CSV = ROOT / "bench" / "data" / "published-hybrid.csv"  # web pages' hybrid runs (its .md)
 GOOD = (0.75, 1.33)
 NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GPU preset is not used
+
+
+# Sources that publish one person's one machine: cross-validation leaves them out together, or
+# a fold would be tested on a machine its fit saw. The blog post's gpt-oss-120b runs are the
+# machine (RTX 4070, i5-12600K, two DDR5 DIMMs) of the same author's benchmark repository.
+ONE_MACHINE = {
+    # InsiderLLM's rig 'rushuna' (RTX 3060 + i7-7700), in two records of its bench-results repository
+    "https://github.com/msb-msb/insiderllm-bench-results/blob/1639d2ec897b8af159c15abd61c15050c20634e3/"
+    "rushuna-july-rows-remeasure-2026-09-28/README.md":
+        "https://github.com/msb-msb/insiderllm-bench-results/blob/bbd4fae677cf03ac08f581fb563a70150cb8bdb2/"
+        "rushuna-3060-qwen36-ncmoe-2026-09-11/README.md",
+    "https://carteakey.dev/blog/local-inference/optimizing-gpt-oss-120b-local-inference/":
+        "https://github.com/carteakey/lllms/blob/827b96079041b7f4244bf35b40e0955f31c66f9f/docs/bench-results.md",
+}
+
+
+def machine_source(url: str) -> str:
+    """The source a row counts under: its URL, or the first source of the same machine."""
+    return ONE_MACHINE.get(url, url)
 
 
 @dataclass(frozen=True)
@@ -60,7 +82,7 @@ class Priced:
     price: CommandPrice | None
     problem: str | None  # why it has no figure (input error, would not run)
     source: str = ""  # the CSV's source URL: what cross-validation leaves out together
-    key: str = ""  # how the report names the row: its index in the shared CSV, "x<index>" in the extra one
+    key: str = ""  # how the report names the row: its index in the shared CSV, "x<index>" / "h<index>" in the project's
     suspect: str | None = None  # the calibration notes' SUSPECT clause: left out of fits and checks
     regime: str = ""  # REGIMES: where the command puts the experts
 
@@ -134,7 +156,7 @@ def prepared(row: Row):  # type: ignore[no-untyped-def]
 def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumptions | None = None,
               key: str | None = None) -> Priced:
     tps = tokens_per_s(published["tg_tok_s"])
-    facts = dict(source=published["source"], suspect=suspect_note(published), key=key or str(row.index))
+    facts = dict(source=machine_source(published["source"]), suspect=suspect_note(published), key=key or str(row.index))
     try:
         request, command = prepared(row)
         model = AnalyticCostModel(request.model, request.quant, request.platform,
@@ -246,7 +268,8 @@ def signed_error(ratios: list[float]) -> float:
 def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions | None = None, *,
               extra: bool = True, fitted_only: bool = False) -> list[Priced]:
     """Every transcribed row of the shared CSV (`rows_csv`) priced, then (`extra`) those of
-    bench/data/published-extra.csv, the project's own collection of published runs.
+    bench/data/published-extra.csv and bench/data/published-hybrid.csv, the project's own
+    collections of published runs.
     `fitted_only`: only the rows a fit can use (hardware stated, not SUSPECT), which is what
     a fit's hundreds of evaluations need; fitted_rows() of either is the same."""
     def wanted(row: Row, published: dict[str, str]) -> bool:
@@ -258,6 +281,9 @@ def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions |
         extra_csv = _extra_rows()
         out += [price_row(row, pub, assumptions, key=f"x{row.index}") for row in EXTRA_ROWS
                 if wanted(row, pub := _checked(extra_csv, row, "bench/published_extra_rows.py"))]
+        hybrid_csv = _hybrid_rows()
+        out += [price_row(row, pub, assumptions, key=f"h{row.index}") for row in HYBRID_ROWS
+                if wanted(row, pub := _checked(hybrid_csv, row, "bench/published_hybrid_rows.py"))]
     return out
 
 
@@ -265,6 +291,12 @@ def price_all(rows_csv: list[dict[str, str]], assumptions: AnalyticAssumptions |
 def _extra_rows() -> list[dict[str, str]]:
     """The project's own published runs, read once (a fit prices every row hundreds of times)."""
     return published_rows(EXTRA_CSV)
+
+
+@functools.cache
+def _hybrid_rows() -> list[dict[str, str]]:
+    """The web pages' hybrid runs, read once (as _extra_rows)."""
+    return published_rows(HYBRID_CSV)
 
 
 def _checked(rows_csv: list[dict[str, str]], row: Row, transcription: str) -> dict[str, str]:
@@ -382,8 +414,10 @@ def main() -> int:
     rows_csv, json_out = given[0], given[1].json
     skipped = {**{str(i): MULTI_GPU_SKIPPED.get(i, why) for i, why in sorted(SKIPPED.items())
                   if i not in MULTI_GPU_INDEXES},
-               **{f"x{i}": why for i, why in sorted(EXTRA_SKIPPED.items())}}
-    summary = report(price_all(rows_csv), skipped, len(rows_csv) + len(published_rows(EXTRA_CSV)))
+               **{f"x{i}": why for i, why in sorted(EXTRA_SKIPPED.items())},
+               **{f"h{i}": why for i, why in sorted(HYBRID_SKIPPED.items())}}
+    total = len(rows_csv) + len(_extra_rows()) + len(_hybrid_rows())
+    summary = report(price_all(rows_csv), skipped, total)
     # Two GPUs (bench/published_multi_gpu.py): checks of engine/llamacpp/card_price.py, reported
     # apart and never fitted on.
     print("\nTwo or more GPUs (checks, not fitted):")

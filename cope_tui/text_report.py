@@ -187,9 +187,17 @@ def render_run_now(rec: Recommendation, runs: RunAdvice, *, model_path: str | No
         figure = (f"{best.estimate.tokens_per_s:.1f} tok/s" if runs.ranking is None
                   else f"request {runs.seconds(best.row):.1f} s")
         lines.append(f"{speedup:.2f}x faster with {other.title} ({best.estimate.candidate.id}, "
-                     f"{figure}): {other.install} ({other.home}), then cope export --runtime "
+                     f"{figure}{_rests_on(rec, best)}): {other.install} ({other.home}), then cope export --runtime "
                      f"{other.name} --candidate {best.estimate.candidate.id} --out DIR/run.sh")
     return lines
+
+
+def _rests_on(rec: Recommendation, pick) -> str:  # type: ignore[no-untyped-def]
+    """What a per-expert pick's speed-up rests on where that is SYNTHETIC routing: which
+    experts it keeps, and so its hit rate, were learnt from made-up routing."""
+    if not rec.request.trace.meta.synthetic or pick.row.placement.layout.value != "experts":
+        return ""
+    return "; on SYNTHETIC routing: record or pull a real trace (cope trace) before relying on it"
 
 
 def _fastest_by(runs: RunAdvice) -> str:

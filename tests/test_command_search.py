@@ -8,7 +8,7 @@ import pytest
 
 from cope_tui.options import PlanChoices
 from cope_tui.service.advice import plan
-from engine.advice.cache_search import UBATCHES, _argv, search_cache
+from engine.advice.cache_search import UBATCHES, search_argv, search_cache
 from engine.advice.command_estimate import price_placement_command
 from engine.cost.estimate import faster
 from engine.cost.prefill_cost import request_time_s
@@ -46,7 +46,7 @@ def _assert_unbeaten(advice, found, prompt, output):  # type: ignore[no-untyped-
     assert _objective(advice, best.argv, prompt, output) == pytest.approx(best.objective_s, rel=1e-9)
     tried = 0
     for n, mib, pinned, ub in _neighbours(best, request.model.n_blocks):
-        other = _objective(advice, _argv(request, model_file, n, mib, pinned, ub), prompt, output)
+        other = _objective(advice, search_argv(request, model_file, n, mib, pinned, ub), prompt, output)
         tried += 1
         if other is not None:
             assert not faster(other, best.objective_s), (n, mib, pinned, ub, other, best.objective_s)
@@ -63,7 +63,7 @@ def test_a_long_prompt_picks_fewer_gpu_layers_with_a_bigger_ubatch():
     best = found.best
     assert best.ubatch is not None and best.request_s is not None
     # it beats what every placement at its most-VRAM form with the -ub that fits gave (--cpu-moe -ub 4096)
-    cpu_moe = _objective(advice, _argv(advice.rec.request, "gpt-oss-120b.gguf", 36, 0, False, 4096), 8000, 300)
+    cpu_moe = _objective(advice, search_argv(advice.rec.request, "gpt-oss-120b.gguf", 36, 0, False, 4096), 8000, 300)
     assert faster(best.request_s, cpu_moe)
     _assert_unbeaten(advice, found, 8000, 300)
 

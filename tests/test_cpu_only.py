@@ -58,10 +58,12 @@ def test_the_text_leads_with_the_command(capsys):
     assert main(["advise", "--gpu", "none", *PLAN, "--threads", "8"]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Run this now: CPU only")
-    assert lines[2].strip() == "llama-server -m qwen3-30b-a3b.gguf -ngl 0 -c 4096 -t 8"
+    # its figures (decode, then the prompt), then the command, as advise's run-now block with a GPU
+    assert lines[2].strip().startswith("prompt: ")
+    assert lines[3].strip() == "llama-server -m qwen3-30b-a3b.gguf -ngl 0 -c 4096 -t 8"
 
 
-@pytest.mark.parametrize("flag", [["--vram-budget", "4"], ["--fidelity", "combined"], ["--workload", "chat"]])
+@pytest.mark.parametrize("flag", [["--vram-budget", "4"], ["--fidelity", "combined"]])
 def test_what_needs_a_gpu_is_one_line(capsys, flag):
     plan = [a for a in PLAN if a not in ("--fidelity", "analytic")]
     assert main(["advise", "--gpu", "none", *plan, *flag]) == EXIT_INPUT
@@ -74,3 +76,29 @@ def test_commands_that_rank_splits_say_where_the_cpu_only_plan_is(capsys):
     assert main(["export", "--gpu", "none", "--model", "qwen3-30b-a3b", "--candidate", "all-cpu"]) == EXIT_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cope advise --gpu none" in err
+
+
+def test_a_cpu_only_plan_gives_its_prompt_speed(capsys):
+    """llama-bench's pp512 by default: the same prefill `cope estimate` prices for the command's pp test."""
+    run = _advise(capsys, "--threads", "8")["recommendation"]["run_now"]
+    assert run["prompt_tokens"] == 512 and run["ubatch"] == 512
+    assert 0 < run["prompt_tokens_per_s"] < 1e4
+    assert run["ttft_s"] == pytest.approx(512 / run["prompt_tokens_per_s"], rel=1e-9)
+    # prefill is compute-bound on the CPU: faster per token than decoding one token at a time
+    assert run["prompt_tokens_per_s"] > run["tokens_per_s"]
+    bench = ["llama-bench", "-m", "qwen3-30b-a3b.gguf", "-ngl", "0", "-t", "8", "-p", "512", "-n", "0"]
+    plan = [a for a in PLAN if a not in ("--context", "4096")]
+    assert main(["estimate", "--json", *plan, "--gpu", "none", "--", *bench]) == EXIT_OK
+    pp = json.loads(capsys.readouterr().out)["yours"]["prompt_processing"]
+    assert pp["prompt_tokens_per_s"] == pytest.approx(run["prompt_tokens_per_s"], rel=1e-6)
+    assert main(["advise", "--gpu", "none", *PLAN, "--threads", "8"]) == EXIT_OK
+    assert "prompt tok/s at -ub 512" in capsys.readouterr().out
+
+
+def test_a_cpu_only_workload_is_ranked_by_its_request_time(capsys):
+    run = _advise(capsys, "--threads", "8", "--workload", "chat")["recommendation"]["run_now"]
+    assert run["prompt_tokens"] == 1000
+    assert run["request_s"] == pytest.approx(run["ttft_s"] + 300 * run["tpot_s"], rel=1e-12)
+    assert main(["advise", "--gpu", "none", *PLAN, "--threads", "8", "--workload", "chat"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "request " in out and "300 x " in out and "(the workload's)" in out

@@ -121,6 +121,7 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         search, shown = app.llama_search, str(app.query_one("#run-now", Static).render())
         assert search.cache is not None and search.cache.verdict() in shown
         assert search.default is None or search.default.line() in shown
+        assert search.tradeoff is None or all(line in shown for line in search.tradeoff.lines())
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:
             assert _same(app.workload_ranking.to_dict()) == doc["workload"]

@@ -107,3 +107,21 @@ def test_files_the_plan_names_are_recorded_by_absolute_path(tmp_path, monkeypatc
     last = last_plan()
     assert last is not None and last.settings["trace"] == str(tmp_path / "traces" / "t.jsonl")
     assert last.settings["model"] == "qwen3-30b-a3b" and last.settings["gpu"] == "rtx-4090"
+
+
+def test_a_vram_budget_is_not_carried_to_another_gpu(capsys):
+    """--vram-budget belongs to the last plan's card: `cope estimate --gpu none` after an advise with
+    one refused it ("--gpu none prices without a GPU"), and another --gpu would have inherited it."""
+    assert main(["advise", "--gpu", "rtx-3060-12gb", "--vram-budget", "8", *FAST]) == EXIT_OK
+    capsys.readouterr()
+    bench = ["--", "llama-bench", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "0", "-t", "8", "-p", "512"]
+    assert main(["estimate", "--tokens", "40", "--gpu", "none", *bench]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "--vram-budget 8 was the other card's: not used" in err.splitlines()[0]
+    server = ["--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "-t", "8"]
+    assert main(["estimate", "--json", "--tokens", "40", "--gpu", "rtx-4090", *server]) == EXIT_OK
+    assert "assumed VRAM budget: all of the GPU's 24 GiB" in json.loads(capsys.readouterr().out)["notes"]
+    # without --gpu the last plan's card comes with its budget
+    assert main(["estimate", "--json", "--tokens", "40", *server]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "--vram-budget 8" in err.splitlines()[0] and "not used" not in err.splitlines()[0]

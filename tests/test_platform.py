@@ -27,6 +27,8 @@ GiB = 1024**3
 GPU_IDS = {
     # AMD and Intel (issue 33)
     "rx-7900-xtx", "rx-7900-xt", "rx-9070-xt", "radeon-pro-w7900", "mi50-32gb", "mi100", "arc-b580", "arc-a770-16gb",
+    # issue 44: GPUs of published hybrid runs (ik_llama.cpp issue 2199; GoodOlClint/homelab)
+    "rtx-a1000", "quadro-rtx-5000",
     "rtx-3060-12gb",
     "rtx-3080",
     "rtx-3090",

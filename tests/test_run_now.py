@@ -49,6 +49,8 @@ def test_text_starts_with_the_command_to_run_now_and_the_faster_runtime(capsys):
     faster = next(line for line in out.split("\n\n")[0].splitlines() if "x faster with" in line)
     assert "x faster with the llama.cpp MoE expert-cache fork (fixed.parallel.uniform" in faster
     assert "branch fable5/moe-cache-readme" in faster and "cope export --runtime fork" in faster
+    # the fork's speed-up comes from the experts it pins, learnt here from SYNTHETIC routing: the line says so
+    assert "on SYNTHETIC routing: record or pull a real trace" in faster
     ratio = float(faster.split("x faster")[0])
     doc_out, _ = advise(capsys, "--model", "deepseek-v2-lite-chat", "--vram-budget", "8", "--json")
     rec = json.loads(doc_out)["recommendation"]
@@ -175,3 +177,10 @@ def test_cope_export_runtime_names(capsys):
     assert main(["export", "--runtime", "fork", "--candidate", "partition-first", *FAST]) == EXIT_OK
     text = capsys.readouterr().out
     assert "the llama.cpp MoE expert-cache fork runs it exactly" in text and "github.com/thecodacus/llama.cpp" in text
+
+
+def test_the_forks_speedup_on_a_real_trace_does_not_say_synthetic(capsys, shared_traces):  # type: ignore[no-untyped-def]
+    trace = shared_traces / "deepseek-v2-lite-chat__moe-beyond" / "training_data_eamc"
+    out, _ = advise(capsys, "--model", "deepseek-v2-lite-chat", "--vram-budget", "8", "--trace", str(trace))
+    faster = next(line for line in out.split("\n\n")[0].splitlines() if "x faster with" in line)
+    assert "fork" in faster and "SYNTHETIC" not in faster

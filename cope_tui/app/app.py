@@ -326,7 +326,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         if message.advice is not self.advice:
             return
         if message.runs is not self.runs:
-            self.search_llama(self.advice, self.runs, workload_of(self.choices), message.search.cache)
+            self.search_llama(self.advice, self.runs, workload_of(self.choices), message.search)
             return
         self.llama_search = message.search
         self.query_one(ResultsPane).show_run_now(self)
@@ -348,7 +348,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         self.runs = self._plan_runs()
         self.selected_id = self.run_now_id() or self.selected_id
         if self.llama_search is not None:  # the picks moved: the search's lead and --fit comparison follow
-            self.search_llama(self.advice, self.runs, workload_of(self.choices), self.llama_search.cache)
+            self.search_llama(self.advice, self.runs, workload_of(self.choices), self.llama_search)
             self.llama_search = None
         self.query_one(ResultsPane).update_from(self)
         self.query_one(ExportPane).update_from(self)

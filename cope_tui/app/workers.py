@@ -161,12 +161,13 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="search", exit_on_error=False,
           description="stock llama.cpp's commands searched")
-    def search_llama(self, advice: service.Advice, runs, workload, cache=None) -> None:  # type: ignore[no-untyped-def]
+    def search_llama(self, advice: service.Advice, runs, workload, found=None) -> None:  # type: ignore[no-untyped-def]
         """Stock llama.cpp's commands searched beside the ranking, as `cope advise` searches them;
-        `cache`: the search already made for this plan (new runtimes change the picks, not it)."""
+        `found`: the search already made for this plan (new runtimes change the picks, not it)."""
+
         def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
-            if cache is not None:
-                return beside(advice, runs, workload, cache)
+            if found is not None:
+                return beside(advice, runs, workload, found.cache, found.tradeoff)
             return search_beside(advice, runs, workload)
 
         self._deliver("search", job, lambda found: SearchReady(found, advice, runs))

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = render_recommendation(recommendation, runs=runs, limit=None if args.all else 15,
                                      heading=search.heading())
-        # the search's command first when it beats the ranking's pick, else its one line after that pick
+        # the search's command first when it beats the ranking's pick, else its one line after that pick;
+        # the trade-off table below the search's lines
         text = search.placed(text, build=scan.builds.get(STOCK_NAME),
                              synthetic=recommendation.request.trace.meta.origin == "synthetic")
         sys.stdout.write(text)
@@ -115,8 +116,6 @@ def _synthetic_warnings(runs) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _run_cpu_only(args: argparse.Namespace, choices) -> int:  # type: ignore[no-untyped-def]
     """`--gpu none`: the CPU-only command and its price (cope_tui/service/cpu_only.py)."""
-    if choices.prompt_tokens is not None or choices.workload is not None:
-        raise CopeInputError("--gpu none prices decode only: drop --workload/--prompt-tokens")
     plan = plan_cpu_only(choices)
     keep_plan(choices)
     if args.json:

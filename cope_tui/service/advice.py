@@ -140,6 +140,20 @@ def parse_pasted(text: str) -> LlamaCommand:
     return parse_llama_command(words)
 
 
+def kept_fidelity(pricing: Pricing) -> Fidelity | None:
+    """The fidelity to price another request of the same plan with (its context, KV type,
+    threads): the same when it never probes (analytic, calibrated); else None, the default
+    policy (a complete cached profile for those settings, else analytic)."""
+    return pricing.fidelity if not pricing.fidelity.needs_profile else None
+
+
+def cost_model_at(advice: Advice):  # type: ignore[no-untyped-def]
+    """A function giving the cost model of `advice`'s plan for another request (the trade-off
+    table's cells, engine/advice/tradeoff.py), priced as `estimate_command` re-prices one."""
+    kept = kept_fidelity(advice.pricing)
+    return lambda request: choose_cost_model(request, fidelity=kept).cost_model
+
+
 def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: Fidelity | None = None,
                      probe_budget_s: float = 60.0, progress: Progress | None = None,
                      cancel: threading.Event | None = None, builds=None) -> CommandEstimate:  # type: ignore[no-untyped-def]
@@ -162,9 +176,8 @@ def estimate_command(advice: Advice, command: LlamaCommand, *, fidelity: Fidelit
         result = price_command(advice.rec, advice.cost_model, command, builds)
         return replace(result, notes=first + result.notes)
     moved = replace(request, **changes)
-    # The same fidelity when it never probes (analytic, calibrated); else the default policy.
     # An asked-for measured fidelity is kept too: the person asked for it (its profile is usually cached).
-    kept = fidelity or (advice.pricing.fidelity if not advice.pricing.fidelity.needs_profile else None)
+    kept = fidelity or kept_fidelity(advice.pricing)
     pricing = choose_cost_model(moved, fidelity=kept, probe_budget_s=probe_budget_s, progress=progress, cancel=cancel)
     try:
         redone = advise_with(moved, pricing, progress=progress, cancel=cancel)

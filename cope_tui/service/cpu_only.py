@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from cope_tui.options import PlanChoices
 from cope_tui.service.pricing import Pricing, choose_cost_model
 from cope_tui.service.request import build_request
+from cope_tui.service.workload import workload_of
 from engine.advice.command_estimate import (
     CommandEstimate,
     CommandPrice,
@@ -26,6 +27,8 @@ from engine.advice.command_estimate import (
 )
 from engine.core.errors import CopeInputError
 from engine.core.spans import count_of
+from engine.advice.workload import Workload
+from engine.cost.prefill_cost import request_time_s
 from engine.cost.request import AdviseRequest
 from engine.hardware.memory import GIB
 from engine.llamacpp.command_line import CommandLine, spell
@@ -33,12 +36,26 @@ from engine.llamacpp.llama_args import LlamaCommand, read_command_line
 import shlex
 
 
+# The prompt a CPU-only plan prices prefill for without a workload: llama-bench's pp test
+# (tools/llama-bench/llama-bench.cpp: the default -p 512), the prompt speed people quote.
+DEFAULT_PROMPT_TOKENS = 512
+
+
 @dataclass(frozen=True)
 class CpuOnlyPlan:
     request: AdviseRequest
     pricing: Pricing
     line: CommandLine  # the command: `llama-server -m FILE -ngl 0 -c C -t T`
-    price: CommandPrice
+    price: CommandPrice  # with its prefill of `workload`'s prompt, else of DEFAULT_PROMPT_TOKENS
+    workload: Workload | None = None
+
+    @property
+    def request_s(self) -> float | None:
+        """With a workload: TTFT + N x TPOT (None: no workload, or not priced)."""
+        p = self.price
+        if self.workload is None or not p.runs or p.prefill is None:
+            return None
+        return request_time_s(p.prefill.ttft_s, p.tpot_s, self.workload.output_tokens)
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -46,8 +63,13 @@ class CpuOnlyPlan:
 
     def to_dict(self) -> dict:
         p = self.price
+        pp = p.prefill if p.runs else None
         run = {"candidate": "cpu-only", "runtime": "llama.cpp", "argv": list(self.argv),
                "tokens_per_s": p.tokens_per_s if p.runs else None, "tpot_s": p.tpot_s if p.runs else None,
+               "prompt_tokens": None if pp is None else pp.prompt_tokens,
+               "prompt_tokens_per_s": None if pp is None else pp.tokens_per_s,
+               "ttft_s": None if pp is None else pp.ttft_s, "ubatch": None if pp is None else pp.ubatch,
+               "request_s": self.request_s,
                "ram_bytes": p.memory.host_bytes if p.memory is not None else None, "refusal": p.refusal}
         return {"schema": 2, "gpu": None, "model": self.request.model.id, "quant": self.request.quant.name,
                 "cpu": self.request.platform.cpu.name, "threads": self.request.threads,
@@ -57,7 +79,8 @@ class CpuOnlyPlan:
 
 
 def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # type: ignore[no-untyped-def]
-    """The CPU-only plan of `choices` (whose --gpu is none)."""
+    """The CPU-only plan of `choices` (whose --gpu is none), with the prefill of the workload's
+    prompt (and its request time), else of llama-bench's default 512-token prompt."""
     for flag, value in (("--vram-budget", choices.vram_budget_gib), ("--fidelity", choices.fidelity)):
         if value is not None and not (flag == "--fidelity" and not value.needs_profile):
             raise CopeInputError(f"{flag} {getattr(value, 'value', value)}: --gpu none plans without a GPU (analytic or calibrated "
@@ -68,10 +91,13 @@ def plan_cpu_only(choices: PlanChoices, *, detect_cpu=None) -> CpuOnlyPlan:  # t
     line = CommandLine("llama-server", spell("llama-server", [("model", model_file), ("gpu_layers", 0),
                                                               ("context", request.context_tokens),
                                                               ("threads", request.threads)]))
-    price = price_placement_command(request, pricing.cost_model, read_command_line(line))
-    if price.runs and not math.isfinite(price.tpot_s):  # a GPU term reached a CPU-only price: a bug, not input
-        raise RuntimeError(f"CPU-only price is not finite: {price.cost}")
-    return CpuOnlyPlan(request, pricing, line, price)
+    workload = workload_of(choices)
+    prompt = DEFAULT_PROMPT_TOKENS if workload is None else workload.prompt_tokens
+    price = price_placement_command(request, pricing.cost_model, read_command_line(line), prompt_tokens=prompt)
+    finite = [price.tpot_s] + ([price.prefill.prompt_s] if price.prefill is not None else [])
+    if price.runs and not all(math.isfinite(v) for v in finite):  # a GPU term reached a CPU-only price: a bug
+        raise RuntimeError(f"CPU-only price is not finite: {price.cost}, {price.prefill}")
+    return CpuOnlyPlan(request, pricing, line, price, workload)
 
 
 NO_RANKING = "--gpu none: no GPU, so there is no GPU/CPU split to rank against; your command is priced on the CPU alone"
@@ -112,6 +138,15 @@ def render_cpu_only(plan: CpuOnlyPlan) -> str:
     if p.runs:
         ram = f", RAM {p.memory.host_bytes / GIB:.1f} GiB" if p.memory is not None else ""
         lines.append(f"  {p.tokens_per_s:.1f} tok/s ({p.tpot_s * 1e3:.2f} ms/token){ram}; {p.detail}")
+        pp = p.prefill
+        if pp is not None:
+            whose = ("the workload's" if plan.workload is not None
+                     else "llama-bench's pp512; --prompt-tokens P for yours")
+            lines.append(f"  prompt: {pp.tokens_per_s:.0f} prompt tok/s at -ub {pp.ubatch}, TTFT {pp.ttft_s:.2f} s for "
+                         f"{pp.prompt_tokens} tokens ({whose})")
+        if plan.request_s is not None:
+            lines.append(f"  request {plan.request_s:.1f} s = TTFT {pp.ttft_s:.1f} s + "  # type: ignore[union-attr]
+                         f"{plan.workload.output_tokens} x {p.tpot_s * 1e3:.2f} ms")  # type: ignore[union-attr]
     else:
         lines.append(f"  {p.refusal}")
     lines += [f"  {shlex.join(plan.argv)}", "",

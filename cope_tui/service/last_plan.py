@@ -33,6 +33,8 @@ NOT_RECORDED = frozenset({"reprobe"})
 # `cope estimate` reads the model, quantization, context and threads from the command it prices:
 # it takes only the machine from the last plan.
 MACHINE = ("gpu", "cpu", "ram_gib", "memory", "ram_bandwidth_gbps", "vram_budget_gib", "llama_bin")
+# Settings that hold only for the last plan's GPU: not reused when another --gpu is given.
+GPU_BOUND = ("vram_budget_gib",)
 # Settings that may name a local file or folder: recorded by absolute path.
 PATH_SETTINGS = ("model", "trace", "profile_trace", "llama_bin")
 _DEFAULTS = PlanChoices()
@@ -154,8 +156,10 @@ def with_last_plan(choices: PlanChoices, *, only: tuple[str, ...] | None = None)
         said = flags_text(given)
         return PlanUsed(choices, "no plan recorded (cope advise records one): " +
                         (f"{said}, the rest COPE's defaults" if said else "COPE's defaults"), False)
+    # a VRAM budget belongs to the last plan's card: a --gpu given here (none included) drops it
+    bound = GPU_BOUND if "gpu" in given else ()
     taken = {name: text for name, text in last.settings.items()
-             if name not in given and (only is None or name in only)}
+             if name not in given and name not in bound and (only is None or name in only)}
     if not taken:  # the flags given say all the last plan said
         return PlanUsed(choices, f"the plan flags given here: {flags_text(given) or 'none'}", False)
     values = {}
@@ -166,6 +170,9 @@ def with_last_plan(choices: PlanChoices, *, only: tuple[str, ...] | None = None)
     line = last.describe(only)
     if given:
         line += f"; with {flags_text(given)} given here"
+    dropped = [name for name in bound if name in last.settings and (only is None or name in only)]
+    if dropped:
+        line += f" ({flags_text({name: last.settings[name] for name in dropped})} was the other card's: not used)"
     return PlanUsed(merged, line, bool(taken))
 
 

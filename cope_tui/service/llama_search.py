@@ -6,15 +6,20 @@ place so the app shows the same answer (issue 45 item 2, issue 43).
   mode (x -ub with a workload), one GPU only, since COPE models one card's cache;
 - whether its best command beats the ranking's run-now pick (then it leads);
 - the lead command against the same command with no placement flags, which llama.cpp's
-  `--fit` places (engine/advice/llama_default.py), by the same measure.
+  `--fit` places (engine/advice/llama_default.py), by the same measure;
+- what each context and KV cache type costs beside the search's best command (the
+  trade-off table, engine/advice/tradeoff.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cope_tui.options import WORKLOAD_PRESETS
+from cope_tui.service.advice import cost_model_at
 from engine.advice.cache_search import CacheAdvice, render_cache_advice, search_cache
 from engine.advice.llama_default import LlamaDefault, llama_default
+from engine.advice.tradeoff import Tradeoff, price_tradeoff
 from engine.cost.estimate import faster
 from engine.hardware.gpu_set import cards_of
 from engine.runtimes import STOCK_NAME
@@ -25,6 +30,7 @@ class LlamaSearch:
     cache: CacheAdvice | None  # None: not searched (several GPUs)
     default: LlamaDefault | None  # None: nothing on stock llama.cpp to compare with
     leads: bool  # the search's command beats the ranking's run-now pick
+    tradeoff: Tradeoff | None = None  # None: no search, or nothing it found fits
 
     def heading(self) -> str:
         """What the ranking's run-now block is headed with: it is the answer only when the
@@ -34,19 +40,24 @@ class LlamaSearch:
         assert self.cache is not None
         return "Without llama.cpp's expert cache (any build), run" if self.cache.cache_wins else "COPE's ranking picks"
 
-    def block(self, *, build=None, synthetic: bool = False) -> str | None:  # type: ignore[no-untyped-def]
-        """The search's lines and llama.cpp's own placement's line (None: nothing searched)."""
+    def block(self, *, build=None, synthetic: bool = False,  # type: ignore[no-untyped-def]
+              tradeoff: bool = True) -> str | None:
+        """The search's lines and llama.cpp's own placement's line, then (with `tradeoff`) a
+        blank line and the trade-off table (None: nothing searched)."""
         if self.cache is None:
             return None
         text = "\n".join(render_cache_advice(self.cache, build=build, synthetic=synthetic, lead=self.leads))
         if self.default is not None:
             text += "\n  " + self.default.line()
+        if tradeoff and self.tradeoff is not None:
+            text += "\n\n" + "\n".join(self.tradeoff.lines())
         return text
 
-    def placed(self, text: str, *, build=None, synthetic: bool = False) -> str:  # type: ignore[no-untyped-def]
+    def placed(self, text: str, *, build=None, synthetic: bool = False,  # type: ignore[no-untyped-def]
+               tradeoff: bool = True) -> str:
         """`text` (the run-now block, then a blank line and the rest) with the search's block
         placed: first when its command leads, else right after the run-now block."""
-        block = self.block(build=build, synthetic=synthetic)
+        block = self.block(build=build, synthetic=synthetic, tradeoff=tradeoff)
         if block is None:
             return text
         if self.leads:
@@ -55,22 +66,45 @@ class LlamaSearch:
         return f"{head}\n{block}{sep}{rest}"
 
     def to_dict(self) -> dict:
-        """The two keys `cope advise --json` carries."""
+        """The keys `cope advise --json` carries for them."""
         return {"llama_cpp_cache": self.cache.to_dict() if self.cache is not None else None,
-                "llama_cpp_default": self.default.to_dict() if self.default is not None else None}
+                "llama_cpp_default": self.default.to_dict() if self.default is not None else None,
+                "tradeoff": self.tradeoff.to_dict() if self.tradeoff is not None else None}
 
 
 def search_beside(advice, runs, workload) -> LlamaSearch:  # type: ignore[no-untyped-def]
     """The search for `advice`'s plan (by request time with a workload), whether it leads
-    the ranking's pick in `runs`, and llama.cpp's own placement of the lead command."""
-    return beside(advice, runs, workload, _cache_advice(advice, workload))
+    the ranking's pick in `runs`, llama.cpp's own placement of the lead command, and the
+    trade-off table beside the search's best."""
+    cache = _cache_advice(advice, workload)
+    return beside(advice, runs, workload, cache, _tradeoff(advice, cache, workload))
 
 
-def beside(advice, runs, workload, cache: CacheAdvice | None) -> LlamaSearch:  # type: ignore[no-untyped-def]
-    """`cache` (a search already made for `advice`'s plan) beside the ranking's picks in `runs`:
+def beside(advice, runs, workload, cache: CacheAdvice | None,  # type: ignore[no-untyped-def]
+           tradeoff: Tradeoff | None = None) -> LlamaSearch:
+    """`cache` and `tradeoff` (made for `advice`'s plan) beside the ranking's picks in `runs`:
     the runtimes found can change the run-now pick, not the search."""
     leads = _search_leads(cache, runs)
-    return LlamaSearch(cache, _llama_default(advice, runs, cache, leads, workload), leads)
+    return LlamaSearch(cache, _llama_default(advice, runs, cache, leads, workload), leads, tradeoff)
+
+
+# TTFT in the trade-off table without a workload: the chat workload's prompt.
+DEFAULT_PROMPT = "chat"
+
+
+def _tradeoff(advice, cache, workload) -> Tradeoff | None:  # type: ignore[no-untyped-def]
+    """What each context and KV cache type costs, beside the search's best command
+    (engine/advice/tradeoff.py); None where there is no search (two or more cards)."""
+    if cache is None or cache.best is None:
+        return None
+    if workload is None:
+        prompt = WORKLOAD_PRESETS[DEFAULT_PROMPT][0]
+        return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=prompt,
+                              prompt_basis=f"the {DEFAULT_PROMPT} workload's: no workload given",
+                              cost_model_at=cost_model_at(advice))
+    return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=workload.prompt_tokens,
+                          prompt_basis="the workload's", output_tokens=workload.output_tokens,
+                          cost_model_at=cost_model_at(advice))
 
 
 def _cache_advice(advice, workload) -> CacheAdvice | None:  # type: ignore[no-untyped-def]

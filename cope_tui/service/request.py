@@ -11,12 +11,13 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from cope_tui.service.hardware import plan_cpu
 from cope_tui.service.workload import workload_of
 from cope_tui.sources.resolve import resolve_model
-from engine.cost.analytic_cost import KV_TYPE_BYTES
+from engine.cost.analytic_cost import KV_TYPE_BYTES, AnalyticCostModel
 from engine.advice.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import user_path
 from engine.cost.request import AdviseRequest
-from engine.hardware.cpu_compute import core_compute
+from engine.hardware.cpu_compute import core_compute, hybrid_of
+from engine.hardware.gpu_backends import unpublished_backend_note
 from engine.hardware.memory import GIB
 from engine.core.spans import count_of
 from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
@@ -94,7 +95,12 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
     context, attention_tokens = _context(args, assumed)
 
     threads = _default_threads(platform) if args.threads is None else args.threads
-    if args.threads is None:
+    hybrid = hybrid_of(platform.cpu) if args.threads is None else None
+    if hybrid is not None:  # E-cores in an even split slow every thread: the fastest count for this model
+        threads = AnalyticCostModel(model, quant, platform, context_tokens=context).fastest_threads()
+        assumed.append(f"CPU threads: {threads}, the fewest that stream {model.name}'s experts fastest on this hybrid "
+                       f"CPU ({hybrid.performance.cores} P-cores; engine/hardware/hybrid_cores.py)")
+    elif args.threads is None:
         assumed.append(f"CPU threads: {threads} (the CPU's physical cores)")
     threads, clamped = usable_threads(threads, platform.cpu)
     if clamped:
@@ -148,11 +154,18 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
         gpu = no_gpu()
     else:
         gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
+    if not plans_without_gpu(gpu):
+        unpublished = unpublished_backend_note(gpu.backend)
+        if unpublished:
+            notes.append(unpublished)
     cpu = plan_cpu(args, detect_cpu)  # --cpu, --memory, --ram-bandwidth; else this machine (a stored measurement)
     assumed.extend(cpu.assumed)
     core = core_assumption(cpu.cpu)
     if core:
         assumed.append(core)
+    hybrid = hybrid_note(cpu.cpu)
+    if hybrid:
+        notes.append(hybrid)
     notes.extend(cpu.notes)
     return Platform(gpu=gpu, cpu=cpu.cpu)
 
@@ -173,6 +186,19 @@ def preset_gpu_on_this_cpu(choices: PlanChoices, platform: Platform) -> str | No
     return (f"--gpu {choices.gpu.strip()} is planned with THIS machine's CPU ({cpu.name}, {threads}, {memory}): "
             "the experts left on the CPU are priced on it; if the card goes in another machine, give that "
             "machine's --cpu NAME (and --memory TYPE-SPEEDxCHANNELS)")
+
+
+def hybrid_note(cpu: CpuSpec) -> str | None:
+    """How a hybrid Intel CPU's threads are priced (engine/hardware/hybrid_cores.py), None for
+    any other CPU."""
+    hybrid = hybrid_of(cpu)
+    if hybrid is None:
+        return None
+    p = hybrid.performance.cores
+    assumed = f"; {hybrid.assumed}" if hybrid.assumed else ""
+    return (f"{cpu.name} is hybrid ({hybrid.describe()}{assumed}): llama.cpp's threads are not pinned and a "
+            f"decode mat-vec's rows are split evenly when they make fewer than 4 chunks of 64 a thread, so past "
+            f"the {p} P-cores every thread works at the slowest core's pace")
 
 
 def core_assumption(cpu: CpuSpec) -> str | None:

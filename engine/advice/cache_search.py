@@ -140,7 +140,7 @@ class CacheAdvice:
         }
 
 
-def _argv(request: AdviseRequest, model_file: str, n_cpu_moe: int, cache_mib: int, pinned: bool,
+def search_argv(request: AdviseRequest, model_file: str, n_cpu_moe: int, cache_mib: int, pinned: bool,
           ubatch: int | None) -> list[str]:
     model = request.model
     argv = ["llama-server", "-m", model_file, "-ngl", "99", "-fa", "on", "-c", str(request.context_tokens),
@@ -174,7 +174,7 @@ def search_cache(request: AdviseRequest, cost_model: CostModel, *, model_file: s
     tried = 0
 
     def priced(n: int, mib: int, pinned: bool, ub: int | None) -> tuple[PricedCommand | None, CommandPrice]:
-        argv = _argv(request, model_file, n, mib, pinned, ub)
+        argv = search_argv(request, model_file, n, mib, pinned, ub)
         price = price_placement_command(request, cost_model, parse_llama_command(argv), prompt_tokens=prompt_tokens)
         if not price.runs or price.memory is None or price.memory.vram_bytes > budget:
             return None, price

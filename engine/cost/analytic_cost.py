@@ -40,7 +40,7 @@ from functools import cache
 from engine.core.assets_io import load_asset_json
 from engine.core.errors import CopeInputError
 from engine.cost.cost_model import CostModelDescription, Lanes, StateCosts, compose_state_costs, compose_step
-from engine.hardware.cpu_compute import core_compute, cores_used
+from engine.hardware.cpu_compute import core_compute, cores_used, hybrid_of
 from engine.hardware.gpu_backends import uses_graphs
 from engine.hardware.platform import CpuSpec, GpuSpec, Platform, assumed_cpu_bandwidth_bytes_per_s, plans_without_gpu
 from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
@@ -255,6 +255,8 @@ class AnalyticCostModel:
             cpu_bw = assumed_cpu_bandwidth_bytes_per_s(platform.cpu)
         self.cpu_bytes_per_s = float(cpu_bw.value)
         self.cpu_thread_bytes_per_s = thread_bytes_per_s(self.a, platform.cpu)
+        self.hybrid = hybrid_of(platform.cpu)  # None: every core alike
+        self._hybrid_stream: dict[int, float] = {}
         self.gpu_kv_read_factor = gpu_kv_read_factor(self.a, platform.gpu, self.gpu_stream_bytes_per_s)
 
     def gpu_block_fixed_s(self, block: int) -> float:
@@ -268,9 +270,36 @@ class AnalyticCostModel:
 
     def cpu_stream_bytes_per_s(self, threads: int) -> float:
         """What `threads` threads stream for quantized mat-vecs: linear in the cores they
-        run on until the memory saturates (more threads never slower)."""
-        return min(cores_used(self.platform.cpu, threads) * self.cpu_thread_bytes_per_s,
-                   self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency)
+        run on until the memory saturates (more threads never slower). On a hybrid CPU
+        (P- and E-cores) by the pace ggml's split gives them (`_hybrid_stream_bytes_per_s`)."""
+        cap = self.cpu_bytes_per_s * self.a.cpu_bandwidth_efficiency
+        if self.hybrid is None:
+            return min(cores_used(self.platform.cpu, threads) * self.cpu_thread_bytes_per_s, cap)
+        if threads not in self._hybrid_stream:
+            self._hybrid_stream[threads] = self._hybrid_stream_bytes_per_s(threads, cap)
+        return self._hybrid_stream[threads]
+
+    def fastest_threads(self) -> int:
+        """The -t whose CPU lane streams most, one thread a core at most, the fewest on a tie
+        (past the memory's saturation more threads stream no more): on a hybrid CPU often
+        its P-cores (engine/hardware/hybrid_cores.py)."""
+        cores = self.platform.cpu.physical_cores
+        top = int(cores.value) if cores.known else 1
+        speeds = {n: self.cpu_stream_bytes_per_s(n) for n in range(1, top + 1)}
+        best = max(speeds.values())
+        return min(n for n, v in speeds.items() if v >= best * (1 - 1e-9))
+
+    def _hybrid_stream_bytes_per_s(self, threads: int, cap: float) -> float:
+        """An expert's three mat-vecs on a hybrid CPU, each at the P-cores' worth of pace its
+        rows get (engine/hardware/hybrid_cores.py: an even split runs at the slowest thread's
+        pace, handed-out chunks at the sum), up to the memory's: gate and up have the expert's
+        FFN width as rows, down the hidden size; the three hold the same number of weights."""
+        model = self.model
+        seconds_per_byte = 0.0
+        for share, rows in ((2 / 3, model.expert_ffn_size), (1 / 3, model.hidden_size)):
+            pace = self.hybrid.p_core_equivalents(threads, rows)  # type: ignore[union-attr]
+            seconds_per_byte += share / min(pace * self.cpu_thread_bytes_per_s, cap)
+        return 1.0 / seconds_per_byte
 
     # --- single lanes ---------------------------------------------------------
     def gpu_experts_s(self, n: int) -> float:

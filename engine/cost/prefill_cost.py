@@ -245,7 +245,8 @@ class PrefillModel:
         gpu_s = np.where(gpu_flops > 0, gpu_s + self.a.layer_overhead_s, 0.0)
         # A small micro-batch reads each routed expert for few tokens: memory-bound then.
         cpu_s = np.maximum(cpu_flops / self.cpu_flops_per_s(runtime), cpu_bytes / self.cpu_bytes_per_s)
-        copy_s = copy_bytes / (self.h2d_bytes_per_s * self.a.copy_efficiency)
+        # nothing copied costs nothing (without a GPU the link's rate is NaN: 0 / NaN must not reach the sum)
+        copy_s = np.where(copy_bytes > 0, copy_bytes / (self.h2d_bytes_per_s * self.a.copy_efficiency), 0.0)
         if runtime.double_buffered:
             total = float(np.maximum(copy_s, gpu_s).sum() + cpu_s.sum())
         else:

@@ -20,6 +20,7 @@ from functools import cache
 
 from engine.core.assets_io import load_asset_json
 from engine.hardware.cpu_presets import machines, model_for_cpu_name
+from engine.hardware.hybrid_cores import HybridCores, hybrid_cores
 from engine.hardware.platform import CpuSpec
 
 CPU_COMPUTE_ASSET = "cpu_compute.json"
@@ -133,8 +134,25 @@ def cores_used(cpu: CpuSpec, threads: int) -> int:
 
 def cpu_peak_flops(cpu: CpuSpec, threads: int, no_vnni_factor: float = 1.0) -> float:
     """The CPU's peak FLOP/s in quantized matmuls with `threads` threads, before the
-    kernels' efficiency (CoreCompute.rate_flops_per_s)."""
-    return cores_used(cpu, threads) * core_compute(cpu).rate_flops_per_s(no_vnni_factor)
+    kernels' efficiency (CoreCompute.rate_flops_per_s). On a hybrid CPU each thread counts
+    at its core's pace: a prompt's matmuls have many chunks, which ggml hands out to the
+    threads as they finish (engine/hardware/hybrid_cores.py)."""
+    hybrid = hybrid_of(cpu)
+    used = cores_used(cpu, threads) if hybrid is None else sum(hybrid.thread_speeds(threads))
+    return used * core_compute(cpu).rate_flops_per_s(no_vnni_factor)
+
+
+def hybrid_of(cpu: CpuSpec) -> HybridCores | None:
+    """The P-, E- and low-power E-cores of a hybrid Intel CPU preset (assets/cpu_compute.json),
+    None for any other CPU (its cores are alike) or one no preset knows."""
+    preset_id = cpu_model_id(cpu)
+    entry = _table()["cpus"].get(preset_id or "")
+    if entry is None or not (cpu.physical_cores.known and cpu.logical_threads.known):
+        return None
+    arch = _table()["microarchitectures"][entry["microarchitecture"]]
+    p = core_compute_of(preset_id)
+    return hybrid_cores(entry, arch, int(cpu.physical_cores.value), int(cpu.logical_threads.value),  # type: ignore[arg-type]
+                        p.macs_per_s, p.clock_hz)
 
 
 def cpu_amx(cpu: CpuSpec) -> tuple[bool | None, str]:

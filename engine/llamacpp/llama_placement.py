@@ -25,6 +25,7 @@ offloaded, this is exactly what the ranking's layer-partition candidates cost (t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -137,8 +138,10 @@ def gpu_layer_count(command: LlamaCommand, model: ModelSpec) -> int:
     return model.n_blocks + 1 if n < 0 else n
 
 
+@lru_cache(maxsize=512)  # pure in its arguments; a fit prices each published command hundreds of times
 def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = True) -> LlamaPlacement:
-    """The placement `command` gives `model` (everything on the CPU without a GPU)."""
+    """The placement `command` gives `model` (everything on the CPU without a GPU). Its
+    arrays are read-only: the placement is shared by every caller that asks again."""
     n_gpu = gpu_layer_count(command, model) if has_gpu else 0
     start = max(model.n_blocks - n_gpu, 0)
     gpu_blocks = np.arange(model.n_blocks) >= start
@@ -165,6 +168,7 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
     unused = [f"{flag} {pat}={buf}" for pat, buf, flag in typed if not any(search(pat, n) for n in names)]
     if unused:
         notes.append("overrides that match no tensor of this model (they move nothing): " + "; ".join(unused))
+    gpu_blocks.flags.writeable = share.flags.writeable = False
     return LlamaPlacement(gpu_blocks, share, output_on_gpu, tuple(notes), frozenset(moved))
 
 

@@ -73,6 +73,7 @@ def _tensor_weights(model: ModelSpec, quant: Quantization) -> dict[str, tuple[in
             if t.block is not None and t.block < model.n_blocks and not t.is_routed_expert}
 
 
+@lru_cache(maxsize=64)  # a model's names never change; a fit prices each row's model hundreds of times
 def tensor_names(model: ModelSpec) -> tuple[str, ...]:
     """Every tensor name of the model's GGUF that llama.cpp loads (NextN blocks left out)."""
     return tuple(t.name for t in gguf_tensors(model) if t.block is None or t.block < model.n_blocks)

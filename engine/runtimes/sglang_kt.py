@@ -289,13 +289,13 @@ class SglangKt:
         if not (opts.hf_model or model.hf_repo):
             placeholders.append(Placeholder(hf_model, "the model's Hugging Face repo id or downloaded folder, which "
                                             "COPE does not know for this model (--hf-model REPO|DIR)"))
-        argv = [*LAUNCH, "--model-path", hf_model, "--context-length", str(opts.context), *memory.flags(),
+        want = kt_gpu_experts(candidate, placement, model)
+        run, n_gpu = kt_placement(candidate, placement, model, plan, memory)
+        argv = [*LAUNCH, "--model-path", hf_model, "--context-length", str(opts.context), *memory.flags(n_gpu),
                 "--kt-method", method.name, "--kt-weight-path", weight_path, "--kt-cpuinfer", str(opts.threads),
                 "--kt-threadpool-count", str(pools)]
         notes = [f"--model-path {hf_model}: SGLang builds the GPU side from the model's Hugging Face weights "
                  f"({memory.checkpoint.label}); {method.why}", *weight_notes]
-        want = kt_gpu_experts(candidate, placement, model)
-        run, n_gpu = kt_placement(candidate, placement, model, plan, memory)
         notes += memory.lines(n_gpu)
         if opts.hf_model and plan.checkpoint is None:
             notes.append(f"--hf-model {opts.hf_model} is no local folder, so its config.json was not read: the GPU "

@@ -40,6 +40,20 @@ that the server reserves what this plan counted, and asks kt-kernel for no more 
 experts than the static pool holds beside the non-expert weights and the KV cache of the
 context. The CUDA context (what is already in use when SGLang measures the free memory)
 is assumed, not measured.
+
+The budget holds whatever is free at start. The fraction is of the memory free then, which
+COPE cannot know when it writes the command, so it bounds both sides instead of guessing:
+- from below, the plan leaves COPE's safety margin of the budget (engine/hardware/memory.py)
+  to other processes (a desktop's display, another program): the fraction is of the budget
+  less that and the CUDA context, so the command starts with that much in use elsewhere;
+  with less free than `free_bytes`, SGLang stops with "Not enough memory", and the export
+  says how much must be free;
+- from above, `--max-total-tokens` (init_memory_pool: the KV pool is the smaller of what
+  memory allows and it) and, for hybrid linear-attention models, `--max-mamba-cache-size`
+  (handle_max_mamba_cache: an explicit count replaces the ratio's share) cap the pools at
+  the plan's, so a card with more free than planned does not hand SGLang the difference.
+A fraction of the card's total memory would hold neither side: SGLang multiplies it by the
+free memory, so anything in use elsewhere shrinks the pool below the plan (issue 46).
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ import os
 from dataclasses import dataclass
 
 from engine.core.errors import CopeInputError
+from engine.hardware.memory import SAFETY_MARGIN_FRACTION
 from engine.models.model import KV_CACHE_BYTES_PER_ELEMENT, ModelSpec
 
 MIB = 2**20
@@ -64,6 +79,9 @@ HEADROOM_FRACTION = 0.02
 # server_args.py defaults.
 TP_SIZE = PP_SIZE = 1
 MAMBA_FULL_MEMORY_RATIO = 0.9
+# model_runner_kv_cache_mixin.py: with the radix cache on (the default), at most
+# max_mamba_cache_size // 3 requests run at once.
+MAMBA_STATES_PER_REQUEST = 3
 SWA_FULL_TOKENS_RATIO = 0.8
 # model_runner_kv_cache_mixin.py init_memory_pool: max_running_requests is clamped to
 # 2048..4096 when not given; each request row holds the context plus 4 int32 slots.
@@ -215,9 +233,14 @@ def sglang_reserved_mib(card_mib: float, chunked_prefill_size: int, cuda_graph_m
 
 
 def sglang_kv_bytes(model: ModelSpec, context_tokens: int) -> int:
-    """The KV pool SGLang needs to hold one sequence of `context_tokens`: every attention
-    layer's cell per token (sliding layers at swa_full_tokens_ratio of the tokens), and for
-    hybrid linear-attention models the share the Mamba states take from the same pool."""
+    """The KV pool SGLang needs to hold one sequence of `context_tokens`."""
+    return int(math.ceil(context_tokens * sglang_kv_bytes_per_token(model)))
+
+
+def sglang_kv_bytes_per_token(model: ModelSpec) -> float:
+    """The pool a token of context takes: every attention layer's cell (sliding layers at
+    swa_full_tokens_ratio of the tokens) and, for hybrid linear-attention models, the share
+    the Mamba states take from the same pool."""
     full = sliding = 0
     for block in model.attention_blocks:
         cell = model.attention.kv_elements_per_token() * KV_CACHE_BYTES_PER_ELEMENT
@@ -225,10 +248,10 @@ def sglang_kv_bytes(model: ModelSpec, context_tokens: int) -> int:
             sliding += cell
         else:
             full += cell
-    pool = context_tokens * (full + SWA_FULL_TOKENS_RATIO * sliding)
+    per_token = full + SWA_FULL_TOKENS_RATIO * sliding
     if model.linear_blocks:
-        pool *= 1 + MAMBA_FULL_MEMORY_RATIO
-    return int(math.ceil(pool))
+        per_token *= 1 + MAMBA_FULL_MEMORY_RATIO
+    return per_token
 
 
 @dataclass(frozen=True)
@@ -238,6 +261,7 @@ class SglangMemory:
     card_bytes: int  # the card's memory: SGLang's tiers
     budget_bytes: int  # what the plan may use of it (COPE's VRAM budget)
     cuda_context_bytes: int  # in use before SGLang measures the free memory (assumed)
+    other_use_bytes: int  # left to other processes at start: COPE's safety margin of the budget
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     reserved_bytes: int  # SGLang's reserve for activations and CUDA graphs
@@ -246,14 +270,17 @@ class SglangMemory:
     non_expert_bytes: int  # in the checkpoint's format
     expert_bytes: int  # one routed expert in the checkpoint's format
     kv_bytes: int  # the KV pool one sequence of the context needs
+    kv_bytes_per_token: float  # the pool a token of context takes (Mamba states' share included)
+    mamba_state_bytes: int  # one request's recurrent states (0: no linear-attention layers)
     staging_bytes: int  # kt-kernel's shared staging buffer
     n_experts_total: int
     context_tokens: int
 
     @property
     def free_bytes(self) -> int:
-        """What SGLang measures as free at start (its total_gpu_memory)."""
-        return max(self.budget_bytes - self.cuda_context_bytes, 0)
+        """What SGLang must find free at start (its total_gpu_memory) for this plan: the
+        budget less the CUDA context and what other processes may hold."""
+        return max(self.budget_bytes - self.cuda_context_bytes - self.other_use_bytes, 0)
 
     @property
     def mem_fraction_static(self) -> float:
@@ -304,11 +331,26 @@ class SglangMemory:
         leaves."""
         return self.static_bytes - self.non_expert_bytes - self.staging_bytes - n_gpu_experts * self.expert_bytes
 
-    def flags(self) -> list[str]:
-        """The server arguments that make SGLang reserve what this plan counts."""
+    def max_total_tokens(self, n_gpu_experts: int) -> int:
+        """The KV pool's tokens at the plan: SGLang's cap when more memory is free."""
+        return int(self.kv_pool_bytes(n_gpu_experts) // self.kv_bytes_per_token)
+
+    def max_mamba_cache_size(self, n_gpu_experts: int) -> int:
+        """The Mamba states the plan's pool holds (0: no linear-attention layers)."""
+        if not self.mamba_state_bytes:
+            return 0
+        share = self.kv_pool_bytes(n_gpu_experts) * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+        return max(int(share // self.mamba_state_bytes), MAMBA_STATES_PER_REQUEST)
+
+    def flags(self, n_gpu_experts: int) -> list[str]:
+        """The server arguments that make SGLang reserve what this plan counts with
+        `n_gpu_experts` on the GPU, and take no more when more is free."""
+        caps = ["--max-total-tokens", str(self.max_total_tokens(n_gpu_experts))]
+        if self.mamba_state_bytes:
+            caps += ["--max-mamba-cache-size", str(self.max_mamba_cache_size(n_gpu_experts))]
         return ["--mem-fraction-static", f"{self.mem_fraction_static:.3f}",
                 "--chunked-prefill-size", str(self.chunked_prefill_size),
-                "--cuda-graph-max-bs", str(self.cuda_graph_max_bs)]
+                "--cuda-graph-max-bs", str(self.cuda_graph_max_bs), *caps]
 
     def refusal(self) -> str:
         """Why not even the non-expert weights and the KV cache fit (when `fits` is False)."""
@@ -323,8 +365,16 @@ class SglangMemory:
         """The split, in GiB, one step a line, for the export's comments."""
         experts = n_gpu_experts * self.expert_bytes
         card = "" if self.card_bytes == self.budget_bytes else f" of a {_gib(self.card_bytes)} GiB card"
+        mamba = (f" and --max-mamba-cache-size {self.max_mamba_cache_size(n_gpu_experts)} (the Mamba states)"
+                 if self.mamba_state_bytes else "")
         return [
+            f"needs {_gib(self.free_bytes + self.cuda_context_bytes)} GiB free at start (nvidia-smi "
+            f"--query-gpu=memory.free): the {_gib(self.budget_bytes)} GiB budget less {_gib(self.other_use_bytes)} "
+            "left to other processes; with less free SGLang stops with \"Not enough memory\" (plan again with "
+            f"--vram-budget set to what is free). With more free it takes no more: --max-total-tokens "
+            f"{self.max_total_tokens(n_gpu_experts)} caps the KV pool{mamba}",
             f"SGLang's GPU memory for this command (its own arithmetic): {_gib(self.budget_bytes)} GiB budget{card} = "
+            f"other processes {_gib(self.other_use_bytes)} + "
             f"CUDA context {_gib(self.cuda_context_bytes)} (assumed) + static pool {_gib(self.static_bytes)} "
             f"(--mem-fraction-static {self.mem_fraction_static:.3f} of the {_gib(self.free_bytes)} free at start) + "
             f"reserve {_gib(self.reserved_bytes)} for activations and CUDA graphs (--chunked-prefill-size "
@@ -345,7 +395,8 @@ class SglangMemory:
         n = self.gpu_experts if n_gpu_experts is None else n_gpu_experts
         return {
             "card_bytes": self.card_bytes, "budget_bytes": self.budget_bytes,
-            "cuda_context_bytes": self.cuda_context_bytes, "free_bytes": self.free_bytes,
+            "cuda_context_bytes": self.cuda_context_bytes, "other_use_bytes": self.other_use_bytes,
+            "free_bytes": self.free_bytes,
             "mem_fraction_static": self.mem_fraction_static, "static_bytes": self.static_bytes,
             "chunked_prefill_size": self.chunked_prefill_size, "cuda_graph_max_bs": self.cuda_graph_max_bs,
             "reserved_bytes": self.reserved_bytes, "request_table_bytes": self.request_table_bytes,
@@ -353,6 +404,7 @@ class SglangMemory:
             "expert_bytes": self.expert_bytes, "kv_bytes": self.kv_bytes, "staging_bytes": self.staging_bytes,
             "headroom_bytes": self.headroom_bytes,
             "gpu_experts": n, "gpu_experts_fit": self.gpu_experts, "kv_pool_bytes": self.kv_pool_bytes(n),
+            "max_total_tokens": self.max_total_tokens(n), "max_mamba_cache_size": self.max_mamba_cache_size(n),
         }
 
 
@@ -370,6 +422,7 @@ def sglang_memory(model: ModelSpec, checkpoint: Checkpoint, *, budget_bytes: int
         card_bytes=card,
         budget_bytes=budget,
         cuda_context_bytes=CUDA_CONTEXT_BYTES,
+        other_use_bytes=int(budget * SAFETY_MARGIN_FRACTION),
         chunked_prefill_size=chunked,
         cuda_graph_max_bs=graph_bs,
         reserved_bytes=reserved,
@@ -378,6 +431,8 @@ def sglang_memory(model: ModelSpec, checkpoint: Checkpoint, *, budget_bytes: int
         non_expert_bytes=checkpoint.non_expert_bytes(model),
         expert_bytes=checkpoint.expert_bytes(model),
         kv_bytes=sglang_kv_bytes(model, context_tokens),
+        kv_bytes_per_token=sglang_kv_bytes_per_token(model),
+        mamba_state_bytes=model.recurrent_state_bytes() if model.linear_blocks else 0,
         staging_bytes=chunked * model.hidden_size * 2,
         n_experts_total=model.n_experts_total,
         context_tokens=int(context_tokens),

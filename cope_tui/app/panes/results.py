@@ -253,7 +253,7 @@ class ResultsPane(Vertical):
         # with nothing to run, the line above the table says why: not twice
         text = "\n".join(render_run_now(rec, runs, heading=heading)) if runs.run_now is not None else ""
         if search is not None:
-            text = search.placed(text + "\n\n", build=app.builds.get(STOCK_NAME),
+            text = search.placed(text + "\n\n", build=app.builds.get(STOCK_NAME), tradeoff=False,
                                  synthetic=rec.request.trace.meta.origin == "synthetic").strip("\n")
         elif getattr(app, "search_failed", None):
             text += f"\n  stock llama.cpp's commands were not searched: {app.search_failed}"
@@ -267,6 +267,8 @@ class ResultsPane(Vertical):
             shown.append(line + "\n", style="bold" if line.startswith(heads) else "")
         for label, answer in band_lines(runs, search):
             shown.append(f"  error band of {label}: {answer.text()}\n", style="italic")
+        if search is not None and search.tradeoff is not None:  # below the figures, as advise prints it below its lines
+            shown.append("\n" + "\n".join(search.tradeoff.lines()) + "\n")
         shown.rstrip()
         self.query_one("#run-now", Static).update(shown)
         self.query_one("#run-now-box").display = bool(shown.plain)

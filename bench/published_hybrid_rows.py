@@ -1,0 +1,77 @@
+"""The inputs of the hybrid decode runs published on web pages (bench/data/published-hybrid.csv):
+experts on the CPU beside one GPU, by layer (--n-cpu-moe, -ot) or all of them (--cpu-moe,
+-ot exps=CPU), mostly on desktops with two memory channels. Transcribed by hand the same way
+bench/published_rows.py transcribes the shared CSV: the catalog model, the quantization of its
+experts (and the file size where the row gives one), the GPU and CPU presets, the memory, the
+threads and the llama.cpp command as it ran. Only inputs: the published tokens/s are read from
+the CSV and never enter the estimate.
+
+Each Row's index is its row in bench/data/published-hybrid.csv (0-based, header excluded). The
+conventions are bench/published_rows.py's and bench/published_extra_rows.py's: a server run
+with a short prompt and G generated tokens is `llama-bench -p 0 -n G` (its prompt's own depth
+is left out: a few dozen tokens); a file size printed in GB (10^9 bytes) is divided by 2^30 for
+`file_gib`. `stated` is False where the row leaves the CPU's memory (channels or speed) or the
+file to an assumption (`assumed` says which); those rows are reported apart.
+Rows COPE cannot price are in HYBRID_SKIPPED with the reason.
+"""
+
+from __future__ import annotations
+
+from bench.published_rows import Row
+
+_GB = 1e9 / 2**30  # a file size printed in GB, in GiB
+
+# Reddit r/LocalLLaMA post 1rei65v: RTX 5080 + Ryzen 9 9950X, 128 GB DDR5-4800 in two channels (stated), llama-server
+# build 9051663 with 20 threads, flash attention, --no-mmap, a q8_0 KV cache; the 'short' workload's figure.
+_5080 = "-t 20 -fa 1 -ctk q8_0 -ctv q8_0 -mmp 0 -p 0 -n 128"
+# jeanfbrito.github.io: RTX 3060 12GB + Xeon E5-2650 v4, '31 GB DDR4' with neither DIMMs nor speed stated.
+_E5_2650V4 = ("the Xeon E5-2650 v4's four channels of DDR4-2400 (its rated memory; the page: '31 GB DDR4', "
+              "neither the DIMMs nor their speed)")
+
+# Reddit post by u/TriWrite ('Hot Experts in your VRAM!'): RTX 4090 + Ryzen 9 7950X with 96 GB (type and speed not stated,
+# AM5 takes two channels of DDR5), bartowski's Qwen3.5-122B-A10B Q4_K_L (Q4_K_M's tensors but Q8_0 embeddings and
+# output; its size not stated), llama-server with a 131K q8_0 KV cache, ~300 tokens generated after a 2928-token prompt.
+_7950X_96 = ("two channels of DDR5-5200 (the Ryzen 9 7950X's rated speed; the post: '96GB', no type or speed) and the "
+             "catalog's Q4_K_M file for bartowski's Q4_K_L (its size is not stated)")
+_4090_122B = "-ctk q8_0 -ctv q8_0 -b 3072 -ub 3072 -p 0 -n 300 -d 2928"
+# carteakey.dev: i5-12600K + RTX 4070 12GB + 4 x 16 GB DDR5 on a two-channel board. Before XMP the page's dmidecode
+# shows the DIMMs configured at 2000 MT/s, below the DDR5 range memory_spec.py accepts (3200 and up, as a typo
+# guard): the same bus at the same transfer rate is written DDR4-2000 x2 (32 GB/s peak either way).
+_12600K_SLOW = "ddr4-2000x2"
+
+HYBRID_ROWS: tuple[Row, ...] = (
+    Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
+        f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
+        file_gib=36.9 * _GB, sweep="5080-9950x-q8"),
+    Row(1, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q4_K_M", "rtx-5080", "ryzen-9-9950x",
+        f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
+        sweep="5080-9950x-q4"),
+    Row(2, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q4_K_M", "rtx-5080", "ryzen-9-9950x",
+        f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe 24 {_5080}", memory="ddr5-4800x2", ram_gib=128,
+        sweep="5080-9950x-q4"),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "IQ3_XXS", "rtx-3060-12gb", "xeon-e5-2650-v4",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -fa 1 -ctk q8_0 -ctv q8_0 -p 0 -n 256", memory="ddr4-2400x4",
+          file_gib=13.2 * _GB, stated=False, assumed=_E5_2650V4, sweep="3060-e5-2650v4")
+      for index, n in ((5, 25), (6, 30), (7, 35))),
+    Row(8, "Qwen3.5-122B-A10B", "qwen3.5-122b-a10b", "Q4_K_M", "rtx-4090", "ryzen-9-7950x",
+        f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_4090_122B}", memory="ddr5-5200x2", ram_gib=96,
+        stated=False, assumed=_7950X_96, sweep="4090-7950x-122b"),
+    Row(9, "Qwen3.5-122B-A10B", "qwen3.5-122b-a10b", "Q4_K_M", "rtx-4090", "ryzen-9-7950x",
+        f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe 40 {_4090_122B}", memory="ddr5-5200x2", ram_gib=96,
+        stated=False, assumed=_7950X_96, sweep="4090-7950x-122b"),
+    Row(11, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
+        "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 31 -t 6 -p 0 -n 128", memory=_12600K_SLOW, ram_gib=64,
+        file_gib=59.02),
+    Row(13, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
+        r"llama-bench -m m.gguf -ngl 37 -ot blk\.(5|[6-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU "
+        "-fa 1 -t 10 -mmp 0 -p 0 -n 128 -d 512", memory="ddr5-6000x2", ram_gib=64, file_gib=59.02),
+)
+
+_FIT = "--fit on: the runtime chose the placement and the row does not say which"
+HYBRID_SKIPPED: dict[int, str] = {
+    3: _FIT,
+    4: _FIT,
+    10: "the author's fork (a VRAM cache of hot experts, rebalanced every 60 tokens), not stock llama.cpp",
+    12: "a repeat of row 11's configuration (llama-bench's default threads on this hybrid CPU are its 6 P-cores), "
+        "kept in the CSV as printed so that one run does not weigh twice",
+}
