@@ -118,8 +118,8 @@ class ResultsPane(Vertical):
         yield Static("", id="results-message")
         # What `cope advise` says first: the command to run, the search of llama.cpp's own
         # commands beside it (its expert cache) and llama.cpp's own placement (--fit).
-        with VerticalScroll(id="run-now-box") as box:
-            box.can_focus = False
+        # focusable (Tab), so the keys scroll it down to the trade-off table below its first lines
+        with VerticalScroll(id="run-now-box"):
             yield Static("", id="run-now")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="paper-row"):
