@@ -18,7 +18,7 @@ from cope_tui.cli import main  # noqa: E402
 from cope_tui.exit_codes import EXIT_OK  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from cope_tui.app.panes.results import PAPER_KEY  # noqa: E402
-from engine.advice.error_band import estimate_band  # noqa: E402
+from engine.advice.error_band import CV_BY_REGIME, PARTIAL, estimate_band  # noqa: E402
 from engine.replays.policy import Kind  # noqa: E402
 from probes.runtimes import RuntimeScan  # noqa: E402
 from tests.test_app import make_app, make_services, paper_rows, runnable_rows, settle, table_column, text_of  # noqa: E402
@@ -57,6 +57,9 @@ async def test_the_lead_block_is_the_clis_with_a_band_for_each_figure(capsys):
         # a command that sets the expert cache rests on COPE's replay of it: no band, said why
         assert search.cache.with_cache.band.band is None
         assert any("no published run used llama.cpp's expert cache" in line for line in bands)
+        # the trade-off table's figures: plain --n-cpu-moe commands, some layers' experts on the CPU
+        assert search.tradeoff is not None and search.tradeoff.lines()[0] in shown
+        assert f"  error band of its tok/s: {CV_BY_REGIME[PARTIAL].text()}" in bands
 
 
 async def test_the_table_lists_what_runs_by_its_flags_with_bands_and_paper_rows_on_demand():

@@ -3,6 +3,7 @@ the cost breakdown of the selected candidate."""
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -19,7 +20,7 @@ from cope_tui.text_report import (
     run_now_first,
     runs_on_text,
 )
-from engine.advice.error_band import BandAnswer, estimate_band
+from engine.advice.error_band import BandAnswer, band_for, estimate_band, placement_regime
 from engine.core.spans import count_of
 from engine.hardware.memory import GIB
 from engine.runtimes import STOCK_NAME
@@ -269,6 +270,8 @@ class ResultsPane(Vertical):
             shown.append(f"  error band of {label}: {answer.text()}\n", style="italic")
         if search is not None and search.tradeoff is not None:  # below the figures, as advise prints it below its lines
             shown.append("\n" + "\n".join(search.tradeoff.lines()) + "\n")
+            for answer in tradeoff_bands(search.tradeoff, rec.request.model):
+                shown.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
         shown.rstrip()
         self.query_one("#run-now", Static).update(shown)
         self.query_one("#run-now-box").display = bool(shown.plain)
@@ -340,6 +343,19 @@ class ResultsPane(Vertical):
         event.stop()
         if self.app.advice is not None and self.app.runs is not None:
             self.fill_table(self.app)
+
+
+def tradeoff_bands(tradeoff, model) -> list[BandAnswer]:  # type: ignore[no-untyped-def]
+    """The bands of the trade-off table's figures: each cell is a plain --n-cpu-moe command, of
+    the regime its host layers make; one line per distinct band."""
+    answers: dict[str, BandAnswer] = {}
+    for cell in tradeoff.cells:
+        if not cell.fits or cell.n_cpu_moe is None:
+            continue
+        share = np.array([1.0 if block < cell.n_cpu_moe else 0.0 for block in model.moe_blocks])
+        answer = band_for(placement_regime(share, has_gpu=True, cpu_only=False), cell.fidelity)
+        answers.setdefault(answer.text(), answer)
+    return list(answers.values())
 
 
 def band_lines(runs, search) -> list[tuple[str, BandAnswer]]:  # type: ignore[no-untyped-def]
