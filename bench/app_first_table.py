@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args(argv)
-    runs = [one_run() for _ in range(args.runs)]
+    runs = []
+    for i in range(args.runs):
+        runs.append(one_run())
+        print(f"run {i + 1}: first paint {runs[-1][0]:6.3f} s, first ranked table {runs[-1][1]:6.3f} s", flush=True)
     for label, samples in (("first paint", [r[0] for r in runs]), ("first ranked table", [r[1] for r in runs])):
         best, median = min(samples), statistics.median(samples)
         print(f"{label:<20} best {best:6.3f} s  median {median:6.3f} s  ({args.runs} runs, "

@@ -53,13 +53,10 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
             lines.append(f"      = {row.group_size - 1} more with the same placement ({row.group_note})")
     if len(cut) < len(runnable):
         lines.append(f"      ... {len(runnable) - len(cut)} more that a runtime runs (--all to list every candidate)")
-    routing = "SYNTHETIC routing" if req.trace.meta.synthetic else "replayed routing"
     if paper and limit is not None:
-        fastest = min(paper, key=lambda r: r.estimate.tpot_s).estimate
-        lines += ["", f"On paper only: {len(paper)} more cells of the Policy Matrix that no runtime runs yet (up to "
-                  f"{fastest.tokens_per_s:.1f} tok/s on {routing}); --all lists them"]
+        lines += ["", paper_only_line(paper, req.trace.meta.synthetic) + "; --all lists them"]
     elif paper:
-        lines += ["", f"On paper only (no runtime runs these yet; {routing}):"]
+        lines += ["", f"On paper only (no runtime runs these yet; {routing_words(req.trace.meta.synthetic)}):"]
         lines += [_table_line(row, rank_of[row.id], baseline, now_id, req.model) for row in paper]
     lines += ["", RUNS_ON_LEGEND]
     best = rec.best
@@ -79,6 +76,18 @@ def render_recommendation(rec: Recommendation, *, runs: RunAdvice | None = None,
     if rec.notes:
         lines += ["", "Notes:", *[f"  - {n}" for n in rec.notes]]
     return "\n".join(lines) + "\n"
+
+
+def routing_words(synthetic: bool) -> str:
+    """What routing a figure rests on."""
+    return "SYNTHETIC routing" if synthetic else "replayed routing"
+
+
+def paper_only_line(paper: list[CandidateRuns], synthetic: bool) -> str:
+    """The Policy Matrix's cells no runtime runs, in one line: how many, how fast, on which routing."""
+    fastest = min(paper, key=lambda r: r.estimate.tpot_s).estimate
+    return (f"On paper only: {len(paper)} more cells of the Policy Matrix that no runtime runs yet (up to "
+            f"{fastest.tokens_per_s:.1f} tok/s on {routing_words(synthetic)})")
 
 
 RUNS_ON_LEGEND = ("runs on: " + ", ".join(f"{r.info.short} = {r.info.title} ({r.info.home})"

@@ -131,6 +131,21 @@ def text_of(app, selector: str) -> str:  # type: ignore[no-untyped-def]
     return str(widget.render())
 
 
+def runnable_rows(app) -> list:  # type: ignore[no-untyped-def]
+    """The ranking's shown rows that some runtime runs, the run-now row first (what the Results
+    table lists)."""
+    from cope_tui.text_report import run_now_first
+
+    return [row for row in run_now_first(app.runs) if row.runs]
+
+
+def paper_rows(app) -> list:  # type: ignore[no-untyped-def]
+    """The Policy Matrix's cells no runtime runs (listed only on demand)."""
+    from cope_tui.text_report import run_now_first
+
+    return [row for row in run_now_first(app.runs) if not row.runs]
+
+
 def table_column(app, column: int) -> list[str]:  # type: ignore[no-untyped-def]
     table = app.query_one("#results-table", DataTable)
     return [str(table.get_row_at(i)[column]) for i in range(table.row_count)]
@@ -141,7 +156,9 @@ async def test_default_opens_on_ranked_results_without_any_action(first_ranking)
     rec = app.advice.rec
     assert app.query_one(TabbedContent).active == "results"
     table = app.query_one("#results-table", DataTable)
-    assert table.row_count == len(rec.estimates) > 10
+    # What some runtime runs is listed; the Policy Matrix's paper-only cells are counted below it.
+    assert table.row_count == len(runnable_rows(app)) > 10
+    assert text_of(app, "#paper-line").startswith(f"On paper only: {len(paper_rows(app))} more cells")
     # The run-now row (the best stock llama.cpp runs: no runtime is installed) is pinned
     # on top, then the ranking in order without it.
     now = app.runs.run_now
@@ -152,7 +169,7 @@ async def test_default_opens_on_ranked_results_without_any_action(first_ranking)
     assert [int(r) for r in ranks[1:]] == sorted(int(r) for r in ranks[1:]) and now_rank not in ranks[1:]
     summary = text_of(app, "#results-summary")
     assert "SYNTHETIC" in summary and "Qwen3-30B-A3B" in summary
-    assert "(base)" in " ".join(table_column(app, 3))
+    assert "(base)" in " ".join(table_column(app, 1))
     words = {w for cell in table_column(app, 9) for w in cell.split()}
     assert words <= {"stock", "ik", "fork", "kt", "~kt", "~fork", "none", "no", "RAM"} and "stock" in words
     assert app.selected_id == now.row.id and now.row.id in text_of(app, "#breakdown")
@@ -164,8 +181,8 @@ async def test_default_opens_on_ranked_results_without_any_action(first_ranking)
 async def test_compact_table_at_80_columns(first_ranking_80x24):
     app = first_ranking_80x24.app  # the module's shared app: this test only reads it
     table = app.query_one("#results-table", DataTable)
-    assert [str(c.label) for c in table.columns.values()][:3] == ["#", "policy", "ms/tok"]
-    assert "stock" in table_column(app, 7)[0].split()  # the pinned run-now row
+    assert [str(c.label) for c in table.columns.values()][:3] == ["#", "flags, or candidate", "tok/s ±band"]
+    assert "stock" in table_column(app, 5)[0].split()  # the pinned run-now row
 
 
 async def test_pick_a_model_from_the_searchable_catalog():
@@ -272,6 +289,9 @@ async def test_select_a_result_and_export_it_to_a_file(tmp_path):
         assert chosen.candidate.id in text_of(app, "#breakdown")
         await pilot.press("6")
         app.query_one("#save-path", Input).value = "out/run.sh"
+        # a long head (kt-kernel's row: its activation file) puts the button below the fold: scrolled to, as a person does
+        app.query_one("#save").scroll_visible(animate=False)
+        await pilot.pause()
         await pilot.click("#save")
         await pilot.pause()
         written = (tmp_path / "out" / "run.sh").read_text()
@@ -427,6 +447,11 @@ async def test_paste_the_command_you_run_and_see_it_beside_copes_best():
         paper = [i for i, line in enumerate(lines) if line.startswith("Fastest on paper (")]
         assert all(i > runs for i in paper)
         assert "tok/s" in shown and "ms/token" in shown
+        # every figure carries its band, as `cope estimate` prints it (engine/advice/error_band.py)
+        est = app.pasted_estimate
+        figures = [i for i, line in enumerate(lines) if " tok/s" in line and "ms/token" in line]
+        assert figures and all(lines[i + 1].startswith("  error band: ") for i in figures)
+        assert lines[figures[0] + 1] == f"  error band: {est.yours.band.text()}" and "±" in lines[figures[0] + 1]
         unknown = next(line for line in shown.splitlines() if line.startswith("Not understood"))
         assert "--foo" in unknown
         assert "priced as" not in shown  # the -m file is named after the model in use: nothing to say
@@ -598,7 +623,7 @@ async def test_record_a_trace_in_a_worker_then_rank_with_it(tmp_path):
         assert "SYNTHETIC" not in text_of(app, "#results-summary")
         assert f"Recorded {path}; it is now the trace in use." == text_of(app, "#record-status")
         assert app.notices[-1] == ("information", f"Recorded {path}; it is now the trace in use.")
-        assert app.query_one("#results-table", DataTable).row_count == len(app.advice.rec.estimates)
+        assert app.query_one("#results-table", DataTable).row_count == len(runnable_rows(app))
 
 
 async def test_escape_cancels_a_recording_and_says_what_was_kept(tmp_path):

@@ -72,13 +72,13 @@ def test_the_keys_the_help_says_close_it_close_it():
 
 def help_columns() -> tuple[list[str], list[str]]:
     """(wide headers, narrow headers) in the help's order: a cell's code spans before any
-    parenthesis are wide, those inside it narrow (none: the same narrow)."""
+    parenthesis are wide, those inside it narrow (none: the same narrow; "wide only": none)."""
     wide, narrow = [], []
     for first, _ in help_table("| column"):
         outside, _, inside = first.partition("(")
         names = re.findall(r"`([^`]+)`", outside)
         wide += names
-        narrow += re.findall(r"`([^`]+)`", inside) or names
+        narrow += re.findall(r"`([^`]+)`", inside) or ([] if "wide only" in inside else names)
     return wide, narrow
 
 

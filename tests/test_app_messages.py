@@ -42,7 +42,7 @@ async def test_nothing_fits_ram_says_what_cope_advise_says():
         assert "fits this machine's RAM" in message and "16.0 GiB" in message
         table = app.query_one("#results-table", DataTable)
         assert table.row_count > 0 and not str(table.get_row_at(0)[0]).startswith("▶")  # no row pinned to run
-        assert "no RAM" in {str(table.get_row_at(i)[-1]) for i in range(table.row_count)}
+        assert "no RAM" in {str(table.get_row_at(i)[9]) for i in range(table.row_count)}  # runs on
 
 
 async def test_a_ranking_with_a_row_to_run_shows_no_message(first_ranking):

@@ -183,6 +183,8 @@ async def test_the_app_plans_two_gpus_a_backend_and_no_gpu():
         assert app.cpu_only.price.runs and app.cpu_only.price.tokens_per_s > 0
         shown = text_of(app, "#cpu-only-plan")
         assert "CPU only" in shown and "-ngl 0" in shown
+        price = app.cpu_only.price  # its figure with its band, CPU-only regime
+        assert f"error band of {price.tokens_per_s:.1f} tok/s: {price.band.text()}" in shown and "CPU-only" in shown
         assert "no GPU" in text_of(app, "#results-summary")
         export = app.current_export()
         assert export.argv == app.cpu_only.argv and "-ngl" in export.argv

@@ -205,7 +205,7 @@ def test_in_tmux_the_raw_keys_switch_tabs_from_the_paste_field(tmp_path):
     env = {**os.environ, "COPE_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     tmux = Tmux(Path(__file__).resolve().parents[1], env)
     try:
-        tmux.wait_for("vs base")  # the first ranking is shown
+        tmux.wait_for("x base = against")  # the first ranking is shown
         tmux.wait_for(SHOWN["results"])
         for key, tab in (("f2", "hardware"), ("ctrl+pagedown", "hardware"), ("ctrl+pageup", "results")):
             # e is a key only where no text is typed: Results' table (a tab opens in its first field)

@@ -78,3 +78,23 @@ def test_every_ranked_candidate_of_advise_carries_its_band_or_why_not(capsys):
         band = c["error_band"]
         if band["regime"] is not None:
             assert band["tokens_per_s_low"] == pytest.approx(c["tokens_per_s"] * (1 - band["cv_mape"]))
+
+
+def test_advises_searched_commands_carry_their_band_and_a_cached_one_says_why_not(capsys):
+    """The stock commands advise searches beside its ranking, and llama.cpp's own placement of
+    the lead command, carry the band of where they put the experts; one that sets llama.cpp's
+    expert cache has none (no published run used the cache), said in the JSON."""
+    assert main(["advise", "--json", *PLAN]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    cache, default = doc["llama_cpp_cache"], doc["llama_cpp_default"]
+    plain = cache["partition"]
+    # the best plain partition keeps some layers' experts on the CPU: partial offload
+    assert 0 < plain["host_layers"] < 48 and plain["error_band"]["regime"] == PARTIAL
+    assert plain["error_band"]["cv_mape"] == CV_BY_REGIME[PARTIAL].mape
+    low, high = plain["error_band"]["tokens_per_s_low"], plain["error_band"]["tokens_per_s_high"]
+    assert low < plain["tokens_per_s"] < high
+    cached = cache["with_cache"]
+    assert cached["cache_mib"] > 0 and cached["error_band"]["regime"] is None
+    assert "expert cache" in cached["error_band"]["why_none"]
+    assert default["error_band"]["regime"] in (PARTIAL, EXPERTS_ON_CPU)
+    assert default["error_band"]["tokens_per_s_low"] < default["tokens_per_s"]

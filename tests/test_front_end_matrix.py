@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from textual.widgets import Input, Select  # noqa: E402
+from textual.widgets import Input, Select, Static  # noqa: E402
 
 from cope_tui.cli import main  # noqa: E402
 from cope_tui.commands.output import json_text  # noqa: E402
@@ -115,9 +115,13 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         for e, r in zip(rec.estimates, cli_rows):
             assert (e.tpot_s, e.vram_used_bytes) == (r["tpot_s"], r["vram_used_bytes"]), r["id"]
         # the whole document the CLI writes, from the app's advice and its runs (less what the CLI adds)
-        whole = {k: v for k, v in doc.items()
-                 if k not in ("runtimes", "workload", "export", "llama_cpp_cache", "llama_cpp_default", "tradeoff")}
-        assert _same(recommendation_to_dict(rec, app.runs)) == whole
+        whole = {k: v for k, v in doc.items() if k not in ("runtimes", "workload", "export")}
+        assert _same({**recommendation_to_dict(rec, app.runs), **app.llama_search.to_dict()}) == whole
+        # and the Results pane says them as the CLI's text does
+        search, shown = app.llama_search, str(app.query_one("#run-now", Static).render())
+        assert search.cache is not None and search.cache.verdict() in shown
+        assert search.default is None or search.default.line() in shown
+        assert search.tradeoff is None or all(line in shown for line in search.tradeoff.lines())
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:
             assert _same(app.workload_ranking.to_dict()) == doc["workload"]

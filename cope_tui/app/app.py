@@ -22,6 +22,7 @@ from cope_tui.app.messages import (
     ProbesFinished,
     Progress,
     RuntimesFound,
+    SearchReady,
     SweepReady,
     WorkFailed,
 )
@@ -132,6 +133,10 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         self.installed: tuple[str, ...] = ()  # runtimes found on this machine
         self.builds: dict = {}  # their builds, by runtime: what the commands are spelled for
         self.runs = None  # engine.advice.run_advice.RunAdvice of the advice, for these runtimes
+        # cope_tui.service.llama_search.LlamaSearch of the advice (None until its worker is done),
+        # or why there is none
+        self.llama_search = None
+        self.search_failed: str | None = None
         # (tab, widget): the widget a switch to that tab focuses (else _focus_into's pick)
         self._focus_wanted: tuple[str, str] | None = None
 
@@ -262,6 +267,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         self.workers.cancel_group(self, "sweep")
         self.advice, self.cpu_only, self.choices = None, message.plan, message.choices
         self.workload_ranking, self.runs, self.selected_id = None, None, None
+        self.llama_search, self.search_failed = None, None
         self.sweep_points = []
         self.sweep_message = "no GPU planned: no VRAM to sweep"
         for pane in self.panes():
@@ -277,6 +283,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         except (OSError, CopeInputError):
             pass  # a cache folder that cannot take it changes nothing the app shows
         self.cpu_only = None
+        self.llama_search, self.search_failed = None, None
         workload = workload_of(self.choices)
         self.workload_ranking = rank(self.advice, workload) if workload is not None else None
         self.runs = self._plan_runs()  # after the workload's ranking: with one, the picks follow it
@@ -297,6 +304,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         # only the lines the chart draws; started once the table is on the screen, so that its
         # thread does not hold the interpreter while the first ranked table is painted
         self.call_after_refresh(self._start_sweep, self.advice, workload, charted_ids)
+        self.call_after_refresh(self._start_search, self.advice, workload)
         if self.pasted_command is not None:  # reprice the pasted command with the new ranking
             self.query_one(ExportPane).show_estimate_status("repricing your command...")
             self.estimate(self.advice, self.pasted_command)
@@ -306,6 +314,22 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
     def _start_sweep(self, advice, workload, charted_ids) -> None:  # type: ignore[no-untyped-def]
         if advice is self.advice:  # a newer ranking starts its own
             self.sweep(advice, workload, charted_ids)
+
+    def _start_search(self, advice, workload) -> None:  # type: ignore[no-untyped-def]
+        if advice is self.advice:
+            self.search_llama(advice, self.runs, workload)
+
+    def on_search_ready(self, message: SearchReady) -> None:
+        """Stock llama.cpp's commands searched beside the ranking: shown above the table as
+        `cope advise` prints them; one made with older picks (runtimes found since) is redone
+        from its search."""
+        if message.advice is not self.advice:
+            return
+        if message.runs is not self.runs:
+            self.search_llama(self.advice, self.runs, workload_of(self.choices), message.search)
+            return
+        self.llama_search = message.search
+        self.query_one(ResultsPane).show_run_now(self)
 
     def _plan_runs(self):  # type: ignore[no-untyped-def]
         if self.advice is None:
@@ -323,6 +347,9 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
             return
         self.runs = self._plan_runs()
         self.selected_id = self.run_now_id() or self.selected_id
+        if self.llama_search is not None:  # the picks moved: the search's lead and --fit comparison follow
+            self.search_llama(self.advice, self.runs, workload_of(self.choices), self.llama_search)
+            self.llama_search = None
         self.query_one(ResultsPane).update_from(self)
         self.query_one(ExportPane).update_from(self)
 
@@ -338,6 +365,10 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         if message.task == "sweep":
             self.sweep_message = f"no VRAM sweep: {message.text}"
             self.query_one(ResultsPane).show_sweep(self)
+            return
+        if message.task == "search":
+            self.search_failed = message.text
+            self.query_one(ResultsPane).show_run_now(self)
             return
         if message.task == "estimate":
             self.query_one(ExportPane).show_estimate_status(f"Could not estimate your command: {message.text}",

@@ -61,16 +61,25 @@ none destroys anything: `q`, `m` and `p` ask first (y/n).
   fastest request a runtime here runs; its export carries the `-b`/`-ub` chosen for the
   request, and the context is sized to hold it.
 
+  Above the table, what `cope advise` says first: the command to run, stock llama.cpp's
+  commands searched beside it (its expert cache, `--moe-cache-mib`) and llama.cpp's own
+  placement of the same command (`--fit`), each figure with its error band. The table
+  lists what some runtime runs, in llama.cpp's flags where it has them; the Policy
+  Matrix's cells no runtime runs are counted under it, and *list them* adds them below a
+  line that says what routing they rest on (SYNTHETIC or replayed).
+
   | column (narrow terminal) | is |
   |-----|------|
   | `#` | the rank; `▶` the run-now row, pinned on top |
-  | `residency`, `execution`, `policy` (`policy`) | the candidate; `(base)` the baseline, `(+N same)` N more that place the experts identically, shown as this row |
-  | `TPOT ms` (`ms/tok`) | estimated time per output token |
-  | `tok/s` | estimated decode tokens per second |
-  | `x base` (`xbase`) | the speed-up over the baseline |
+  | `llama.cpp flags, or candidate` (`flags, or candidate`) | llama.cpp's flags (`--n-cpu-moe 22`, `--cpu-moe`), else the Policy Matrix cell; `(base)` the baseline, `(+N same)` N more that place the experts identically, shown as this row |
+  | `tok/s`, `band` (`tok/s ±band`) | estimated decode tokens per second, and its regime's cross-validated error (`none`: no published run judges it) |
+  | `ms/tok` (wide only) | estimated time per output token |
+  | `x base` (wide only) | the speed-up over the baseline |
   | `VRAM GiB` (`VRAM`) | the VRAM it uses |
-  | `hits` | the routed experts found on the GPU |
+  | `RAM GiB` (`RAM`) | the host memory it needs on the runtime that runs it |
+  | `hits` (wide only) | the routed experts found on the GPU |
   | `runs on` | which runtimes run it (above) |
+  | `why` (wide only) | where it puts the experts, and who runs it |
 
 - **Export**: the command of the selected candidate for each runtime that runs it
   (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,

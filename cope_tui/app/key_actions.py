@@ -13,7 +13,6 @@ from textual.widgets import Input, Select, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState
 
 from cope_tui.app.confirm import ConfirmScreen
-from cope_tui.app.help import HelpScreen
 from cope_tui.app.panes.export import ExportPane
 from cope_tui.app.panes.probes import ProbesPane
 from cope_tui.app.panes.results import ResultsPane
@@ -74,6 +73,8 @@ class KeyActions:
         self.action_show_tab(TABS[(TABS.index(active) + step) % len(TABS)])
 
     def action_help(self) -> None:
+        from cope_tui.app.help import HelpScreen  # Markdown (markdown-it, pygments): imported when first asked for
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 

@@ -92,3 +92,11 @@ class CpuOnlyReady(Message):
     def __init__(self, plan: Any, choices: Any) -> None:
         super().__init__()
         self.plan, self.choices = plan, choices
+
+
+class SearchReady(Message):
+    """Stock llama.cpp's commands searched beside a ranking (cope_tui/service/llama_search.py)."""
+
+    def __init__(self, search: Any, advice: Any, runs: Any) -> None:
+        super().__init__()
+        self.search, self.advice, self.runs = search, advice, runs

@@ -92,7 +92,7 @@ class TraceActions:
         self._record_worker = self.pull_imatrix_file(entry.repo_id, entry.file, entry.repo_type,
                                                      self._record_cancel)
 
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False, description="an imatrix pulled")
     def pull_imatrix_file(self, repo_id: str, filename: str | None, repo_type: str,
                           cancel: threading.Event) -> None:
         where = f"{repo_id}/{filename}" if filename else repo_id

@@ -24,6 +24,7 @@ from cope_tui.app.messages import (
     Progress,
     PullPlanned,
     RuntimesFound,
+    SearchReady,
     SweepReady,
     TraceRecorded,
     WorkFailed,
@@ -31,6 +32,7 @@ from cope_tui.app.messages import (
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
 from cope_tui.service.cpu_only import plan_cpu_only
+from cope_tui.service.llama_search import beside, search_beside
 from cope_tui.service.pasted import estimate_pasted, pasted_choices, same_plan
 from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
 from engine.core.errors import CopeInputError
@@ -70,7 +72,11 @@ def fetch_in_worker(post: Callable[[Message], Any], cancel: threading.Event, don
 
 
 class Workers:
-    """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`."""
+    """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`.
+
+    Every worker names itself (`description`): without one Textual writes the repr of every
+    argument, and an Advice's repr prints its traces' arrays (0.3 s each on this machine,
+    paid on the UI thread when the sweep starts, just as the first ranked table is shown)."""
 
     def _deliver(self, task: str, job: Callable[[threading.Event], Any],
                  done: Callable[[Any], Message | None]) -> None:
@@ -89,7 +95,7 @@ class Workers:
         if message is not None and not cancel.is_set():
             self.post_message(message)
 
-    @work(thread=True, exclusive=True, group="advice", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="advice", exit_on_error=False, description="the ranking")
     def compute(self, choices: PlanChoices, request=None, pricing: Pricing | None = None) -> None:  # type: ignore[no-untyped-def]
         """Rank for `choices`; with `request` and `pricing`, reprice that request instead."""
 
@@ -118,7 +124,7 @@ class Workers:
 
         self._deliver("advice", job, ready)
 
-    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False, description="your command priced")
     def estimate(self, advice: service.Advice, command: LlamaCommand) -> None:
         """The pasted command priced as `cope estimate` prices it (cope_tui/service/pasted.py),
         the app's model standing for --model; the shown ranking is reused when the command
@@ -139,7 +145,7 @@ class Workers:
 
         self._deliver("estimate", job, CommandEstimated)
 
-    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False, description="the VRAM sweep")
     def sweep(self, advice: service.Advice, workload=None, candidate_ids=None) -> None:  # type: ignore[no-untyped-def]
         """The chart's sweep, posted stage by stage: the one-pass curves at once, each
         step-wise replay as it finishes (`candidate_ids`: the charted ones only)."""
@@ -153,7 +159,20 @@ class Workers:
 
         self._deliver("sweep", job, lambda _: None)
 
-    @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False,
+          description="stock llama.cpp's commands searched")
+    def search_llama(self, advice: service.Advice, runs, workload, found=None) -> None:  # type: ignore[no-untyped-def]
+        """Stock llama.cpp's commands searched beside the ranking, as `cope advise` searches them;
+        `found`: the search already made for this plan (new runtimes change the picks, not it)."""
+
+        def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
+            if found is not None:
+                return beside(advice, runs, workload, found.cache, found.tradeoff)
+            return search_beside(advice, runs, workload)
+
+        self._deliver("search", job, lambda found: SearchReady(found, advice, runs))
+
+    @work(thread=True, exclusive=True, group="runtimes", exit_on_error=False, description="runtimes looked for")
     def find_runtimes(self) -> None:
         try:
             scan = self.services.scan_runtimes()
@@ -162,7 +181,7 @@ class Workers:
             return
         self.post_message(RuntimesFound(scan))
 
-    @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="measure", exit_on_error=False, description="this machine measured")
     def measure(self, expert_bytes: int) -> None:
         try:
             platform = self.services.measure_platform(lambda line: None, expert_bytes)
@@ -171,7 +190,7 @@ class Workers:
             return
         self.post_message(GpuDetected(platform.gpu, platform.cpu))
 
-    @work(thread=True, exclusive=True, group="probes", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="probes", exit_on_error=False, description="probes")
     def probe(self, request, fidelity: Fidelity, budget_s: float, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
         def progress(done: int, total: int, label: str) -> None:
             self.post_message(Progress("probes", done, total, label))
@@ -183,7 +202,7 @@ class Workers:
             outcome = ProbeOutcome(fidelity, ProbeReport(stopped="failed"), None, error=why(exc))
         self.post_message(ProbesFinished(outcome))
 
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False, description="a trace recorded")
     def record(self, model: str, domain: str, tokens: int, cancel: threading.Event) -> None:
         last = [0, 0]  # tokens recorded, tokens asked for
 
@@ -211,7 +230,7 @@ class Workers:
             return
         self.post_message(TraceRecorded(path, f"Recorded {path}; it is now the trace in use."))
 
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False, description="a pull looked up")
     def look_up_pull(self, spec: str, label: str, model_id: str) -> None:
         """What a pull of `spec` would download, and how large, before anything is fetched."""
         try:
@@ -221,7 +240,7 @@ class Workers:
             return
         self.post_message(PullPlanned(plan, label, model_id))
 
-    @work(thread=True, exclusive=True, group="record", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="record", exit_on_error=False, description="a trace pulled")
     def pull(self, spec: str, model_id: str, cancel: threading.Event) -> None:
         def log(line: str) -> None:
             if not cancel.is_set():

@@ -11,21 +11,16 @@ from dataclasses import replace
 from cope_tui.commands.output import write_json
 from cope_tui.commands.plan_args import add_plan_flags, advice_from_args
 from cope_tui.exit_codes import EXIT_OK
-from cope_tui.options import WORKLOAD_PRESETS, choices_from_args
+from cope_tui.options import choices_from_args
 from cope_tui.service.cpu_only import plan_cpu_only, render_cpu_only
-from cope_tui.service.advice import cost_model_at
 from cope_tui.service.export import ExportAsk, export_command, write_side_files
 from cope_tui.service.last_plan import record_plan
+from cope_tui.service.llama_search import search_beside
 from cope_tui.service.runtimes import run_advice, scan_runtimes
 from cope_tui.service.workload import rank, workload_of
 from cope_tui.text_report import render_export, render_recommendation
 from cope_tui.workload_report import render_workload
-from engine.advice.cache_search import render_cache_advice, search_cache
-from engine.advice.llama_default import llama_default
-from engine.advice.tradeoff import price_tradeoff
-from engine.cost.estimate import faster
 from engine.advice.report import recommendation_to_dict
-from engine.hardware.gpu_set import cards_of
 from engine.runtimes import STOCK_NAME
 from engine.core.cache_dirs import exports_dir
 from engine.core.errors import CopeInputError
@@ -60,15 +55,10 @@ def run(args: argparse.Namespace) -> int:
     export = export_command(advice, ExportAsk(), ranking=ranking, builds=scan.builds) if args.export else None
     for note in _synthetic_warnings(runs):
         print(f"cope: warning: {note}", file=sys.stderr)
-    cache = _cache_advice(advice, workload)
-    leads = _search_leads(cache, runs)
-    default = _llama_default(advice, runs, cache, leads, workload)
-    tradeoff = _tradeoff(advice, cache, workload)
+    search = search_beside(advice, runs, workload)
     if args.json:
         doc = recommendation_to_dict(recommendation, runs)
-        doc["llama_cpp_cache"] = cache.to_dict() if cache is not None else None
-        doc["llama_cpp_default"] = default.to_dict() if default is not None else None
-        doc["tradeoff"] = tradeoff.to_dict() if tradeoff is not None else None
+        doc.update(search.to_dict())
         doc["runtimes"] = scan.to_dict()
         if ranking is not None:
             doc["workload"] = ranking.to_dict()
@@ -76,22 +66,12 @@ def run(args: argparse.Namespace) -> int:
             doc["export"] = export.to_dict()
         write_json(doc)
     else:
-        heading = "Run this now"
-        if leads:
-            heading = ("Without llama.cpp's expert cache (any build), run" if cache.cache_wins
-                       else "COPE's ranking picks")
-        text = render_recommendation(recommendation, runs=runs, limit=None if args.all else 15, heading=heading)
-        if cache is not None:
-            synthetic = recommendation.request.trace.meta.origin == "synthetic"
-            block = "\n".join(render_cache_advice(cache, build=scan.builds.get(STOCK_NAME), synthetic=synthetic,
-                                                   lead=leads))
-            if default is not None:
-                block += "\n  " + default.line()
-            if tradeoff is not None:
-                block += "\n\n" + "\n".join(tradeoff.lines())
-            # the search's command first when it beats the ranking's pick, else its one line after that pick
-            head, sep, rest = text.partition("\n\n")
-            text = f"{block}\n\n{text}" if leads else f"{head}\n{block}{sep}{rest}"
+        text = render_recommendation(recommendation, runs=runs, limit=None if args.all else 15,
+                                     heading=search.heading())
+        # the search's command first when it beats the ranking's pick, else its one line after that pick;
+        # the trade-off table below the search's lines
+        text = search.placed(text, build=scan.builds.get(STOCK_NAME),
+                             synthetic=recommendation.request.trace.meta.origin == "synthetic")
         sys.stdout.write(text)
         if ranking is not None:
             sys.stdout.write("\n" + render_workload(ranking, recommendation, limit=None if args.all else 10))
@@ -99,65 +79,6 @@ def run(args: argparse.Namespace) -> int:
             what = "the fastest estimate" if ranking is None else "the fastest request"
             sys.stdout.write(f"\nllama.cpp command for {what}:\n" + render_export(export))
     return EXIT_OK
-
-
-def _cache_advice(advice, workload):  # type: ignore[no-untyped-def]
-    """Stock llama.cpp's commands searched beside the ranking, its expert cache among them,
-    by request time with a workload (one GPU only: COPE models one card's cache)."""
-    request = advice.rec.request
-    if len(cards_of(request.platform.gpu)) != 1:
-        return None
-    if workload is None:
-        return search_cache(request, advice.cost_model)
-    return search_cache(request, advice.cost_model, prompt_tokens=workload.prompt_tokens,
-                        output_tokens=workload.output_tokens)
-
-
-# TTFT in the trade-off table without a workload: the chat workload's prompt.
-DEFAULT_PROMPT = "chat"
-
-
-def _tradeoff(advice, cache, workload):  # type: ignore[no-untyped-def]
-    """What each context and KV cache type costs, beside the search's best command
-    (engine/advice/tradeoff.py); None where there is no search (two or more cards)."""
-    if cache is None or cache.best is None:
-        return None
-    if workload is None:
-        prompt = WORKLOAD_PRESETS[DEFAULT_PROMPT][0]
-        return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=prompt,
-                              prompt_basis=f"the {DEFAULT_PROMPT} workload's: no workload given",
-                              cost_model_at=cost_model_at(advice))
-    return price_tradeoff(advice.rec.request, advice.cost_model, cache.best, prompt_tokens=workload.prompt_tokens,
-                          prompt_basis="the workload's", output_tokens=workload.output_tokens,
-                          cost_model_at=cost_model_at(advice))
-
-
-def _search_leads(cache, runs) -> bool:  # type: ignore[no-untyped-def]
-    """Whether the searched command beats the ranking's run-now pick (by what both rank by)."""
-    if cache is None or cache.best is None:
-        return False
-    if runs.run_now is None:  # the ranking found nothing that fits RAM: its refusal leads
-        return False
-    return faster(cache.best.objective_s, runs.seconds(runs.run_now.row))
-
-
-def _llama_default(advice, runs, cache, leads, workload):  # type: ignore[no-untyped-def]
-    """The command advise leads with, against llama.cpp's own placement of it (--fit), by
-    the same measure (TPOT, or with a workload the request time)."""
-    if cache is None:
-        return None
-    request = advice.rec.request
-    work = {} if workload is None else {"prompt_tokens": workload.prompt_tokens,
-                                        "output_tokens": workload.output_tokens}
-    if leads:
-        pick = cache.best
-        return llama_default(request, advice.cost_model, pick.argv, pick.objective_s, **work)
-    if runs.run_now is None:
-        return None
-    export = runs.export(advice.rec, runs.run_now)
-    if export.runtime != STOCK_NAME:
-        return None
-    return llama_default(request, advice.cost_model, export.argv, runs.seconds(runs.run_now.row), **work)
 
 
 def keep_plan(choices) -> None:  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.advice.command_estimate import CommandPrice, price_placement_command
+from engine.advice.error_band import BandAnswer, command_band
 from engine.core.records import record_dict
 from engine.cost.cost_model import CostModel
 from engine.cost.estimate import faster
@@ -56,6 +57,7 @@ class PricedCommand:
     ubatch: int | None = None  # -ub (None: llama.cpp's default)
     ttft_s: float | None = None  # with a workload: its prompt's prefill
     request_s: float | None = None  # with a workload: TTFT + N x TPOT
+    band: BandAnswer = BandAnswer(None, "not priced")  # its figure's cross-validated error band
 
     @property
     def tokens_per_s(self) -> float:
@@ -79,7 +81,8 @@ class PricedCommand:
         return out
 
     def to_dict(self) -> dict:
-        return {**record_dict(self), "argv": list(self.argv), "tokens_per_s": self.tokens_per_s}
+        return {**record_dict(self, names={"band": "error_band"}, band=self.band.to_dict(self.tokens_per_s)),
+                "argv": list(self.argv), "tokens_per_s": self.tokens_per_s}
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,9 @@ def search_cache(request: AdviseRequest, cost_model: CostModel, *, model_file: s
         ttft = price.prefill.ttft_s if workload and price.prefill is not None else None
         request_s = request_time_s(ttft, price.tpot_s, output_tokens) if ttft is not None else None  # type: ignore[arg-type]
         host = sum(b < n for b in model.moe_blocks)
+        band = command_band(price.regime, price.fidelity, expert_cache=mib > 0)
         return PricedCommand(tuple(argv), n, host, mib, pinned, price.tpot_s, price.vram_used_bytes, price.detail,
-                             ub, ttft, request_s), price
+                             ub, ttft, request_s, band), price
 
     for n in range(model.moe_blocks[0], model.n_blocks + 1):  # the first N blocks' experts (dense blocks counted)
         for ub in ubatches:

@@ -129,3 +129,15 @@ def candidate_regime(estimate) -> str | None:  # type: ignore[no-untyped-def]
 def estimate_band(estimate) -> BandAnswer:  # type: ignore[no-untyped-def]
     """The band of one of COPE's candidate figures (its regime, at its fidelity)."""
     return band_for(candidate_regime(estimate), estimate.fidelity)
+
+
+EXPERT_CACHE_UNJUDGED = ("no published run used llama.cpp's expert cache (--moe-cache-mib), so no held-out figure "
+                         "judges its hit rate")
+
+
+def command_band(regime: str | None, fidelity: str, *, expert_cache: bool = False) -> BandAnswer:
+    """The band of a priced llama.cpp command; one that sets llama.cpp's expert cache has none
+    at analytic fidelity: its speed rests on COPE's replay of the cache, which no published run checked."""
+    if expert_cache and fidelity == "analytic":
+        return BandAnswer(None, EXPERT_CACHE_UNJUDGED)
+    return band_for(regime, fidelity)

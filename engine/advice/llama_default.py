@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from engine.advice.command_estimate import price_placement_command
+from engine.advice.error_band import BandAnswer
 from engine.core.records import record_dict
 from engine.cost.cost_model import CostModel
 from engine.cost.estimate import compare
@@ -39,6 +40,7 @@ class LlamaDefault:
     refusal: str | None
     ours_s: float  # what COPE's command is ranked by: TPOT, or with a workload the request time
     request_s: float | None = None  # with a workload: llama.cpp's own command's request time
+    band: BandAnswer = BandAnswer(None, "not priced")  # its figure's cross-validated error band
 
     @property
     def objective_s(self) -> float | None:
@@ -60,8 +62,9 @@ class LlamaDefault:
         return f"{head}: llama.cpp's defaults are already best here"
 
     def to_dict(self) -> dict:
-        return {**record_dict(self), "argv": list(self.argv), "speedup": self.speedup,
-                "tokens_per_s": None if self.tpot_s is None else 1 / self.tpot_s}
+        tokens_per_s = None if self.tpot_s is None else 1 / self.tpot_s
+        return {**record_dict(self, names={"band": "error_band"}, band=self.band.to_dict(tokens_per_s)),
+                "argv": list(self.argv), "speedup": self.speedup, "tokens_per_s": tokens_per_s}
 
 
 def without_placement(argv: Sequence[str]) -> list[str]:
@@ -95,4 +98,5 @@ def llama_default(request: AdviseRequest, cost_model: CostModel, ours_argv: Sequ
     request_s = None
     if price.runs and output_tokens is not None and price.prefill is not None:
         request_s = request_time_s(price.prefill.ttft_s, price.tpot_s, output_tokens)
-    return LlamaDefault(tuple(argv), price.tpot_s if price.runs else None, detail, price.refusal, ours_s, request_s)
+    return LlamaDefault(tuple(argv), price.tpot_s if price.runs else None, detail, price.refusal, ours_s, request_s,
+                        price.band)

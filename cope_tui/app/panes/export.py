@@ -10,6 +10,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from cope_tui.app.panes.results import RUNS_STYLE
 from cope_tui.text_report import runnable_label, runtime_line
+from engine.advice.error_band import BandAnswer, estimate_band
 from engine.core.spans import count_of
 from engine.hardware.memory import GIB
 from engine.runtimes import STOCK_NAME, runtime_named
@@ -40,6 +41,11 @@ class CommandInput(Input):
             self.replace(line, *self.selection)
 
 
+def _append_band(text: Text, answer: BandAnswer) -> None:
+    """How far off the figure above may be, as `cope estimate` says it (engine/advice/error_band.py)."""
+    text.append(f"  error band: {answer.text()}\n", style="italic")
+
+
 def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
     """What runs first (COPE's best that the command's runtime runs), then the paper optimum
     where it is another candidate: the CLI's order (cope_tui/text_report.py)."""
@@ -48,6 +54,7 @@ def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
     text.append(f"{run.candidate.id}: {run.detail}\n")
     text.append(f"  {run.tpot_s * 1e3:.2f} ms/token, {run.tokens_per_s:.1f} tok/s, "
                 f"VRAM {run.vram_used_bytes / GIB:.2f} GiB\n")
+    _append_band(text, estimate_band(run))
     speedup, versus = result.runnable_speedup, result.runnable_is
     if versus == "faster":
         text.append(f"It is {speedup:.2f}x faster than your command\n", style="bold green")
@@ -61,6 +68,7 @@ def _append_best(text: Text, result) -> None:  # type: ignore[no-untyped-def]
         text.append(f"{best.candidate.id}: {best.candidate.describe()}\n")
         text.append(f"  {best.tpot_s * 1e3:.2f} ms/token, {best.tokens_per_s:.1f} tok/s, "
                     f"VRAM {best.vram_used_bytes / GIB:.2f} GiB{mine}\n")
+        _append_band(text, estimate_band(best))
 
 
 def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
@@ -75,6 +83,7 @@ def estimate_text(result) -> Text:  # type: ignore[no-untyped-def]
             faster += f" (as fast as {', '.join(result.tied_with[:3])})"
         text.append(f"  {yours.tpot_s * 1e3:.2f} ms/token, {yours.tokens_per_s:.1f} tok/s, VRAM "
                     f"{yours.vram_used_bytes / GIB:.2f} GiB{faster}\n")
+        _append_band(text, yours.band)
     else:
         text.append(f"  {yours.refusal}\n", style="bold red")
     if best is None:
@@ -201,6 +210,10 @@ class ExportPane(VerticalScroll):
                 f" against {export.candidate_tpot_s * 1e3:.2f} ms/token for {export.candidate_id}")
             head.append(f"\nThe command runs the nearest that runs here: {export.nearest_id} "
                         f"({near}{own})", style="bold yellow")
+            estimates = app.advice.rec.estimates if app.advice is not None else ()
+            nearest = next((e for e in estimates if e.candidate.id == export.nearest_id), None)
+            if nearest is not None and export.nearest_tpot_s is not None:
+                head.append(f"\nerror band of {export.nearest_id}: {estimate_band(nearest).text()}", style="italic")
         for name in export.artefact_names:
             head.append(f"\nartefact {name}: written beside the saved command (s), or to the cache folder's "
                         "exports/ when copied (c)", style="dim")

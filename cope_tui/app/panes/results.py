@@ -3,29 +3,48 @@ the cost breakdown of the selected candidate."""
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Static
+from textual.widgets import Checkbox, DataTable, Static
 
 from cope_tui.app.widgets.chart import ThroughputChart, charted, swept_title
 from cope_tui.service.cpu_only import render_cpu_only
-from cope_tui.text_report import nothing_fits, runs_on_text
+from cope_tui.text_report import (
+    llama_words,
+    nothing_fits,
+    paper_only_line,
+    render_run_now,
+    routing_words,
+    run_now_first,
+    runs_on_text,
+)
+from engine.advice.error_band import BandAnswer, band_for, estimate_band, placement_regime
 from engine.core.spans import count_of
 from engine.hardware.memory import GIB
+from engine.runtimes import STOCK_NAME
 
-COMPACT_COLUMNS = ("#", "policy", "ms/tok", "tok/s", "xbase", "VRAM", "hits", "runs on")
+# The table in llama.cpp's words, as `cope advise` prints it: a runnable row by its flags
+# (a Policy Matrix cell by its id), tok/s with its error band, VRAM, RAM and a one-line why.
+COLUMNS = ("#", "llama.cpp flags, or candidate", "tok/s", "band", "ms/tok", "x base", "VRAM GiB", "RAM GiB", "hits",
+           "runs on", "why")
+COMPACT_COLUMNS = ("#", "flags, or candidate", "tok/s ±band", "VRAM", "RAM", "runs on")
 WIDE_AT = 110  # narrower terminals get the compact table
 _ABBREV = (("ready-first", "ready1st"), ("sequential", "seq"), ("parallel", "par"), ("nonuniform", "nonu"),
-           ("uniform", "uni"), ("prefetch", "pf"))
+           ("uniform", "uni"), ("prefetch", "pf"), ("layers' experts on the CPU", "on CPU"),
+           ("(every expert on the GPU)", "(all on GPU)"))
 
 
-def compact_id(candidate_id: str) -> str:
+def compact_id(words: str) -> str:
+    """A row's flags or candidate id, shortened for a narrow terminal."""
     for long, short in _ABBREV:
-        candidate_id = candidate_id.replace(long, short)
-    return candidate_id
+        words = words.replace(long, short)
+    return words
+
+
+PAPER_KEY = "paper-only"  # the row that heads the Policy Matrix's paper-only cells (not a candidate)
 RUNS_STYLE = {"runs-on-stock": "green", "needs-fork": "yellow", "not-expressible": "red"}
-COLUMNS = ("#", "residency", "execution", "policy", "TPOT ms", "tok/s", "x base", "VRAM GiB", "hits", "runs on")
 
 
 def runs_style(runs_on: str) -> str:
@@ -34,16 +53,23 @@ def runs_style(runs_on: str) -> str:
     return "green" if not runs_on.startswith("~") else "yellow"
 
 
-def policy_cells(estimate) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
-    c = estimate.candidate
-    if c.residency is None:
-        return c.kind.value, "-", estimate.detail.split(" (")[0].replace(" on the CPU", "")
-    knobs = [c.allocation.value]
-    if c.eviction is not None:
-        knobs.append(c.eviction.value)
-    if c.prefetch:
-        knobs.append("prefetch")
-    return c.residency.value, c.execution.value, " ".join(knobs)
+def band_cell(answer: BandAnswer) -> Text:
+    """A figure's cross-validated band in a table cell: its regime's MAPE, or none (dim)."""
+    if answer.band is None:
+        return Text("none", style="dim")
+    return Text(f"±{answer.band.mape:.0%}")
+
+
+def ram_bytes(row) -> int | None:  # type: ignore[no-untyped-def]
+    """The host memory a row needs on the first runtime that runs it and fits (exactly first)."""
+    runs = sorted(row.runs, key=lambda r: (not r.runs_exactly, not r.fits))
+    host = runs[0].host if runs else None
+    return host.fit.need_bytes if host is not None else None
+
+
+def why_text(row) -> str:  # type: ignore[no-untyped-def]
+    """Why the row reads as it does, in one line: its placement, and who runs it."""
+    return f"{row.estimate.detail}; {row.who_runs_it}"
 
 
 def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-untyped-def]
@@ -53,6 +79,7 @@ def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-u
     text.append(f"  {label}\n", style=RUNS_STYLE.get(label, "") or runs_style(label.removeprefix("runs on: ")))
     text.append(f"{estimate.tpot_s * 1e3:.2f} ms/token, {estimate.tokens_per_s:.1f} tok/s\n")
     text.append(f"{baseline.tpot_s / estimate.tpot_s:.2f}x the base, hits {estimate.stats.hit_rate:.1%}\n")
+    text.append(f"error band: {estimate_band(estimate).text()}\n", style="italic")
     parts = (
         ("GPU experts", b.gpu_experts_s), ("CPU experts", b.cpu_experts_s), ("copies", b.copies_s),
         ("sync", b.sync_s), ("late prefetch", b.exposed_prefetch_s), ("shared layers", b.shared_s),
@@ -72,9 +99,14 @@ class ResultsPane(Vertical):
     DEFAULT_CSS = """
     ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
     ResultsPane #results-message { height: auto; max-height: 8; padding: 0 1; display: none; }
+    ResultsPane #run-now-box { height: auto; max-height: 25%; padding: 0 1; }
+    ResultsPane #run-now { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }
     ResultsPane #results-table { height: 1fr; min-height: 5; }
+    ResultsPane #paper-row { height: auto; max-height: 2; padding: 0 1; }
+    ResultsPane #paper-line { width: 1fr; height: auto; }
+    ResultsPane #show-paper { height: 1; border: none; padding: 0; }
     ResultsPane #cpu-only-plan { height: 1fr; min-height: 5; padding: 0 1; display: none; overflow-y: auto; }
-    ResultsPane #results-bottom { height: 45%; min-height: 11; }
+    ResultsPane #results-bottom { height: 35%; min-height: 7; }
     ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
         border-title-align: left; }
     ResultsPane #breakdown-box { width: 1fr; border: round $secondary; padding: 0 1; height: 100%; }
@@ -85,7 +117,17 @@ class ResultsPane(Vertical):
         yield Static("computing the default recommendation...", id="results-summary")
         # Hidden while a row can be run: says why none can, or why there is no ranking.
         yield Static("", id="results-message")
+        # What `cope advise` says first: the command to run, the search of llama.cpp's own
+        # commands beside it (its expert cache) and llama.cpp's own placement (--fit).
+        # focusable (Tab), so the keys scroll it down to the trade-off table below its first lines
+        with VerticalScroll(id="run-now-box"):
+            yield Static("", id="run-now")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="paper-row"):
+            yield Static("", id="paper-line")
+            # The Policy Matrix's cells no runtime runs: listed under the runnable rows on demand,
+            # as `cope advise --all` lists them.
+            yield Checkbox("list them", id="show-paper")
         yield Static("", id="cpu-only-plan")  # in the table's place when no GPU is planned
         with Horizontal(id="results-bottom"):
             chart = ThroughputChart(id="chart")
@@ -133,19 +175,33 @@ class ResultsPane(Vertical):
         summary.append(f"{req.model.name} {req.quant.name} on {req.platform.gpu.name} "
                        f"({req.vram_budget_bytes / GIB:.1f} GiB budget) + {req.platform.cpu.name}, "
                        f"{count_of(req.threads, 'thread')}; {rec.cost_model.fidelity} cost model; "
-                       f"vs base = against {baseline.candidate.id}")
+                       f"x base = against {llama_words(baseline, req.model)}")
         ranking = getattr(app, "workload_ranking", None)
         if ranking is not None:
             best = ranking.best
             summary.append(f"; {ranking.workload.describe()}: fastest request {best.candidate_id} "
                            f"{best.request_s:.1f} s (TTFT {best.prefill.ttft_s:.1f} s, "
-                           f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s)",
-                           style="bold")
+                           f"{best.prefill.tokens_per_s:.0f} prompt + {best.estimate.tokens_per_s:.1f} decode tok/s "
+                           f"{band_cell(estimate_band(best.estimate)).plain})", style="bold")
         self.query_one("#results-summary", Static).update(summary)
         # No row to run (nothing fits RAM, no runtime runs any): the CLI's words, not a second wording.
         self.show_message(nothing_fits(runs) if runs.run_now is None else None)
         self.query_one("#cpu-only-plan", Static).display = False
         self.query_one("#results-bottom").display = True
+        self.show_run_now(app)
+        self.fill_table(app)
+        self.show_selected(app)
+        self.show_sweep(app)
+
+    def shown_rows(self, app) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+        """The rows some runtime runs (the run-now row first, then rank order, as `cope advise`),
+        and the Policy Matrix's cells no runtime runs."""
+        ordered = run_now_first(app.runs)
+        return [r for r in ordered if r.runs], [r for r in ordered if not r.runs]
+
+    def fill_table(self, app) -> None:  # type: ignore[no-untyped-def]
+        runs, rec = app.runs, app.advice.rec
+        model, baseline = rec.request.model, rec.baseline()
         table = self.query_one(DataTable)
         table.display = True
         self.compact = self.app.size.width < WIDE_AT
@@ -154,29 +210,71 @@ class ResultsPane(Vertical):
         app.labels = {row.id: row.label for row in runs.rows}
         rank_of = {row.id: rank for rank, row in enumerate(runs.rows, start=1)}
         pinned = runs.run_now.row if runs.run_now is not None else None
-        shown = runs.shown()
-        ordered = ([pinned] if pinned is not None else []) + [r for r in shown if r is not pinned]
-        for row in ordered:
-            e = row.estimate
-            where = runs_on_text(row)
-            figures = (f"{e.tpot_s * 1e3:.2f}", f"{e.tokens_per_s:.1f}", f"{baseline.tpot_s / e.tpot_s:.2f}",
-                       f"{e.vram_used_bytes / GIB:.2f}", f"{e.stats.hit_rate:.1%}")
-            # The run-now row: pinned on top, its rank marked.
-            rank = Text(f"▶{rank_of[row.id]}", style="bold green") if row is pinned else Text(str(rank_of[row.id]))
-            tail = " (base)" if e is baseline else ""
-            tail += f" (+{row.group_size - 1} same)" if row.group_size > 1 else ""
-            if self.compact:
-                table.add_row(rank, compact_id(e.candidate.id) + tail, *figures,
-                              Text(where, style=runs_style(where)), key=e.candidate.id)
+        runnable, paper = self.shown_rows(app)
+        with_paper = self.query_one("#show-paper", Checkbox).value
+        synthetic = rec.request.trace.meta.synthetic
+        self.query_one("#paper-line", Static).update(
+            Text(paper_only_line(paper, synthetic) if paper else "Every cell of the Policy Matrix ranked here runs "
+                 "on some runtime", style="dim"))
+        self.query_one("#show-paper", Checkbox).display = bool(paper)
+        listed = runnable + (paper if with_paper else [])
+        for row in listed:
+            if row is (paper[0] if paper else None):
+                heading = f"paper only, {routing_words(synthetic)}:"  # what the rows below rest on
+                table.add_row("", Text(heading, style="bold"), *[""] * (len(table.columns) - 2), key=PAPER_KEY)
+            table.add_row(*self.row_cells(row, rank_of[row.id], row is pinned, baseline, model), key=row.id)
+        ids = [row.id for row in listed]
+        table.move_cursor(row=table.get_row_index(app.selected_id) if app.selected_id in ids else 0)
+
+    def row_cells(self, row, rank: int, pinned: bool, baseline, model) -> list:  # type: ignore[no-untyped-def]
+        e = row.estimate
+        where = runs_on_text(row)
+        # The run-now row: pinned on top, its rank marked.
+        rank_cell = Text(f"▶{rank}", style="bold green") if pinned else Text(str(rank))
+        tail = " (base)" if e is baseline else ""
+        tail += f" (+{row.group_size - 1} same)" if row.group_size > 1 else ""
+        ram = ram_bytes(row)
+        ram_cell = f"{ram / GIB:.1f}" if ram is not None else "-"
+        band = band_cell(estimate_band(e))
+        runs_cell = Text(where, style=runs_style(where))
+        if self.compact:
+            speed = Text(f"{e.tokens_per_s:.1f} ").append_text(band)
+            return [rank_cell, compact_id(llama_words(e, model)) + tail, speed, f"{e.vram_used_bytes / GIB:.2f}",
+                    ram_cell, runs_cell]
+        return [rank_cell, llama_words(e, model) + tail, f"{e.tokens_per_s:.1f}", band, f"{e.tpot_s * 1e3:.2f}",
+                f"{baseline.tpot_s / e.tpot_s:.2f}", f"{e.vram_used_bytes / GIB:.2f}", ram_cell,
+                f"{e.stats.hit_rate:.1%}", runs_cell, why_text(row)]
+
+    def show_run_now(self, app) -> None:  # type: ignore[no-untyped-def]
+        """The lines `cope advise` leads with, from the same functions (cope_tui/text_report.py,
+        cope_tui/service/llama_search.py), and each figure's error band."""
+        rec, runs = app.advice.rec, app.runs
+        search = getattr(app, "llama_search", None)
+        heading = search.heading() if search is not None else "Run this now"
+        # with nothing to run, the line above the table says why: not twice
+        text = "\n".join(render_run_now(rec, runs, heading=heading)) if runs.run_now is not None else ""
+        if search is not None:
+            text = search.placed(text + "\n\n", build=app.builds.get(STOCK_NAME), tradeoff=False,
+                                 synthetic=rec.request.trace.meta.origin == "synthetic").strip("\n")
+        elif getattr(app, "search_failed", None):
+            text += f"\n  stock llama.cpp's commands were not searched: {app.search_failed}"
+        else:
+            text += "\n  searching stock llama.cpp's commands (its expert cache) and its own placement (--fit)..."
+        shown = Text(no_wrap=True, overflow="ellipsis")
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):  # the command's notes: the Export tab shows them with it, in full
                 continue
-            residency, execution, policy = policy_cells(e)
-            table.add_row(rank, residency, execution, policy + tail, *figures,
-                          Text(where, style=runs_style(where)), key=e.candidate.id)
-        ids = [row.id for row in ordered]
-        row = ids.index(app.selected_id) if app.selected_id in ids else 0
-        table.move_cursor(row=row)
-        self.show_selected(app)
-        self.show_sweep(app)
+            heads = ("Run this now", "Without llama.cpp", "COPE's ranking picks", "Your stock llama.cpp")
+            shown.append(line + "\n", style="bold" if line.startswith(heads) else "")
+        for label, answer in band_lines(runs, search):
+            shown.append(f"  error band of {label}: {answer.text()}\n", style="italic")
+        if search is not None and search.tradeoff is not None:  # below the figures, as advise prints it below its lines
+            shown.append("\n" + "\n".join(search.tradeoff.lines()) + "\n")
+            for answer in tradeoff_bands(search.tradeoff, rec.request.model):
+                shown.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
+        shown.rstrip()
+        self.query_one("#run-now", Static).update(shown)
+        self.query_one("#run-now-box").display = bool(shown.plain)
 
     def show_cpu_only(self, app) -> None:  # type: ignore[no-untyped-def]
         """No GPU planned: the one CPU-only command and its price, as `cope advise --gpu none`
@@ -194,7 +292,10 @@ class ResultsPane(Vertical):
         table.display = False
         self.query_one("#results-bottom").display = False  # no VRAM to sweep, no split to break down
         shown = self.query_one("#cpu-only-plan", Static)
-        shown.update(Text(render_cpu_only(plan).rstrip()))
+        text = Text(render_cpu_only(plan).rstrip())
+        if plan.price.runs:
+            text.append(f"\nerror band of {plan.price.tokens_per_s:.1f} tok/s: {plan.price.band.text()}", style="italic")
+        shown.update(text)
         shown.display = True
 
     def show_selected(self, app) -> None:  # type: ignore[no-untyped-def]
@@ -235,5 +336,40 @@ class ResultsPane(Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
-        if event.row_key is not None and event.row_key.value:
+        if event.row_key is not None and event.row_key.value and event.row_key.value != PAPER_KEY:
             self.app.select_candidate(event.row_key.value)
+
+    def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
+        event.stop()
+        if self.app.advice is not None and self.app.runs is not None:
+            self.fill_table(self.app)
+
+
+def tradeoff_bands(tradeoff, model) -> list[BandAnswer]:  # type: ignore[no-untyped-def]
+    """The bands of the trade-off table's figures: each cell is a plain --n-cpu-moe command, of
+    the regime its host layers make; one line per distinct band."""
+    answers: dict[str, BandAnswer] = {}
+    for cell in tradeoff.cells:
+        if not cell.fits or cell.n_cpu_moe is None:
+            continue
+        share = np.array([1.0 if block < cell.n_cpu_moe else 0.0 for block in model.moe_blocks])
+        answer = band_for(placement_regime(share, has_gpu=True, cpu_only=False), cell.fidelity)
+        answers.setdefault(answer.text(), answer)
+    return list(answers.values())
+
+
+def band_lines(runs, search) -> list[tuple[str, BandAnswer]]:  # type: ignore[no-untyped-def]
+    """Each figure of the lead block and the band it carries (engine/advice/error_band.py), a
+    figure said twice (the ranking's pick is often the search's plain partition) once."""
+    lines: dict[str, BandAnswer] = {}
+    if runs.run_now is not None:
+        e = runs.run_now.estimate
+        lines[f"{e.tokens_per_s:.1f} tok/s"] = estimate_band(e)
+    if search is not None and search.cache is not None:
+        for priced in (search.cache.with_cache, search.cache.partition):
+            if priced is not None:
+                lines.setdefault(f"{priced.tokens_per_s:.1f} tok/s", priced.band)
+    default = search.default if search is not None else None
+    if default is not None and default.tpot_s is not None:
+        lines.setdefault(f"{1 / default.tpot_s:.1f} tok/s (llama.cpp's own placement)", default.band)
+    return list(lines.items())
