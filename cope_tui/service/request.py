@@ -11,7 +11,8 @@ from cope_tui.options import DEFAULT_CONTEXT, DEFAULT_GPU, DEFAULT_MODEL, PlanCh
 from cope_tui.service.hardware import plan_cpu
 from cope_tui.service.workload import workload_of
 from cope_tui.sources.resolve import resolve_model
-from engine.cost.analytic_cost import KV_TYPE_BYTES, AnalyticCostModel
+from engine.cost.analytic_cost import KV_TYPE_BYTES
+from engine.cost.cost_models import fastest_threads
 from engine.advice.workload import CONTEXT_STEP_TOKENS, request_context
 from engine.core.errors import CopeInputError
 from engine.core.user_paths import user_path
@@ -97,7 +98,7 @@ def build_request(args: PlanChoices, *, detect_cpu=None, detect_gpu=None) -> Adv
     threads = _default_threads(platform) if args.threads is None else args.threads
     hybrid = hybrid_of(platform.cpu) if args.threads is None else None
     if hybrid is not None:  # E-cores in an even split slow every thread: the fastest count for this model
-        threads = AnalyticCostModel(model, quant, platform, context_tokens=context).fastest_threads()
+        threads = fastest_threads(model, quant, platform, context_tokens=context)
         assumed.append(f"CPU threads: {threads}, the fewest that stream {model.name}'s experts fastest on this hybrid "
                        f"CPU ({hybrid.performance.cores} P-cores; engine/hardware/hybrid_cores.py)")
     elif args.threads is None:

@@ -27,6 +27,13 @@ from engine.profiles.profile import Profile
 Factory = Callable[["AdviseRequest", "Profile | None", "ProfileUse | None"], CostModel]
 
 
+def fastest_threads(model, quant, platform, *, context_tokens: int) -> int:  # type: ignore[no-untyped-def]
+    """The fewest CPU threads that stream `model`'s experts fastest on `platform`'s CPU (on a
+    hybrid CPU an even split waits for its E-cores), by the analytic model: what a plan uses
+    when the person gave no -t."""
+    return AnalyticCostModel(model, quant, platform, context_tokens=context_tokens).fastest_threads()
+
+
 def analytic_model(request: "AdviseRequest", *, assumptions: AnalyticAssumptions | None = None,
                    as_probed: bool = False) -> AnalyticCostModel:
     """The analytic model of `request` (its context, attended depth and KV cache type):
