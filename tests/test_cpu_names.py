@@ -12,7 +12,7 @@ import pytest
 
 from cope_tui.cli import EXIT_OK, main
 from engine.core.errors import CopeInputError
-from engine.hardware.cpu_compute import core_compute_of, cpu_amx
+from engine.hardware.cpu_compute import core_compute_of, cpu_amx, hybrid_of
 from engine.hardware.cpu_presets import cpu_models, get_cpu_preset
 from engine.hardware.memory_spec import parse_memory_spec
 
@@ -31,8 +31,12 @@ def test_cope_estimate_plans_with_the_rows_figures(capsys, pid):
     model = cpu_models()[pid]
     code, out = estimate(capsys, model.name)
     assert code == EXIT_OK, out.err
-    # without -t, the threads are the row's physical cores, and the memory the row's usual one
-    assert f"COPE estimate: Qwen3-30B-A3B Q4_K_M, {model.cores} threads" in out.out
+    # without -t, the threads are llama.cpp's default: the physical cores, and on a hybrid Intel CPU its
+    # P-cores (common.cpp cpu_get_num_math: cpu_count_math_cpus skips the efficiency cores, "efficiency
+    # cores harm lockstep threading"); the memory the row's usual one
+    hybrid = hybrid_of(get_cpu_preset(pid))
+    threads = hybrid.performance.cores if hybrid is not None else model.cores
+    assert f"COPE estimate: Qwen3-30B-A3B Q4_K_M, {threads} threads" in out.out
     assert f"assumed CPU memory: {model.default_memory.describe()}" in out.out
     spec = get_cpu_preset(pid)
     assert (spec.physical_cores.value, spec.logical_threads.value) == (model.cores, model.threads)

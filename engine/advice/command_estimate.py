@@ -26,6 +26,7 @@ from engine.cost.cost_model import CostModel
 from engine.cost.estimate import Estimate, compare, faster
 from engine.cost.prefill_cost import DEFAULT_BATCH, DEFAULT_UBATCH, PrefillCost, extra_vram_bytes
 from engine.cost.request import AdviseRequest
+from engine.hardware.cpu_compute import hybrid_of
 from engine.hardware.gpu_set import cards_of
 from engine.llamacpp.builds import LlamaBuild, manifest
 from engine.llamacpp.card_price import card_cost, place_on_cards
@@ -59,7 +60,7 @@ def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str,
     """The request fields the command sets, where they differ from `request`'s: -t, the
     KV cache type, and the context; llama-bench decodes -n tokens from depth -d, so it
     attends to d + n/2 tokens on average and reserves d + n."""
-    want: dict[str, Any] = {"threads": command.threads or request.threads,
+    want: dict[str, Any] = {"threads": command.threads or llama_default_threads(request),
                             "kv_bytes_per_element": command.kv_bytes_per_element}
     if command.tool == "llama-bench":
         n_gen = command.n_gen or LLAMA_BENCH_N_GEN
@@ -71,6 +72,15 @@ def command_settings(command: LlamaCommand, request: AdviseRequest) -> dict[str,
     if buffer > 0:  # the command's -ub compute buffer: VRAM COPE's candidates cannot use
         want["vram_budget_bytes"] = int(request.vram_budget_bytes - buffer)
     return {k: v for k, v in want.items() if getattr(request, k) != v}
+
+
+def llama_default_threads(request: AdviseRequest) -> int:
+    """The -t llama.cpp takes when a command gives none: on a hybrid Intel CPU its P-cores
+    (common/common.cpp cpu_get_num_math on Linux: cpu_count_math_cpus skips the efficiency
+    cores, "efficiency cores harm lockstep threading", and counts one thread a core), else the
+    request's (the physical cores unless the person said otherwise)."""
+    hybrid = hybrid_of(request.platform.cpu)
+    return hybrid.performance.cores if hybrid is not None else request.threads
 
 
 def _extra_buffer_bytes(model: ModelSpec, command: LlamaCommand) -> float:
