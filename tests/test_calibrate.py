@@ -233,11 +233,14 @@ def test_the_cli_prints_the_runs_and_json(tmp_path, cache, gguf, capsys):
     bench = write_fake(tmp_path, FakeMachine(**facts))
     assert main(["calibrate", "--gguf", str(path), "--llama-bench", str(bench), "--threads", "2"]) == 0
     text = capsys.readouterr().out
-    assert "cpu-only-1t" in text and "Fitted: cpu_thread_bytes_per_s 0.20 GB/s" in text
+    assert "cpu-only-1t" in text
     assert main(["calibrate", "--gguf", str(path), "--llama-bench", str(bench), "--threads", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "cope-calibration" and doc["llama_bench"] == str(bench)
-    assert doc["constants"]["cpu_thread_bytes_per_s"] == pytest.approx(2e8, rel=0.03)
+    # the fake machine's thread streams 0.2 GB/s; the fit finds it within 3% (beside the global constants)
+    fitted = doc["constants"]["cpu_thread_bytes_per_s"]
+    assert fitted == pytest.approx(2e8, rel=0.03)
+    assert f"Fitted: cpu_thread_bytes_per_s {fitted / 1e9:.2f} GB/s" in text
 
 
 def test_a_run_past_its_time_limit_is_skipped_and_cancel_stops(tmp_path, cache, gguf):
