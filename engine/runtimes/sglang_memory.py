@@ -271,7 +271,9 @@ class SglangMemory:
     expert_bytes: int  # one routed expert in the checkpoint's format
     kv_bytes: int  # the KV pool one sequence of the context needs
     kv_bytes_per_token: float  # the pool a token of context takes (Mamba states' share included)
-    mamba_state_bytes: int  # one request's recurrent states (0: no linear-attention layers)
+    # one request's recurrent states (0: no linear-attention layers), as llama.cpp keeps them (F32):
+    # SGLang's conv state is in the model's dtype, so this is an upper bound and the cap errs low
+    mamba_state_bytes: int
     staging_bytes: int  # kt-kernel's shared staging buffer
     n_experts_total: int
     context_tokens: int
