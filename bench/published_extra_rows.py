@@ -365,6 +365,18 @@ EXTRA_ROWS: tuple[Row, ...] = (
           f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 6 -fa 1 -mmp 0 -ub 2048 -ctk q8_0 -ctv q8_0 -p 0 -n 128",
           memory="ddr5-5600x1", ram_gib=32, file_gib=16.85e9 / 2**30, sweep="2070s-12400f-qwen3.6")
       for index, n in ((162, 32), (163, 30), (164, 33), (165, 34), (166, 40))),
+    # The same page's llama-server generation after a fixed 21,970-token prompt (cache_prompt false, median of 3): the -ub
+    # table of the Qwen3-Coder configuration and the A/B table's "@22K" column of Qwen3.6 (rows 162-166 are SUSPECT: their
+    # short-context column is below these). Priced as a decode from depth 21,970; the tokens generated are not stated (128
+    # assumed: the figure hardly moves with them at this depth).
+    *(Row(index, model_in_csv, model, "Q3_K_M", "rtx-2070-super", "core-i5-12400",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 6 -fa 1 -mmp 0 -ub {ub} -ctk q8_0 -ctv q8_0 -p 0 -n 128 -d 21970",
+          memory="ddr5-5600x1", ram_gib=32, file_gib=gb * 1e9 / 2**30, sweep=sweep)
+      for index, model_in_csv, model, gb, ub, n, sweep in (
+          *((i, "Qwen3-Coder-30B-A3B", "qwen3-30b-a3b", 13.81, ub, n, "") for i, ub, n in
+            ((188, 512, 38), (189, 1024, 38), (190, 2048, 40), (191, 2048, 39), (192, 4096, 42))),
+          *((i, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", 16.85, 2048, n, "2070s-12400f-qwen3.6-22k") for i, n in
+            ((193, 32), (194, 30), (195, 33), (196, 34), (197, 40))))),
     # GoodOlClint/homelab docs/llm-bench-results.md: Quadro RTX 5000 16 GB (PCIe 3.0 x16) passed through to a Proxmox VM on an
     # i9-14900K host (MPG Z690 Carbon: the repository's ADR 0056), the VM pinned to 6 P-cores with 80 GB; the host's 128 GB
     # are 4 x 32 GB DDR5 on two channels (two DIMMs each) at 4000 MT/s (the JEDEC fallback: docs/local-ai-plan.md), then at

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
 from engine.models.catalog import catalog
@@ -118,8 +119,10 @@ def _normal(text: str) -> str:
     return _SEPARATORS.sub("-", text).replace("\0", ".").strip("-")
 
 
-def _catalog_keys() -> list[tuple[str, str, str]]:
-    """(normalised key, model id, the key as written), longest first."""
+@cache
+def _catalog_keys() -> tuple[tuple[str, str, str], ...]:
+    """(normalised key, model id, the key as written), longest first; once, as the catalog
+    it reads is read once (engine/models/catalog.py)."""
     keys = []
     for model in catalog().values():
         names = [model.id, model.name, *model.aliases]
@@ -127,7 +130,7 @@ def _catalog_keys() -> list[tuple[str, str, str]]:
             names.append(model.hf_repo.split("/")[-1])
         for name in dict.fromkeys(names):
             keys.append((_normal(name), model.id, name))
-    return sorted(keys, key=lambda k: -len(k[0]))
+    return tuple(sorted(keys, key=lambda k: -len(k[0])))
 
 
 def _catalog_match(text: str) -> tuple[str, str] | None:
