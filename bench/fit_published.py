@@ -76,17 +76,19 @@ def objective(priced: list[Priced]) -> float:
                           for by_source in by_regime.values()]))
 
 
-def plain_objective(priced: list[Priced]) -> float:
-    """The fit's loss over priced rows: the mean squared log ratio, every row the same."""
-    return float(np.mean(np.log([p.ratio for p in priced]) ** 2))
+def plain_objective(priced: list[Priced], squared: bool = False) -> float:
+    """The fit's loss over priced rows, every row the same: the mean absolute log ratio (the
+    accuracy figures are mean absolute errors), or with `squared` the mean squared one."""
+    logs = np.log([p.ratio for p in priced])
+    return float(np.mean(logs ** 2 if squared else np.abs(logs)))
 
 
 def loss(x: np.ndarray, rows_csv, keep: Callable[[Priced], bool] = lambda p: True,  # type: ignore[no-untyped-def]
-         balanced: bool = False) -> float:
+         balanced: bool = False, squared: bool = False) -> float:
     """The objective (`objective` when `balanced`, else `plain_objective`) over the fitted rows
     that `keep` keeps."""
     priced = [p for p in fitted_rows(price_all(rows_csv, assumptions_of(x), fitted_only=True)) if keep(p)]
-    return objective(priced) if balanced else plain_objective(priced)
+    return objective(priced) if balanced else plain_objective(priced, squared)
 
 
 def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iterations: int = 400, tol: float = 1e-7) -> np.ndarray:
@@ -120,10 +122,10 @@ def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iterations: int = 400, 
 
 
 def fit(rows_csv, keep: Callable[[Priced], bool] = lambda p: True,  # type: ignore[no-untyped-def]
-        start: AnalyticAssumptions = START, balanced: bool = False) -> AnalyticAssumptions:
+        start: AnalyticAssumptions = START, balanced: bool = False, squared: bool = False) -> AnalyticAssumptions:
     """The constants that fit the rows `keep` keeps best (all fitted rows by default)."""
     x0 = np.log([getattr(start, name) for name in FITTED])
-    return assumptions_of(nelder_mead(lambda x: loss(x, rows_csv, keep, balanced), x0))
+    return assumptions_of(nelder_mead(lambda x: loss(x, rows_csv, keep, balanced, squared), x0))
 
 
 def main() -> int:
@@ -131,10 +133,10 @@ def main() -> int:
         print(f"fit_published.py: {CSV} not found", file=sys.stderr)
         return 2
     rows_csv = published_rows(CSV)
-    balanced = "--balanced" in sys.argv[1:]
+    balanced, squared = "--balanced" in sys.argv[1:], "--squared" in sys.argv[1:]
     # A local search: from the constants in the code (the last fit's), as the
     # cross-validation's folds start; from START it stops at a worse optimum (docs/accuracy.md).
-    best = fit(rows_csv, start=AnalyticAssumptions(), balanced=balanced)
+    best = fit(rows_csv, start=AnalyticAssumptions(), balanced=balanced, squared=squared)
     print("fitted constants (engine/cost/analytic_cost.py AnalyticAssumptions):")
     for f in fields(AnalyticAssumptions):
         mark = "  fitted" if f.name in FITTED else ""
@@ -142,7 +144,8 @@ def main() -> int:
         shown = "None (a machine's own, where measured)" if value is None else f"{value:.6g}"
         print(f"  {f.name} = {shown}{mark}")
     priced = fitted_rows(price_all(rows_csv, best))
-    print(f"rows fitted: {len(priced)}; mean squared log ratio {plain_objective(priced):.5f}; regimes and their "
+    print(f"rows fitted: {len(priced)}; mean absolute log ratio {plain_objective(priced):.5f}; mean squared "
+          f"{plain_objective(priced, squared=True):.5f}; regimes and their "
           f"sources weighing the same (--balanced's objective) {objective(priced):.5f}")
     print("ratios: " + ", ".join(f"{p.key}: {p.ratio:.2f}" for p in priced))
     print(asdict(best))

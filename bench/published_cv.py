@@ -51,12 +51,13 @@ class Fold:
 
 
 def leave_one_source_out(rows_csv: list[dict[str, str]], say=print,  # type: ignore[no-untyped-def]
-                         regime: str | None = None, balanced: bool = False, jobs: int = 1) -> list[Fold]:
+                         regime: str | None = None, balanced: bool = False, jobs: int = 1,
+                         squared: bool = False) -> list[Fold]:
     """One fold per source of fitted rows (`regime`: per source with fitted rows of that regime).
     `jobs` > 1 runs that many folds at once in forked processes: the folds share nothing, and
     each is a minute of one core's arithmetic."""
     sources = sorted({p.source for p in fitted_rows(price_all(rows_csv)) if regime in (None, p.regime)})
-    work = [(i, len(sources), source, rows_csv, balanced) for i, source in enumerate(sources, 1)]
+    work = [(i, len(sources), source, rows_csv, balanced, squared) for i, source in enumerate(sources, 1)]
     if jobs <= 1:
         return [_fold(*args, say=say) for args in work]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -64,9 +65,10 @@ def leave_one_source_out(rows_csv: list[dict[str, str]], say=print,  # type: ign
 
 
 def _fold(i: int, n: int, source: str, rows_csv: list[dict[str, str]], balanced: bool,  # type: ignore[no-untyped-def]
-          say=None) -> Fold:
+          squared: bool, say=None) -> Fold:
     (say or _say)(f"fold {i} of {n}: without {source}")
-    constants = fit(rows_csv, keep=lambda p: p.source != source, start=AnalyticAssumptions(), balanced=balanced)
+    constants = fit(rows_csv, keep=lambda p: p.source != source, start=AnalyticAssumptions(), balanced=balanced,
+                    squared=squared)
     held = tuple(p for p in fitted_rows(price_all(rows_csv, constants)) if p.source == source)
     return Fold(source, constants, held)
 
@@ -141,6 +143,8 @@ def main() -> int:
         parser.add_argument("--regime", choices=REGIMES, help="leave out only the sources with fitted rows of this regime")
         parser.add_argument("--balanced", action="store_true",
                             help="fit each fold with every regime, and each source of a regime, weighing the same")
+        parser.add_argument("--squared", action="store_true",
+                            help="fit each fold on the mean squared log ratio (the fit before 2026-12-07's evening)")
         parser.add_argument("--jobs", type=int, default=1, metavar="N", help="folds run at once (forked processes)")
 
     given = rows_from_args("published_cv.py", options=options)
@@ -149,7 +153,7 @@ def main() -> int:
     rows_csv, args = given
     json_out = args.json
     doc = report(leave_one_source_out(rows_csv, say=_say, regime=args.regime, balanced=args.balanced,
-                                      jobs=max(1, args.jobs)))
+                                      jobs=max(1, args.jobs), squared=args.squared))
     if json_out:
         Path(json_out).write_text(json.dumps(doc, indent=1, default=str))
     return 0 if not math.isnan(doc["overall"]["mape"]) else 1

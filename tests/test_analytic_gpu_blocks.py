@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.published import build_date, fused_moe, gpu_stretches  # noqa: E402
 from bench.published_rows import Row  # noqa: E402
-from engine.cost.analytic_cost import (REFERENCE_BLOCK_KERNELS, AnalyticAssumptions, AnalyticCostModel,  # noqa: E402
+from engine.cost.analytic_cost import (KV_TYPE_BYTES, REFERENCE_BLOCK_KERNELS, AnalyticAssumptions, AnalyticCostModel,  # noqa: E402
                                   block_kernels, gpu_compute_capability, uses_cuda_graphs)
 from engine.core.assets_io import load_asset_json  # noqa: E402
 from engine.models.catalog import get_model  # noqa: E402
@@ -129,11 +129,12 @@ def test_kernels_follow_the_architecture():
 
 
 def _model(model_id: str, gpu: str = "rtx-4090", *, graphs: bool = True, tokens: int = 0,
-           a: AnalyticAssumptions | None = None) -> AnalyticCostModel:
+           a: AnalyticAssumptions | None = None, kv_type: str = "f16") -> AnalyticCostModel:
     model = get_model(model_id)
     platform = platform_from(gpu, "ryzen-9-7950x", None)
     return AnalyticCostModel(model, get_quantization("Q4_K_M"), platform, context_tokens=max(2 * tokens, 4096),
-                             attention_tokens=tokens, assumptions=a or AnalyticAssumptions(), cuda_graphs=graphs)
+                             attention_tokens=tokens, assumptions=a or AnalyticAssumptions(), cuda_graphs=graphs,
+                             kv_bytes_per_element=KV_TYPE_BYTES[kv_type])
 
 
 def test_a_blocks_fixed_cost_scales_with_its_kernels_and_graphs():
@@ -174,3 +175,17 @@ def test_the_gpu_reads_the_kv_cache_at_what_its_sms_attend_to_at_most_its_stream
     # the same cache costs the GB10 (273 GB/s over 48 SMs) fewer weight-bytes a byte than the RTX 4090
     gb10 = _model("qwen3-30b-a3b", "gb10", tokens=16384)
     assert 1.0 <= gb10.gpu_kv_read_factor < deep.gpu_kv_read_factor
+
+def test_a_quantized_cache_saves_bytes_where_they_bind_and_not_where_the_sms_do():
+    """Where the SMs bound the attention (the RTX 4090 at the fitted per-SM rate), a q8_0 cache
+    costs what an f16 one does: its elements are as many and each is unpacked into the same
+    arithmetic. Where the stream binds (SMs fast for the memory), it costs its bytes: 34/64
+    of f16's."""
+    def attention_s(kv_type: str, a: AnalyticAssumptions | None = None) -> float:
+        deep = _model("qwen3-30b-a3b", tokens=16384, a=a, kv_type=kv_type)
+        flat = _model("qwen3-30b-a3b", tokens=0, a=a, kv_type=kv_type)
+        return deep.gpu_block_s(0) - flat.gpu_block_s(0)
+
+    assert attention_s("q8_0") == pytest.approx(attention_s("f16"))
+    quick = replace(AnalyticAssumptions(), gpu_kv_sm_bytes_per_s=1e12)
+    assert attention_s("q8_0", quick) == pytest.approx(attention_s("f16", quick) * 34 / 64)
