@@ -39,6 +39,28 @@ _4090_122B = "-ctk q8_0 -ctv q8_0 -b 3072 -ub 3072 -p 0 -n 300 -d 2928"
 # guard): the same bus at the same transfer rate is written DDR4-2000 x2 (32 GB/s peak either way).
 _12600K_SLOW = "ddr4-2000x2"
 
+# tanhaien/qwen-moe-benchmark (ckey.vn's machine): RTX 3060 12GB + Ryzen 7 5800X, '32 GB DDR4' (31 GiB) with neither
+# speed nor DIMMs stated, llama.cpp build 2d97363: Qwen3.5-35B-A3B Q3_K_M (15.2 GB), a 64-token prompt and 256 generated,
+# batch 512 / ubatch 128, flash attention, q4_0 KV, 16 threads; -ngl is not printed (n-cpu-moe 0 ran out of memory, so
+# the layers were on the GPU: -ngl 99).
+_5800X = ("two channels of DDR4-3200 (the Ryzen 7 5800X's rated memory on its two channels; the page: '32 GB DDR4', "
+          "neither speed nor DIMMs)")
+_3060_5800X = "-fa 1 -ctk q4_0 -ctv q4_0 -b 512 -ub 128 -t 16 -p 0 -n 256"
+# ryanilano/localai-16gb-bench-results: RTX 4070 Ti SUPER 16GB (250 W cap) + Ryzen 7 7800X3D (llama-bench's own cpu_info),
+# memory not stated (AM5 takes DDR5 on two channels), llama-bench build 4fc4ec554 (9859), -ngl 99 --n-cpu-moe 99 -fa 1
+# q8_0 KV, 6 threads, mmap on, pp512 / tg128 at depths 0-32768.
+_7800X3D = ("two channels of DDR5-5200 (the Ryzen 7 7800X3D's rated speed; the record names no memory: AM5 takes DDR5 "
+            "on two channels) and no RAM size")
+_4070TIS = "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 99 -fa 1 -ctk q8_0 -ctv q8_0 -t 6 -p 0 -n 128"
+# Eastafrican-insuranceclaim876/Qwen3.6-35B-12GB-VRAM-Guide: RTX 4070 SUPER 12GB + i5-14600KF, '32 GB DDR4' dual-channel
+# (speed not stated), ik_llama.cpp's llama-server (Windows build b5095), Qwen3.6-35B-A3B APEX I-Compact (17.0 GB; a
+# mixed quantization the page calls 'q8-ish', priced on the catalog's Q4_K_M sized to the file), q8_0 KV, --no-mmap
+# --mlock, 12 threads, 3 x 500 generated tokens after a short prompt.
+_14600KF = ("two channels of DDR4-3200 (the page: '32 GB DDR4, dual-channel, ~50 GB/s effective', no speed) and the "
+            "APEX I-Compact mix priced as Q4_K_M sized to its 17.0 GB; the i5-14600KF on the i5-14600K preset (the same "
+            "cores and clocks, no integrated GPU)")
+_4070S = "-ctk q8_0 -ctv q8_0 -mmp 0 -t 12 -p 0 -n 500"
+
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
@@ -65,6 +87,20 @@ HYBRID_ROWS: tuple[Row, ...] = (
     Row(13, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
         r"llama-bench -m m.gguf -ngl 37 -ot blk\.(5|[6-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU "
         "-fa 1 -t 10 -mmp 0 -p 0 -n 128 -d 512", memory="ddr5-6000x2", ram_gib=64, file_gib=59.02),
+    *(Row(index, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q3_K_M", "rtx-3060-12gb", "ryzen-7-5800x",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} {_3060_5800X}", memory="ddr4-3200x2", ram_gib=32,
+          file_gib=15.2 * _GB, stated=False, assumed=_5800X, sweep="3060-5800x")
+      for index, n in ((14, 16), (15, 32), (16, 64))),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", quant, "rtx-4070-ti-super", "ryzen-7-7800x3d",
+          f"{_4070TIS} -d {depth}", memory="ddr5-5200x2", file_gib=size / 2**30, stated=False, assumed=_7800X3D,
+          sweep=f"4070tis-7800x3d-{quant}")
+      for index, quant, size, depth in ((18, "Q3_K_M", 16589720064, 0), (19, "Q3_K_M", 16589720064, 16384),
+                                        (20, "Q3_K_M", 16589720064, 32768), (21, "Q4_K_M", 22349466112, 0),
+                                        (22, "Q4_K_M", 22349466112, 16384), (23, "Q4_K_M", 22349466112, 32768))),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-4070-super", "core-i5-14600k",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} {_4070S}", runtime="ik_llama.cpp", memory="ddr4-3200x2",
+          ram_gib=32, file_gib=17.0 * _GB, stated=False, assumed=_14600KF, sweep="4070s-14600kf")
+      for index, n in ((24, 16), (25, 17), (26, 18), (27, 20), (28, 22), (29, 24), (30, 26), (31, 28))),
 )
 
 _FIT = "--fit on: the runtime chose the placement and the row does not say which"
@@ -74,4 +110,6 @@ HYBRID_SKIPPED: dict[int, str] = {
     10: "the author's fork (a VRAM cache of hot experts, rebalanced every 60 tokens), not stock llama.cpp",
     12: "a repeat of row 11's configuration (llama-bench's default threads on this hybrid CPU are its 6 P-cores), "
         "kept in the CSV as printed so that one run does not weigh twice",
+    17: "a repeat of row 16's placement (--n-cpu-moe 128 and 64 both put all 40 blocks' experts on the CPU), kept in "
+        "the CSV as printed so that one placement does not weigh twice",
 }
