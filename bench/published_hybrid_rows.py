@@ -60,6 +60,12 @@ _14600KF = ("two channels of DDR4-3200 (the page: '32 GB DDR4, dual-channel, ~50
             "APEX I-Compact mix priced as Q4_K_M sized to its 17.0 GB; the i5-14600KF on the i5-14600K preset (the same "
             "cores and clocks, no integrated GPU)")
 _4070S = "-ctk q8_0 -ctv q8_0 -mmp 0 -t 12 -p 0 -n 500"
+# JigSawPT/moe-autopilot: RTX 5090 32GB + Ryzen 9 9950X3D + 64 GB DDR5-6004 CL30 (EXPO) in two channels (the README:
+# 'DDR5-6000 dual channel'), Windows 11, the author's llama.cpp fork with its hot-expert VRAM copies switched off (no
+# AIPC environment variables: the stock graph; the README's parity run matches upstream's tg128). llama-bench's OFF
+# arms and the server's 'baseline' rows; --no-mmap everywhere.
+_9950X3D = dict(memory="ddr5-6000x2", ram_gib=64)
+_5090_GPTOSS = "-b 4096 -ub 4096 -mmp 0 -t 16 -fa 1 -p 0 -n 128"
 
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
@@ -101,6 +107,16 @@ HYBRID_ROWS: tuple[Row, ...] = (
           f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} {_4070S}", runtime="ik_llama.cpp", memory="ddr4-3200x2",
           ram_gib=32, file_gib=17.0 * _GB, stated=False, assumed=_14600KF, sweep="4070s-14600kf")
       for index, n in ((24, 16), (25, 17), (26, 18), (27, 20), (28, 22), (29, 24), (30, 26), (31, 28))),
+    *(Row(index, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-5090", "ryzen-9-9950x3d",
+          f"llama-bench -m m.gguf -ngl 999 -ncmoe {n} {_5090_GPTOSS}", sweep="5090-9950x3d-gptoss120b", **_9950X3D)
+      for index, n in ((32, 24), (33, 25), (35, 26), (36, 28), (37, 30))),
+    # Qwen3-Coder-Next MXFP4 ('48 GB', the catalog's Qwen3-Next-80B-A3B shape): llama-bench ARM A of the prefill A/B.
+    Row(38, "Qwen3-Coder-Next", "qwen3-next-80b-a3b", "MXFP4", "rtx-5090", "ryzen-9-9950x3d",
+        "llama-bench -m m.gguf -ngl 999 --n-cpu-moe 24 -b 2048 -ub 2048 -mmp 0 -fa 1 -t 16 -p 0 -n 128",
+        file_gib=48 * _GB, **_9950X3D),
+    # Qwen3.6-35B-A3B Q4_K_M, llama-server's 'baseline' (<= 400 tokens after a short question).
+    Row(40, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-5090", "ryzen-9-9950x3d",
+        "llama-bench -m m.gguf -ngl 999 --n-cpu-moe 16 -mmp 0 -t 16 -p 0 -n 400", **_9950X3D),
 )
 
 _FIT = "--fit on: the runtime chose the placement and the row does not say which"
@@ -112,4 +128,8 @@ HYBRID_SKIPPED: dict[int, str] = {
         "kept in the CSV as printed so that one run does not weigh twice",
     17: "a repeat of row 16's placement (--n-cpu-moe 128 and 64 both put all 40 blocks' experts on the CPU), kept in "
         "the CSV as printed so that one placement does not weigh twice",
+    34: "a repeat of row 35's placement (gpt-oss-120b -ncmoe 26, the same machine and flags, measured again the same day: "
+        "35.63 against 35.10 t/s), kept in the CSV as printed so that one placement does not weigh twice",
+    39: "llama-server's run of row 38's placement (71.9 against llama-bench's 74.23 t/s on the same machine), kept in the "
+        "CSV as printed so that one placement does not weigh twice",
 }
