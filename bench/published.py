@@ -62,6 +62,7 @@ NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GP
 _RYANILANO = ("https://github.com/ryanilano/localai-16gb-bench-results/blob/5683c48c7d6597870e0937c18e4c6789ddb2a146/"
               "results/2026-07-01_202112-debian-llm/json/35B_UD-")
 _JIGSAWPT = "https://github.com/JigSawPT/moe-autopilot/blob/"
+_BEYONDVRAM = "https://github.com/yassinebkr/beyondvram/blob/"
 _JIGSAWPT_GPT_OSS = _JIGSAWPT + "f014707bdd50368e1c7265c8a6d11d9983204d95/evidence/gpt-oss/"
 ONE_MACHINE = {
     # InsiderLLM's rig 'rushuna' (RTX 3060 + i7-7700), in two records of its bench-results repository
@@ -79,6 +80,11 @@ ONE_MACHINE = {
     **{url: _JIGSAWPT_GPT_OSS + "gptoss_sweep.md"
        for url in (_JIGSAWPT_GPT_OSS + "gptoss_maxabs.md", _JIGSAWPT_GPT_OSS + "prefill_ab.md",
                    _JIGSAWPT + "62fa85765f7ea3856e21902f03caaf3caba10784/README_REPRO.md")},
+    # yassinebkr/beyondvram: one RTX 3070 Ti + Ryzen 5 5600X in four records
+    **{url: _BEYONDVRAM + "895fb1f29372c80aaa5b9429f79d4f9da58980a0/results/moe-locality/placement-grid.json"
+       for url in (_BEYONDVRAM + "16c1c05a3be05d68e9dd7939bdb3161f8ccdaadc/docs/moe-track-plan.md",
+                   _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid.json",
+                   _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid-refine.json")},
 }
 
 
