@@ -72,11 +72,8 @@ _5090_GPTOSS = "-b 4096 -ub 4096 -mmp 0 -t 16 -fa 1 -p 0 -n 128"
 _5600X = dict(memory="ddr4-3600x2", ram_gib=32)
 _3070TI = "-t 6 -p 0 -n 32"
 _QWEN3_30B_OFFICIAL = 18_556_685_824 / 2**30  # the printed byte size of Qwen's own Q4_K_M file
-# The gpt-oss-20b rows state their hardware, but COPE prices the whole sweep 25-47% slow (CPU-only 0.75, every expert
-# on the CPU 0.75, the best placement 0.54) where the same machine's Qwen3-30B-A3B rows land at 0.8-1.1: a model-specific
-# gap to look into before they enter the fit, so they are reported apart.
-_GPTOSS20B_HELD_OUT = ("nothing about the hardware (stated: RTX 3070 Ti, Ryzen 5 5600X, 2 x DDR4-3600); held out of the "
-                       "fit: COPE prices this machine's gpt-oss-20b sweep 25-47% slow while its Qwen3-30B-A3B rows fit")
+# The gpt-oss-20b rows state their hardware and are fitted and judged like the others. Their -ngl 24 offloads the
+# output layer and blocks 1-23 on a current build (llama.cpp PR 18148: the output layer goes first), not blocks 0-23.
 
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
@@ -130,8 +127,7 @@ HYBRID_ROWS: tuple[Row, ...] = (
         "llama-bench -m m.gguf -ngl 999 --n-cpu-moe 16 -mmp 0 -t 16 -p 0 -n 400", **_9950X3D),
     # gpt-oss-20b MXFP4: -ngl 24 offloads the 24 blocks (the output stays on the CPU), the first K blocks' experts on the CPU.
     *(Row(index, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-3070-ti", "ryzen-5-5600x",
-          f"llama-bench -m m.gguf {placement} {_3070TI}", sweep=sweep, stated=False,
-          assumed=_GPTOSS20B_HELD_OUT, **_5600X)
+          f"llama-bench -m m.gguf {placement} {_3070TI}", sweep=sweep, **_5600X)
       for index, placement, sweep in (
           (41, "-ngl 24 --n-cpu-moe 24", "3070ti-5600x-gptoss20b"), (42, "-ngl 24 --n-cpu-moe 16", "3070ti-5600x-gptoss20b"),
           (43, "-ngl 24 --n-cpu-moe 12", "3070ti-5600x-gptoss20b"), (47, "-ngl 0", ""),
