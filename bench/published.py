@@ -59,6 +59,11 @@ NO_GPU = "rtx-4060-ti-16gb"  # a CPU-only row's commands offload nothing: the GP
 # Sources that publish one person's one machine: cross-validation leaves them out together, or
 # a fold would be tested on a machine its fit saw. The blog post's gpt-oss-120b runs are the
 # machine (RTX 4070, i5-12600K, two DDR5 DIMMs) of the same author's benchmark repository.
+_RYANILANO = ("https://github.com/ryanilano/localai-16gb-bench-results/blob/5683c48c7d6597870e0937c18e4c6789ddb2a146/"
+              "results/2026-07-01_202112-debian-llm/json/35B_UD-")
+_JIGSAWPT = "https://github.com/JigSawPT/moe-autopilot/blob/"
+_BEYONDVRAM = "https://github.com/yassinebkr/beyondvram/blob/"
+_JIGSAWPT_GPT_OSS = _JIGSAWPT + "f014707bdd50368e1c7265c8a6d11d9983204d95/evidence/gpt-oss/"
 ONE_MACHINE = {
     # InsiderLLM's rig 'rushuna' (RTX 3060 + i7-7700), in two records of its bench-results repository
     "https://github.com/msb-msb/insiderllm-bench-results/blob/1639d2ec897b8af159c15abd61c15050c20634e3/"
@@ -67,6 +72,19 @@ ONE_MACHINE = {
         "rushuna-3060-qwen36-ncmoe-2026-09-11/README.md",
     "https://carteakey.dev/blog/local-inference/optimizing-gpt-oss-120b-local-inference/":
         "https://github.com/carteakey/lllms/blob/827b96079041b7f4244bf35b40e0955f31c66f9f/docs/bench-results.md",
+    # ryanilano/localai-16gb-bench-results: one llama-bench JSON per quantization and depth of one run on 'debian-llm'
+    **{_RYANILANO + name: _RYANILANO + "Q3_K_M_d0.json"
+       for name in ("Q3_K_M_d16384.json", "Q3_K_M_d32768.json", "Q4_K_XL_d0.json", "Q4_K_XL_d16384.json",
+                    "Q4_K_XL_d32768.json")},
+    # JigSawPT/moe-autopilot: one RTX 5090 + Ryzen 9 9950X3D in four write-ups
+    **{url: _JIGSAWPT_GPT_OSS + "gptoss_sweep.md"
+       for url in (_JIGSAWPT_GPT_OSS + "gptoss_maxabs.md", _JIGSAWPT_GPT_OSS + "prefill_ab.md",
+                   _JIGSAWPT + "62fa85765f7ea3856e21902f03caaf3caba10784/README_REPRO.md")},
+    # yassinebkr/beyondvram: one RTX 3070 Ti + Ryzen 5 5600X in four records
+    **{url: _BEYONDVRAM + "895fb1f29372c80aaa5b9429f79d4f9da58980a0/results/moe-locality/placement-grid.json"
+       for url in (_BEYONDVRAM + "16c1c05a3be05d68e9dd7939bdb3161f8ccdaadc/docs/moe-track-plan.md",
+                   _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid.json",
+                   _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid-refine.json")},
 }
 
 

@@ -39,6 +39,42 @@ _4090_122B = "-ctk q8_0 -ctv q8_0 -b 3072 -ub 3072 -p 0 -n 300 -d 2928"
 # guard): the same bus at the same transfer rate is written DDR4-2000 x2 (32 GB/s peak either way).
 _12600K_SLOW = "ddr4-2000x2"
 
+# tanhaien/qwen-moe-benchmark (ckey.vn's machine): RTX 3060 12GB + Ryzen 7 5800X, '32 GB DDR4' (31 GiB) with neither
+# speed nor DIMMs stated, llama.cpp build 2d97363: Qwen3.5-35B-A3B Q3_K_M (15.2 GB), a 64-token prompt and 256 generated,
+# batch 512 / ubatch 128, flash attention, q4_0 KV, 16 threads; -ngl is not printed (n-cpu-moe 0 ran out of memory, so
+# the layers were on the GPU: -ngl 99).
+_5800X = ("two channels of DDR4-3200 (the Ryzen 7 5800X's rated memory on its two channels; the page: '32 GB DDR4', "
+          "neither speed nor DIMMs)")
+_3060_5800X = "-fa 1 -ctk q4_0 -ctv q4_0 -b 512 -ub 128 -t 16 -p 0 -n 256"
+# ryanilano/localai-16gb-bench-results: RTX 4070 Ti SUPER 16GB (250 W cap) + Ryzen 7 7800X3D (llama-bench's own cpu_info),
+# memory not stated (AM5 takes DDR5 on two channels), llama-bench build 4fc4ec554 (9859), -ngl 99 --n-cpu-moe 99 -fa 1
+# q8_0 KV, 6 threads, mmap on, pp512 / tg128 at depths 0-32768.
+_7800X3D = ("two channels of DDR5-5200 (the Ryzen 7 7800X3D's rated speed; the record names no memory: AM5 takes DDR5 "
+            "on two channels) and no RAM size")
+_4070TIS = "llama-bench -m m.gguf -ngl 99 --n-cpu-moe 99 -fa 1 -ctk q8_0 -ctv q8_0 -t 6 -p 0 -n 128"
+# Eastafrican-insuranceclaim876/Qwen3.6-35B-12GB-VRAM-Guide: RTX 4070 SUPER 12GB + i5-14600KF, '32 GB DDR4' dual-channel
+# (speed not stated), ik_llama.cpp's llama-server (Windows build b5095), Qwen3.6-35B-A3B APEX I-Compact (17.0 GB; a
+# mixed quantization the page calls 'q8-ish', priced on the catalog's Q4_K_M sized to the file), q8_0 KV, --no-mmap
+# --mlock, 12 threads, 3 x 500 generated tokens after a short prompt.
+_14600KF = ("two channels of DDR4-3200 (the page: '32 GB DDR4, dual-channel, ~50 GB/s effective', no speed) and the "
+            "APEX I-Compact mix priced as Q4_K_M sized to its 17.0 GB; the i5-14600KF on the i5-14600K preset (the same "
+            "cores and clocks, no integrated GPU)")
+_4070S = "-ctk q8_0 -ctv q8_0 -mmp 0 -t 12 -p 0 -n 500"
+# JigSawPT/moe-autopilot: RTX 5090 32GB + Ryzen 9 9950X3D + 64 GB DDR5-6004 CL30 (EXPO) in two channels (the README:
+# 'DDR5-6000 dual channel'), Windows 11, the author's llama.cpp fork with its hot-expert VRAM copies switched off (no
+# AIPC environment variables: the stock graph; the README's parity run matches upstream's tg128). llama-bench's OFF
+# arms and the server's 'baseline' rows; --no-mmap everywhere.
+_9950X3D = dict(memory="ddr5-6000x2", ram_gib=64)
+_5090_GPTOSS = "-b 4096 -ub 4096 -mmp 0 -t 16 -fa 1 -p 0 -n 128"
+# yassinebkr/beyondvram: RTX 3070 Ti 8GB (Windows 11) + Ryzen 5 5600X (llama-bench's cpu_info) with 32 GiB of DDR4-3600
+# in two channels (docs/track4-gpt-oss.md: '57.6 GB/s dual-channel DDR4-3600 theoretical peak'), the unmodified b10355
+# release llama-bench at its defaults (6 threads: the CPU's cores), pp128 / tg32, mmap, an f16 KV cache.
+_5600X = dict(memory="ddr4-3600x2", ram_gib=32)
+_3070TI = "-t 6 -p 0 -n 32"
+_QWEN3_30B_OFFICIAL = 18_556_685_824 / 2**30  # the printed byte size of Qwen's own Q4_K_M file
+# The gpt-oss-20b rows state their hardware and are fitted and judged like the others. Their -ngl 24 offloads the
+# output layer and blocks 1-23 on a current build (llama.cpp PR 18148: the output layer goes first), not blocks 0-23.
+
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
@@ -65,8 +101,59 @@ HYBRID_ROWS: tuple[Row, ...] = (
     Row(13, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-4070", "core-i5-12600k",
         r"llama-bench -m m.gguf -ngl 37 -ot blk\.(5|[6-9]|[0-9][0-9]|[0-9][0-9][0-9])\.ffn_(up|down|gate)_(ch|)exps=CPU "
         "-fa 1 -t 10 -mmp 0 -p 0 -n 128 -d 512", memory="ddr5-6000x2", ram_gib=64, file_gib=59.02),
+    *(Row(index, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q3_K_M", "rtx-3060-12gb", "ryzen-7-5800x",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} {_3060_5800X}", memory="ddr4-3200x2", ram_gib=32,
+          file_gib=15.2 * _GB, stated=False, assumed=_5800X, sweep="3060-5800x")
+      for index, n in ((14, 16), (15, 32), (16, 64))),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", quant, "rtx-4070-ti-super", "ryzen-7-7800x3d",
+          f"{_4070TIS} -d {depth}", memory="ddr5-5200x2", file_gib=size / 2**30, stated=False, assumed=_7800X3D,
+          sweep=f"4070tis-7800x3d-{quant}")
+      for index, quant, size, depth in ((18, "Q3_K_M", 16589720064, 0), (19, "Q3_K_M", 16589720064, 16384),
+                                        (20, "Q3_K_M", 16589720064, 32768), (21, "Q4_K_M", 22349466112, 0),
+                                        (22, "Q4_K_M", 22349466112, 16384), (23, "Q4_K_M", 22349466112, 32768))),
+    *(Row(index, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-4070-super", "core-i5-14600k",
+          f"llama-bench -m m.gguf -ngl 99 --n-cpu-moe {n} {_4070S}", runtime="ik_llama.cpp", memory="ddr4-3200x2",
+          ram_gib=32, file_gib=17.0 * _GB, stated=False, assumed=_14600KF, sweep="4070s-14600kf")
+      for index, n in ((24, 16), (25, 17), (26, 18), (27, 20), (28, 22), (29, 24), (30, 26), (31, 28))),
+    *(Row(index, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "rtx-5090", "ryzen-9-9950x3d",
+          f"llama-bench -m m.gguf -ngl 999 -ncmoe {n} {_5090_GPTOSS}", sweep="5090-9950x3d-gptoss120b", **_9950X3D)
+      for index, n in ((32, 24), (33, 25), (35, 26), (36, 28), (37, 30))),
+    # Qwen3-Coder-Next MXFP4 ('48 GB', the catalog's Qwen3-Next-80B-A3B shape): llama-bench ARM A of the prefill A/B.
+    Row(38, "Qwen3-Coder-Next", "qwen3-next-80b-a3b", "MXFP4", "rtx-5090", "ryzen-9-9950x3d",
+        "llama-bench -m m.gguf -ngl 999 --n-cpu-moe 24 -b 2048 -ub 2048 -mmp 0 -fa 1 -t 16 -p 0 -n 128",
+        file_gib=48 * _GB, **_9950X3D),
+    # Qwen3.6-35B-A3B Q4_K_M, llama-server's 'baseline' (<= 400 tokens after a short question).
+    Row(40, "Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Q4_K_M", "rtx-5090", "ryzen-9-9950x3d",
+        "llama-bench -m m.gguf -ngl 999 --n-cpu-moe 16 -mmp 0 -t 16 -p 0 -n 400", **_9950X3D),
+    # gpt-oss-20b MXFP4: -ngl 24 offloads the 24 blocks (the output stays on the CPU), the first K blocks' experts on the CPU.
+    *(Row(index, "gpt-oss-20b", "gpt-oss-20b", "MXFP4", "rtx-3070-ti", "ryzen-5-5600x",
+          f"llama-bench -m m.gguf {placement} {_3070TI}", sweep=sweep, **_5600X)
+      for index, placement, sweep in (
+          (41, "-ngl 24 --n-cpu-moe 24", "3070ti-5600x-gptoss20b"), (42, "-ngl 24 --n-cpu-moe 16", "3070ti-5600x-gptoss20b"),
+          (43, "-ngl 24 --n-cpu-moe 12", "3070ti-5600x-gptoss20b"), (47, "-ngl 0", ""),
+          (48, "-ngl 24 --n-cpu-moe 14", "3070ti-5600x-gptoss20b-refine"),
+          (50, "-ngl 24 --n-cpu-moe 10", "3070ti-5600x-gptoss20b-refine"))),
+    # Qwen3-30B-A3B Q4_K_M (Qwen's own file): the -ngl x --n-cpu-moe grid, the one-knob -ngl sweep and the refinement.
+    *(Row(index, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rtx-3070-ti", "ryzen-5-5600x",
+          f"llama-bench -m m.gguf {placement} {_3070TI}", file_gib=_QWEN3_30B_OFFICIAL, sweep=sweep, **_5600X)
+      for index, placement, sweep in (
+          (51, "-ngl 48 --n-cpu-moe 48", "3070ti-5600x-qwen3-grid"), (52, "-ngl 48 --n-cpu-moe 40", "3070ti-5600x-qwen3-grid"),
+          (53, "-ngl 48 --n-cpu-moe 36", "3070ti-5600x-qwen3-grid"), (55, "-ngl 48 --n-cpu-moe 30", "3070ti-5600x-qwen3-grid"),
+          (56, "-ngl 36 --n-cpu-moe 30", ""),
+          (61, "-ngl 0", "3070ti-5600x-qwen3-ngl"), (62, "-ngl 6", "3070ti-5600x-qwen3-ngl"),
+          (63, "-ngl 12", "3070ti-5600x-qwen3-ngl"), (64, "-ngl 18", "3070ti-5600x-qwen3-ngl"),
+          (67, "-ngl 18 --n-cpu-moe 48", ""),
+          (70, "-ngl 48 --n-cpu-moe 33", "3070ti-5600x-qwen3-refine"), (71, "-ngl 48 --n-cpu-moe 34", "3070ti-5600x-qwen3-refine"),
+          (72, "-ngl 48 --n-cpu-moe 35", "3070ti-5600x-qwen3-refine"))),
 )
 
+_SPILL_3070TI = ("more on the 8 GB GPU than it holds (COPE: would not run, 9.5-11.6 GiB); the run went through, the "
+                 "Windows driver spilling to shared system memory over PCIe or --fit moving tensors back (the page: 24 "
+                 "and 30 layers regress), paths COPE does not model")
+_PAST_OPTIMUM_3070TI = ("past the sweep's optimum decode falls as more experts move onto the 8 GB card (gpt-oss-20b -ncmoe "
+                        "10 -> 8: 44.8 -> 37.6; Qwen3-30B-A3B -ncmoe 33 -> 32 -> 31): the card is near full under Windows "
+                        "(the page: peak 7540 of 8192 MiB at -ngl 18, the desktop holding the rest), the spill regime of "
+                        "rows 45-66 that COPE does not model")
 _FIT = "--fit on: the runtime chose the placement and the row does not say which"
 HYBRID_SKIPPED: dict[int, str] = {
     3: _FIT,
@@ -74,4 +161,27 @@ HYBRID_SKIPPED: dict[int, str] = {
     10: "the author's fork (a VRAM cache of hot experts, rebalanced every 60 tokens), not stock llama.cpp",
     12: "a repeat of row 11's configuration (llama-bench's default threads on this hybrid CPU are its 6 P-cores), "
         "kept in the CSV as printed so that one run does not weigh twice",
+    17: "a repeat of row 16's placement (--n-cpu-moe 128 and 64 both put all 40 blocks' experts on the CPU), kept in "
+        "the CSV as printed so that one placement does not weigh twice",
+    34: "a repeat of row 35's placement (gpt-oss-120b -ncmoe 26, the same machine and flags, measured again the same day: "
+        "35.63 against 35.10 t/s), kept in the CSV as printed so that one placement does not weigh twice",
+    39: "llama-server's run of row 38's placement (71.9 against llama-bench's 74.23 t/s on the same machine), kept in the "
+        "CSV as printed so that one placement does not weigh twice",
+    46: "--n-cpu-moe 0 asks for every expert on the 8 GB card; the page: '--fit re-placed gracefully': the runtime chose "
+        "the placement and the row does not say which",
+    49: "a repeat of row 43's placement (gpt-oss-20b -ngl 24 --n-cpu-moe 12) in the refinement session (38.45 against "
+        "42.62 t/s), kept in the CSV as printed so that one placement does not weigh twice",
+    54: "a repeat of row 71's placement (Qwen3-30B-A3B -ngl 48 --n-cpu-moe 34) in the first-pass grid (28.02 against the "
+        "idle refinement's 30.66 t/s), kept in the CSV as printed so that one placement does not weigh twice",
+    44: _PAST_OPTIMUM_3070TI,
+    68: _PAST_OPTIMUM_3070TI,
+    69: _PAST_OPTIMUM_3070TI,
+    45: _SPILL_3070TI,
+    57: _SPILL_3070TI,
+    58: _SPILL_3070TI,
+    60: _SPILL_3070TI,
+    65: _SPILL_3070TI,
+    66: _SPILL_3070TI,
+    59: "-ngl 24 --n-cpu-moe 24 is row 65's placement (-ngl 24 leaves blocks 0-23 on the CPU, so --n-cpu-moe 24 moves "
+        "nothing; 21.54 against 18.61 t/s in another session), kept in the CSV as printed",
 }
