@@ -46,7 +46,7 @@ from engine.advice.command_estimate import CommandPrice, command_settings, price
 from engine.advice.error_band import REGIMES, placement_regime  # noqa: E402
 from engine.core.errors import CopeInputError  # noqa: E402
 from engine.llamacpp.llama_args import parse_llama_command  # noqa: E402
-from engine.llamacpp.llama_placement import placement_of  # noqa: E402
+from engine.llamacpp.llama_placement import offloads_output_first, placement_of  # noqa: E402
 from engine.hardware.memory_spec import parse_memory_spec  # noqa: E402
 
 CSV = ROOT.parent / "shared" / "calibration" / "published-decode.csv"
@@ -182,10 +182,15 @@ def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumpti
                                   kv_bytes_per_element=request.kv_bytes_per_element,
                                   assumptions=assumptions or AnalyticAssumptions(),
                                   cuda_graphs=cuda_graphs_of(row, published))
-        price = price_placement_command(request, model, command)
+        price = price_placement_command(request, model, command, output_first=output_first_of(row, published))
     except CopeInputError as exc:
         return Priced(row, tps, None, f"cannot price: {exc}", **facts)
-    return Priced(row, tps, price, price.refusal, regime=regime_of(row), **facts)
+    return Priced(row, tps, price, price.refusal, regime=regime_of(row, output_first_of(row, published)), **facts)
+
+
+def output_first_of(row: Row, published: dict[str, str]) -> bool:
+    """Whether the row's build offloads the output layer first under -ngl (llama_placement)."""
+    return offloads_output_first(row.runtime, build_date(published))
 
 
 # The build date of a row whose date column does not give one, from the commit it names
@@ -213,20 +218,21 @@ def fused_moe(published: dict[str, str]) -> bool | None:
 def cuda_graphs_of(row: Row, published: dict[str, str]) -> bool:
     """Whether the row's runtime, at its build and flags and on its GPU, replays decode as
     CUDA graphs (engine.cost.analytic_cost.uses_cuda_graphs)."""
-    gpu_experts = regime_of(row) in ("all-GPU", "partial offload")
+    first = output_first_of(row, published)
+    gpu_experts = regime_of(row, first) in ("all-GPU", "partial offload")
     cc = gpu_compute_capability(prepared(row)[0].platform.gpu) if row.gpu else None
     return uses_cuda_graphs(row.runtime, build_date=build_date(published), fused_moe=fused_moe(published),
-                            gpu_experts=gpu_experts, compute_capability=cc, gpu_stretches=gpu_stretches(row))
+                            gpu_experts=gpu_experts, compute_capability=cc, gpu_stretches=gpu_stretches(row, first))
 
 
 @functools.cache
-def gpu_stretches(row: Row) -> int:
+def gpu_stretches(row: Row, output_first: bool = True) -> int:
     """How many runs of GPU work, with CPU work between them, a decode token of the row's
     command has: each offloaded block's attention and shared weights, then its routed experts
     on the CPU and/or the GPU, in block order, then the output head."""
     request, command = prepared(row)
     model = request.model
-    placement = placement_of(command, model, has_gpu=row.gpu is not None)
+    placement = placement_of(command, model, has_gpu=row.gpu is not None, output_first=output_first)
     share = dict(zip(model.moe_blocks, placement.expert_cpu_share))
     on_gpu: list[bool] = []
     for block in range(model.n_blocks):
@@ -246,10 +252,10 @@ def gpu_stretches(row: Row) -> int:
 
 
 @functools.cache
-def regime_of(row: Row) -> str:
+def regime_of(row: Row, output_first: bool = True) -> str:
     request, command = prepared(row)
     has_gpu = row.gpu is not None
-    placement = placement_of(command, request.model, has_gpu=has_gpu)
+    placement = placement_of(command, request.model, has_gpu=has_gpu, output_first=output_first)
     return placement_regime(placement.expert_cpu_share, has_gpu=has_gpu, cpu_only=placement.cpu_only)
 
 

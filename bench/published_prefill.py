@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.published import mape, prepared, rows_from_args, tokens_per_s  # noqa: E402
+from bench.published import mape, output_first_of, prepared, rows_from_args, tokens_per_s  # noqa: E402
 from bench.published_rows import PROMPT_RUNS, ROWS, UBATCH_SWEEPS, PromptRun, Row  # noqa: E402
 from cope_tui.options import SYNTHETIC_TOKENS, PlanChoices  # noqa: E402
 from cope_tui.service.request import build_request  # noqa: E402
@@ -78,7 +78,7 @@ def price_prompt(row: Row, run: PromptRun, published: dict[str, str],
     except CopeInputError as exc:
         return PricedPrompt(row, run, tps, None, f"cannot price: {exc}", row.gpu is None)
     has_gpu = row.gpu is not None
-    placement = placement_of(command, request.model, has_gpu=has_gpu)
+    placement = placement_of(command, request.model, has_gpu=has_gpu, output_first=output_first_of(row, published))
     problem = placement_memory(request, placement, mapped=not command.no_mmap).problem() if has_gpu else None
     if problem is not None:
         return PricedPrompt(row, run, tps, None, problem, False)

@@ -11,7 +11,7 @@ import pytest
 from cope_tui.cli import EXIT_INPUT, EXIT_OK, main
 from engine.core.errors import CopeInputError
 from engine.llamacpp.llama_args import command_notes, parse_llama_command
-from engine.llamacpp.llama_placement import placement_of
+from engine.llamacpp.llama_placement import offloads_output_first, placement_of
 from engine.models.catalog import get_model
 
 QWEN = get_model("qwen3-30b-a3b")  # 48 MoE blocks 0..47
@@ -95,11 +95,18 @@ def test_context_flash_attn_mmap_and_unknown_flags_are_listed():
     assert not any("no -ngl" in n for n in command_notes(parse_llama_command(["llama-server"]), QWEN))
     assert any("no -ngl: llama-bench offloads every layer" in n
                for n in command_notes(parse_llama_command(["llama-bench"]), QWEN))
-    # -ngl 10 offloads the last 10 of 48 blocks (llama-model.cpp: i_gpu_start = n_layer - ngl), not the output.
+    # -ngl 10 offloads the output layer and the last 9 of 48 blocks (llama-model.cpp since PR 18148:
+    # i_gpu_start = n_layer + 1 - ngl); ik_llama.cpp and older builds the last 10 blocks and not the output.
     ten = placement_of(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN)
-    assert np.flatnonzero(ten.gpu_blocks).tolist() == list(range(38, 48)) and not ten.output_on_gpu
-    assert (ten.expert_cpu_share[:38] == 1).all() and (ten.expert_cpu_share[38:] == 0).all()
-    assert placement_of(parse_llama_command(["llama-server", "-ngl", "49"]), QWEN).output_on_gpu
+    assert np.flatnonzero(ten.gpu_blocks).tolist() == list(range(39, 48)) and ten.output_on_gpu
+    assert (ten.expert_cpu_share[:39] == 1).all() and (ten.expert_cpu_share[39:] == 0).all()
+    old_rule = placement_of(parse_llama_command(["llama-server", "-ngl", "10"]), QWEN, output_first=False)
+    assert np.flatnonzero(old_rule.gpu_blocks).tolist() == list(range(38, 48)) and not old_rule.output_on_gpu
+    for first in (True, False):
+        every = placement_of(parse_llama_command(["llama-server", "-ngl", "49"]), QWEN, output_first=first)
+        assert every.output_on_gpu and every.gpu_blocks.all()
+    assert offloads_output_first("llama.cpp") and offloads_output_first("llama.cpp", "2026-01")
+    assert not offloads_output_first("llama.cpp", "2025-11-30") and not offloads_output_first("ik_llama.cpp")
 
 
 @pytest.mark.parametrize(

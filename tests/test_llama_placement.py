@@ -50,9 +50,10 @@ def test_a_whole_layer_set_costs_what_the_ranking_charges_its_partition():
 def test_partial_ngl_keeps_whole_blocks_on_the_cpu_and_costs_more_than_offloading_them():
     est = priced("llama-server -m q.gguf -ngl 20 -t 8 -c 8192")
     placement = placement_of(est.command, est.request.model)
-    assert placement.gpu_blocks.sum() == 20 and not placement.output_on_gpu
-    assert est.yours.runs and est.yours.cost.cpu_blocks_s > 0 and est.yours.cost.transitions == 2
-    assert "28 of 48 blocks whole on the CPU (blocks 0..27)" in est.yours.detail
+    # the output layer goes first (PR 18148): 19 blocks and the head on the GPU, one hand-over to it
+    assert placement.gpu_blocks.sum() == 19 and placement.output_on_gpu
+    assert est.yours.runs and est.yours.cost.cpu_blocks_s > 0 and est.yours.cost.transitions == 1
+    assert "29 of 48 blocks whole on the CPU (blocks 0..28)" in est.yours.detail
     # The same experts on the CPU with every block offloaded is faster, and uses more VRAM.
     layers = priced("llama-server -m q.gguf -ngl 99 --n-cpu-moe 28 -t 8 -c 8192")
     assert layers.yours.tpot_s < est.yours.tpot_s and layers.yours.vram_used_bytes > est.yours.vram_used_bytes
@@ -179,7 +180,8 @@ def test_llama_bench_decodes_from_its_depth():
     assert shallow.request.attention_tokens == 64 and deep.request.attention_tokens == 16384 + 64
     assert shallow.request.context_tokens == 128 and deep.yours.tpot_s > shallow.yours.tpot_s
     q8 = priced("llama-bench -m q.gguf -ngl 99 --n-cpu-moe 20 -t 8 -p 0 -n 128 -d 16384 -ctk q8_0 -ctv q8_0")
-    assert q8.request.kv_bytes_per_element == pytest.approx(34 / 32) and q8.yours.tpot_s < deep.yours.tpot_s
+    # the RTX 4060 Ti's SMs bound its attention, by elements: a q8_0 cache reads no faster there
+    assert q8.request.kv_bytes_per_element == pytest.approx(34 / 32) and q8.yours.tpot_s == pytest.approx(deep.yours.tpot_s)
 
 
 # --- the cost model's monotonic properties ---------------------------------------------

@@ -238,12 +238,16 @@ def price_command_alone(request: AdviseRequest, cost_model: CostModel, command: 
 
 
 def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,  # type: ignore[no-untyped-def]
-           prompt_tokens: int | None = None):
+           prompt_tokens: int | None = None, output_first: bool | None = None):
     """(the command's price, its placement, whether it stages CPU experts, notes, the
-    blocks whose experts it keeps on the CPU)."""
+    blocks whose experts it keeps on the CPU). `output_first`: whether -ngl offloads the
+    output layer first (engine/llamacpp/llama_placement.py; None: as the command's runtime
+    does, a current stock build yes, ik_llama.cpp no)."""
     model = request.model
     has_gpu = request.platform.gpu.vram_bytes.known and int(request.platform.gpu.vram_bytes.value) > 0
-    placement = placement_of(command, model, has_gpu=has_gpu)
+    if output_first is None:
+        output_first = command_runtime(command) != IK_NAME
+    placement = placement_of(command, model, has_gpu=has_gpu, output_first=output_first)
     notes = list(command_notes(command, model)) + list(placement.notes)
     one_card = len(cards_of(request.platform.gpu)) == 1
     fit = fit_outcome(request, command, placement) if has_gpu and one_card else None
@@ -260,11 +264,11 @@ def _yours(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand,
 
 
 def price_placement_command(request: AdviseRequest, cost_model: CostModel, command: LlamaCommand, *,
-                            prompt_tokens: int | None = None) -> CommandPrice:
+                            prompt_tokens: int | None = None, output_first: bool | None = None) -> CommandPrice:
     """`command`'s own price, without the ranking beside it (the request already at the
     command's settings): what bench/published.py compares with published runs. With
     `prompt_tokens`, its prefill of a prompt that long at its -ub/-b (else llama-bench's pp test)."""
-    return _yours(request, cost_model, command, prompt_tokens)[0]
+    return _yours(request, cost_model, command, prompt_tokens, output_first)[0]
 
 
 def _price(request: AdviseRequest, cost_model: CostModel, placement: LlamaPlacement, command: LlamaCommand,

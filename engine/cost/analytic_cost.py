@@ -165,8 +165,8 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.9  # fitted (held to 0.81-0.9; docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.7496  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.04665  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    cpu_bandwidth_efficiency: float = 0.7231  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.04518  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
@@ -174,31 +174,31 @@ class AnalyticAssumptions:
     # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
     # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
     # another architecture pays it in proportion to its kernels (block_kernels)
-    gpu_block_overhead_s: float = 60.52e-6
+    gpu_block_overhead_s: float = 62.94e-6
     # fitted: what such a block costs more when the runtime launches its kernels one by one,
     # without a CUDA graph (uses_cuda_graphs), scaled the same way
-    gpu_block_no_graph_s: float = 84.49e-6
+    gpu_block_no_graph_s: float = 74.95e-6
     # fitted: what one SM's flash attention reads of the KV cache a second at batch 1. A
     # decode step's attention has few (KV head, split) tiles to spread, so on a card whose
     # memory is fast for its SMs it reads the cache slower than the weights stream: at
     # min(the stream, SMs x this) (docs/accuracy.md: the GB10 and the RTX 4080 both imply
     # about 4.2 GB/s an SM, at 5.7 and 9.4 GB/s of bandwidth an SM)
-    gpu_kv_sm_bytes_per_s: float = 2.465e9
+    gpu_kv_sm_bytes_per_s: float = 2.581e9
     # fitted: the KV cache's bytes a decode step's attention reads on the CPU count this many
     # times a weight's bytes (f16 dot products and softmax do more work a byte than a mat-vec)
-    cpu_kv_read_factor: float = 2.415
+    cpu_kv_read_factor: float = 2.527
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 183.9e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 139e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     # fitted (held to 5 us-0.5 ms): the hand-over of a layer whose experts run on the CPU, half of it at each
     # change of device: the GPU's stream synchronised and three synchronous copies (the normed hidden state and
     # the expert ids to the CPU, the experts' outputs back), and the CPU thread team's start and join for the
     # split (ggml-org/llama.cpp ggml-backend.cpp at 0054c01, ggml_backend_sched_compute_splits; ggml-cpu.c at
     # 1b5f950, ggml_graph_compute). The source gives the count, not the microseconds (docs/accuracy.md, issue 44).
-    sync_s: float = 5e-6
+    sync_s: float = 10e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
     # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; the rows hardly tell it from
     # a per-block cost (docs/accuracy.md: 10 us to 0.5 ms across the folds)
-    token_fixed_s: float = 10.14e-6
+    token_fixed_s: float = 10e-6
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and
     # saturated (every core).

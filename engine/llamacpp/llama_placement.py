@@ -1,9 +1,12 @@
 """Where a llama.cpp command puts a model's weights, and what a decode token then costs.
 
 Placement, by llama.cpp's rules (src/llama-model.cpp, load_tensors): `-ngl N` offloads
-the last N repeating blocks (i_gpu_start = n_layer - N) with their attention, norms and
-KV cache, and the output layer only when N > n_layer; without -ngl (or `all`, `auto`,
-`-1`) every block is offloaded. Tensor overrides (`-ot`, `--n-cpu-moe`, `--cpu-moe`,
+the output layer first and then the last N - 1 repeating blocks (i_gpu_start = n_layer + 1
+- N; ggml-org/llama.cpp PR 18148, "offload output layer to GPU first", of 2025-12-17), with
+their attention, norms and KV cache; builds before it and ik_llama.cpp (src/llama.cpp at
+8337e4c: i_gpu_start = n_layer - N) offload the last N blocks and the output layer only when
+N > n_layer (`output_first=False`). Without -ngl (or `all`, `auto`, `-1`) every block is
+offloaded. Tensor overrides (`-ot`, `--n-cpu-moe`, `--cpu-moe`,
 common/arg.cpp) then move tensors by name, the first matching pattern winning: COPE reads
 them for every tensor of the model, per projection, so `-ot "ffn_down_exps=CPU"` keeps one
 third of a layer's expert bytes on the CPU and `-ot "blk\\.1\\..*=CPU"` puts block 1's
@@ -138,12 +141,29 @@ def gpu_layer_count(command: LlamaCommand, model: ModelSpec) -> int:
     return model.n_blocks + 1 if n < 0 else n
 
 
+# The first stock llama.cpp build dated after PR 18148 ("llama: offload output layer to GPU
+# first", opened 2025-12-17): from it on -ngl offloads the output layer before the blocks.
+STOCK_OUTPUT_FIRST_FROM = "2025-12-18"
+
+
+def offloads_output_first(runtime: str, build_date: str | None = None) -> bool:
+    """Whether `runtime` at a build of `build_date` (ISO, a prefix is enough; None: a current
+    one) offloads the output layer first under -ngl: stock llama.cpp from PR 18148 on, never
+    ik_llama.cpp (see the module's docstring)."""
+    if runtime == "ik_llama.cpp":
+        return False
+    return build_date is None or build_date[:10] >= STOCK_OUTPUT_FIRST_FROM
+
+
 @lru_cache(maxsize=512)  # pure in its arguments; a fit prices each published command hundreds of times
-def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = True) -> LlamaPlacement:
-    """The placement `command` gives `model` (everything on the CPU without a GPU). Its
-    arrays are read-only: the placement is shared by every caller that asks again."""
+def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = True,
+                 output_first: bool = True) -> LlamaPlacement:
+    """The placement `command` gives `model` (everything on the CPU without a GPU);
+    `output_first`: whether -ngl offloads the output layer before the blocks (a stock build
+    from PR 18148 on; see the module's docstring). Its arrays are read-only: the placement
+    is shared by every caller that asks again."""
     n_gpu = gpu_layer_count(command, model) if has_gpu else 0
-    start = max(model.n_blocks - n_gpu, 0)
+    start = max(model.n_blocks + (1 if output_first else 0) - n_gpu, 0)
     gpu_blocks = np.arange(model.n_blocks) >= start
     share = np.zeros(model.n_moe_layers)
     for layer, block in enumerate(model.moe_blocks):
@@ -151,7 +171,7 @@ def placement_of(command: LlamaCommand, model: ModelSpec, *, has_gpu: bool = Tru
         on_cpu = [_on_cpu(name, command, bool(gpu_blocks[block])) for name in names]
         share[layer] = sum(on_cpu) / len(names)
     moved: set[str] = set()
-    output_on_gpu = has_gpu and n_gpu > model.n_blocks
+    output_on_gpu = has_gpu and n_gpu > (0 if output_first else model.n_blocks)
     # --cpu-moe's and --n-cpu-moe's patterns name routed-expert tensors only: the rest of
     # the model follows the user's own -ot patterns, the first match winning.
     typed = [o for o in command.overrides if o[2] in ("-ot", "--override-tensor")]
