@@ -121,7 +121,9 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         search, shown = app.llama_search, str(app.query_one("#run-now", Static).render())
         assert search.cache is not None and search.cache.verdict() in shown
         assert search.default is None or search.default.line() in shown
-        assert search.tradeoff is None or all(line in shown for line in search.tradeoff.lines())
+        # the trade-off table in its own view of the pane (the k key), as advise prints it
+        table = str(app.query_one("#tradeoff", Static).render())
+        assert search.tradeoff is None or all(line in table for line in search.tradeoff.lines())
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:
             assert _same(app.workload_ranking.to_dict()) == doc["workload"]

@@ -77,7 +77,7 @@ class CacheOffer:
     line: str
 
 
-NOT_OFFERED = f"llama.cpp's expert cache (--candidate {LLAMA_CACHE_ID}) not offered: "
+NOT_OFFERED = "Expert cache not offered: "
 
 
 def cache_offer(search, *, cpu_only: bool, failed: str | None, build) -> CacheOffer:  # type: ignore[no-untyped-def]
@@ -90,7 +90,7 @@ def cache_offer(search, *, cpu_only: bool, failed: str | None, build) -> CacheOf
     if failed:
         return CacheOffer(None, NOT_OFFERED + f"stock llama.cpp's commands were not searched: {failed}")
     if search is None:
-        return CacheOffer(None, "llama.cpp's expert cache: searching stock llama.cpp's commands...")
+        return CacheOffer(None, "Expert cache: searching stock llama.cpp's commands...")
     found = search.cache
     if found is None:
         return CacheOffer(None, NOT_OFFERED + "COPE models the cache of one GPU, and this plan has several")
