@@ -55,6 +55,12 @@ async def test_the_export_pane_saves_the_expert_cache_command_as_cope_export_wri
         shown = text_of(app, "#command")
         choices = app.choices
         advice = app.advice
+        # ranked and searched anew (r), the pane keeps the person's choice once the search is back
+        app.action_recompute()
+        await settle(pilot)
+        assert app.advice is not advice and app.llama_search is not search
+        assert app.query_one("#export-what", Select).value == LLAMA_CACHE_ID
+        assert text_of(app, "#command") == shown
     saved = (tmp_path / "out" / "cache.sh").read_text()
     # the function `cope export --candidate llama-cache` composes with, searching afresh for this plan
     expected = cache_export(advice, runtime=STOCK_NAME, binary=None, model_path=MODEL_FILE,

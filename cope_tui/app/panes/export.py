@@ -207,14 +207,13 @@ class ExportPane(VerticalScroll):
             options.append((f"llama.cpp's expert cache (--moe-cache-mib){gain}", LLAMA_CACHE_ID))
         select = self.query_one("#export-what", Select)
         value = LLAMA_CACHE_ID if self._wants_cache and offer.found is not None else ROW
-        self._syncing = True
-        try:
+        # Not a choice of the person's: no Changed message (it would arrive after _syncing is
+        # reset, and a plan searched anew would forget that the cache was chosen).
+        with self.prevent(Select.Changed):
             if options != self._what_options:  # set again only when they change (it resets the value)
                 select.set_options(options)
                 self._what_options = options
             select.value = value
-        finally:
-            self._syncing = False
         self.query_one("#what-row").display = offer.found is not None
         shown = self.query_one("#cache-line", Static)
         shown.update(Text(offer.line, style="dim"))
@@ -295,7 +294,7 @@ class ExportPane(VerticalScroll):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        if event.select.id == "export-what" and not self._syncing:
+        if event.select.id == "export-what":
             self._wants_cache = event.value == LLAMA_CACHE_ID
         if not self._syncing:
             self.update_from(self.app, sync=False)
