@@ -319,27 +319,27 @@ class ResultsPane(Vertical):
         """The trade-off table as `cope advise` prints it (engine/advice/tradeoff.py), with the
         bands of its figures; else why there is none yet, or none at all."""
         search = getattr(app, "llama_search", None)
-        back = f"\n({TRADEOFF_KEY} again: the ranking)"
-        if self._cpu_only:
-            text = Text("No GPU is planned: every layer is on the CPU, so there is no placement to trade against "
-                        "context and KV cache type" + back, style="dim")
-        elif search is not None and search.tradeoff is not None:
-            text = Text("\n".join(search.tradeoff.lines()) + "\n")
-            for answer in tradeoff_bands(search.tradeoff, app.advice.rec.request.model):
-                text.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
-            text.append(back.lstrip("\n"), style="dim")
-        elif getattr(app, "search_failed", None):
-            text = Text(f"No trade-off table: stock llama.cpp's commands were not searched: {app.search_failed}" + back,
-                        style="dim")
-        elif search is None:
-            text = Text("The trade-off table comes with the search of stock llama.cpp's commands, still running"
-                        + back, style="dim")
-        elif search.cache is None:
-            text = Text("No trade-off table: COPE searches stock llama.cpp's commands for one GPU, and this plan "
-                        "has several" + back, style="dim")
-        else:
-            text = Text("No trade-off table: no stock llama.cpp command fits this VRAM budget" + back, style="dim")
+        back = f"({TRADEOFF_KEY} again: the ranking)"
+        if self._cpu_only or search is None or search.tradeoff is None:
+            self.query_one("#tradeoff", Static).update(Text(f"{self._no_tradeoff(app, search)}\n{back}", style="dim"))
+            return
+        text = Text("\n".join(search.tradeoff.lines()) + "\n")
+        for answer in tradeoff_bands(search.tradeoff, app.advice.rec.request.model):
+            text.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
+        text.append(back, style="dim")
         self.query_one("#tradeoff", Static).update(text)
+
+    def _no_tradeoff(self, app, search) -> str:  # type: ignore[no-untyped-def]
+        """Why there is no trade-off table (yet)."""
+        if self._cpu_only:
+            return "No GPU is planned: every layer is on the CPU, no placement to trade against context and KV type"
+        if getattr(app, "search_failed", None):
+            return f"No trade-off table: stock llama.cpp's commands were not searched: {app.search_failed}"
+        if search is None:
+            return "The trade-off table comes with the search of stock llama.cpp's commands, still running"
+        if search.cache is None:
+            return "No trade-off table: COPE searches stock llama.cpp's commands for one GPU, and this plan has several"
+        return "No trade-off table: no stock llama.cpp command fits this VRAM budget"
 
     def show_cpu_only(self, app) -> None:  # type: ignore[no-untyped-def]
         """No GPU planned: the one CPU-only command and its price, as `cope advise --gpu none`
