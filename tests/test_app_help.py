@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Input, Select  # noqa: E402
 from cope_tui.app.app import TABS, CopeApp  # noqa: E402
 from cope_tui.app.help import HELP, HelpScreen  # noqa: E402
 from cope_tui.app.panes.hardware import HardwarePane  # noqa: E402
+from cope_tui.app.panes.results import ResultsPane  # noqa: E402
 from tests.test_app import FAST, make_app, make_services, settle  # noqa: E402
 
 SPELLED = {"?": "question_mark", "ctrl+pgup": "ctrl+pageup", "ctrl+pgdn": "ctrl+pagedown"}
@@ -53,7 +54,8 @@ def bound(bindings) -> set[str]:  # type: ignore[no-untyped-def]
 def test_the_help_lists_every_binding_and_only_bindings():
     rows = help_table("| key |")
     helped = set().union(*(keys_named(first) for first, _ in rows))
-    assert helped == bound(CopeApp.BINDINGS)
+    # the app's keys, and the Results pane's own (the trade-off table, shown in its footer there)
+    assert helped == bound(CopeApp.BINDINGS) | bound(ResultsPane.BINDINGS)
 
 
 def test_the_help_names_the_tabs_in_the_order_the_keys_take():

@@ -17,7 +17,7 @@ from textual.widgets import Checkbox, DataTable  # noqa: E402
 from cope_tui.cli import main  # noqa: E402
 from cope_tui.exit_codes import EXIT_OK  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
-from cope_tui.app.panes.results import PAPER_KEY  # noqa: E402
+from cope_tui.app.panes.results import PAPER_KEY, TRADEOFF_KEY  # noqa: E402
 from engine.advice.error_band import CV_BY_REGIME, PARTIAL, estimate_band  # noqa: E402
 from engine.replays.policy import Kind  # noqa: E402
 from probes.runtimes import RuntimeScan  # noqa: E402
@@ -43,11 +43,16 @@ async def test_the_lead_block_is_the_clis_with_a_band_for_each_figure(capsys):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         shown = text_of(app, "#run-now").splitlines()
-        # every line the CLI leads with, in its order, less the command's notes (the Export tab's)
-        said = [line for line in lead if not line.lstrip().startswith("#")]
-        assert [line for line in shown if not line.lstrip().startswith("error band")] == said
-        assert any("llama.cpp's own placement" in line for line in said)  # the --fit comparison is there
         search = app.llama_search
+        # every line the CLI leads with, in its order, less the command's notes (the Export tab's);
+        # its trade-off table (after a blank line) is the pane's own view (the k key), pointed to
+        said = [line for line in lead if not line.lstrip().startswith("#")]
+        cut = said.index(search.tradeoff.lines()[0])
+        assert said[cut - 1] == "" and said[cut:] == search.tradeoff.lines()
+        assert [line for line in shown if not line.lstrip().startswith("error band")] == [
+            *said[:cut - 1], f"What context and KV cache type cost: {TRADEOFF_KEY} shows the table"]
+        assert all(line in text_of(app, "#tradeoff").splitlines() for line in said[cut:])
+        assert any("llama.cpp's own placement" in line for line in said)  # the --fit comparison is there
         now = app.runs.run_now.estimate
         bands = [line for line in shown if line.lstrip().startswith("error band")]
         assert bands[0] == f"  error band of {now.tokens_per_s:.1f} tok/s: {estimate_band(now).text()}"
@@ -58,8 +63,7 @@ async def test_the_lead_block_is_the_clis_with_a_band_for_each_figure(capsys):
         assert search.cache.with_cache.band.band is None
         assert any("no published run used llama.cpp's expert cache" in line for line in bands)
         # the trade-off table's figures: plain --n-cpu-moe commands, some layers' experts on the CPU
-        assert search.tradeoff is not None and search.tradeoff.lines()[0] in shown
-        assert f"  error band of its tok/s: {CV_BY_REGIME[PARTIAL].text()}" in bands
+        assert f"  error band of its tok/s: {CV_BY_REGIME[PARTIAL].text()}" in text_of(app, "#tradeoff").splitlines()
 
 
 async def test_the_table_lists_what_runs_by_its_flags_with_bands_and_paper_rows_on_demand():

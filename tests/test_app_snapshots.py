@@ -27,7 +27,9 @@ SCREENS = {
     "probes": ("4",),
     "export": ("6",),
     "help": ("question_mark",),
+    "tradeoff": ("k",),  # Results' trade-off table in the ranking's place (the k key)
 }
+TAB_OF = {"tradeoff": "results"}  # a screen that is a view of a tab
 
 
 async def shown(pilot, screen: str) -> None:  # type: ignore[no-untyped-def]
@@ -40,7 +42,7 @@ async def shown(pilot, screen: str) -> None:  # type: ignore[no-untyped-def]
     def there() -> bool:
         if screen == "help":
             return isinstance(app.screen, HelpScreen)
-        return app.query_one(TabbedContent).active == screen and app.focused is not None
+        return app.query_one(TabbedContent).active == TAB_OF.get(screen, screen) and app.focused is not None
 
     await wait_for(pilot, there, f"the {screen} screen")
     for field in app.query(Input):  # a tab opens in its first field: its cursor shown, not blinking
@@ -67,4 +69,23 @@ def test_screen(snap_compare, screen, size):
         await shown(pilot, screen)
 
     app = make_app(make_services())
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=after)
+
+
+@pytest.mark.parametrize("size", ["80x24"])
+def test_export_of_the_expert_cache(snap_compare, size):
+    """The Export pane exporting llama.cpp's expert-cache command, on a plan where the search
+    found it faster (tests/test_app_export_cache.py)."""
+    from textual.widgets import Select
+
+    from tests.test_app_export_cache import CACHE_PLAN
+
+    async def after(pilot):  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("6")
+        await shown(pilot, "export")
+        pilot.app.query_one("#export-what", Select).value = "llama-cache"
+        await shown(pilot, "export")
+
+    app = make_app(make_services(), CACHE_PLAN)
     assert snap_compare(app, terminal_size=SIZES[size], run_before=after)

@@ -22,7 +22,9 @@ pytest.importorskip("textual")
 
 from textual.widgets import Input, Select, Static  # noqa: E402
 
+from cope_tui.app.panes.export import ExportPane  # noqa: E402
 from cope_tui.cli import main  # noqa: E402
+from cope_tui.service.cache_export import NOT_OFFERED  # noqa: E402
 from cope_tui.commands.output import json_text  # noqa: E402
 from cope_tui.exit_codes import EXIT_OK  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
@@ -42,6 +44,9 @@ PLANS = [
                  id="qwen3-30b-a3b/rtx-3060-12gb/chat"),
     pytest.param({"model": "gpt-oss-20b", "gpu": "rtx-3060-12gb"}, id="gpt-oss-20b/rtx-3060-12gb"),
     pytest.param({"model": "gpt-oss-20b", "gpu": "rtx-4090", "workload": "rag"}, id="gpt-oss-20b/rtx-4090/rag"),
+    # a slow CPU: llama.cpp's expert cache beats the plain partition, so the Export pane offers it
+    pytest.param({"model": "qwen3-30b-a3b", "gpu": "rtx-3060-12gb", "cpu": "ryzen-3-3100", "workload": "chat"},
+                 id="qwen3-30b-a3b/rtx-3060-12gb/ryzen-3-3100/chat"),
 ]
 
 PASTED = [
@@ -95,6 +100,9 @@ def _cli_side(capsys, plan: dict, model_path: str | None, pasted_model: str) -> 
     path = ["--model-path", model_path] if model_path is not None else []
     exports[(bench_row, STOCK_NAME, "llama-bench")] = _export_doc(
         capsys, ["export", "--json", "--candidate", bench_row, "--binary", "llama-bench", *path, *flags])
+    # llama.cpp's expert-cache command, as `cope export --candidate llama-cache` writes it
+    exports[("llama-cache", STOCK_NAME, None)] = _export_doc(
+        capsys, ["export", "--json", "--candidate", "llama-cache", *path, *flags])
     estimates = {}
     for command in PASTED:
         line = command.format(m=shlex.quote(pasted_model))
@@ -103,7 +111,7 @@ def _cli_side(capsys, plan: dict, model_path: str | None, pasted_model: str) -> 
 
 
 async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
-    choices = PlanChoices(cpu=CPU, tokens=TOKENS, **plan)
+    choices = PlanChoices(**{"cpu": CPU, "tokens": TOKENS, **plan})
     app = make_app(make_services(scan_runtimes=lambda: NO_RUNTIMES), choices)
     doc = cli["advise"]
     async with app.run_test(size=(120, 40)) as pilot:
@@ -121,7 +129,9 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         search, shown = app.llama_search, str(app.query_one("#run-now", Static).render())
         assert search.cache is not None and search.cache.verdict() in shown
         assert search.default is None or search.default.line() in shown
-        assert search.tradeoff is None or all(line in shown for line in search.tradeoff.lines())
+        # the trade-off table in its own view of the pane (the k key), as advise prints it
+        table = str(app.query_one("#tradeoff", Static).render())
+        assert search.tradeoff is None or all(line in table for line in search.tradeoff.lines())
         assert (app.workload_ranking is None) == ("workload" not in doc)
         if app.workload_ranking is not None:
             assert _same(app.workload_ranking.to_dict()) == doc["workload"]
@@ -133,6 +143,7 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
         assert (list(shown.argv), dict(shown.env), list(shown.notes)) == (now["argv"], now["env"], now["notes"])
         # every runtime's command, the pane set as a person sets it
         pane_path = app.query_one("#model-path", Input)
+        cache_doc = cli["exports"].pop(("llama-cache", STOCK_NAME, None))
         for (candidate, runtime, binary), exported in cli["exports"].items():
             app.select_candidate(candidate)
             await pilot.pause()
@@ -142,6 +153,18 @@ async def _check_app(plan: dict, cli: dict, model_path: str | None) -> None:
             await pilot.pause()
             export = app.current_export()
             assert _same(export.to_dict()) == exported, (candidate, runtime, binary)
+        # the Export pane's expert-cache command where the search found it faster, else why not
+        pane = app.query_one(ExportPane)
+        if search.cache.cache_wins:
+            assert plan.get("cpu") == "ryzen-3-3100", search.cache.verdict()  # where it was meant to win
+            app.query_one("#export-what", Select).value = "llama-cache"
+            pane_path.value = model_path or ""
+            await pilot.pause()
+            assert _same(pane.export(app).to_dict()) == cache_doc
+            app.query_one("#export-what", Select).value = "row"
+        else:
+            assert plan.get("cpu") != "ryzen-3-3100", search.cache.verdict()
+            assert str(app.query_one("#cache-line", Static).render()) == NOT_OFFERED + search.cache.verdict()
         app.query_one("#binary", Select).value = "llama-server"
         pane_path.value = ""
         # the fastest estimate's command (`cope advise --export`): stock llama.cpp, with the workload's -b/-ub

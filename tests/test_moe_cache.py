@@ -166,6 +166,23 @@ def test_export_llama_cache_after_advise_exports_advises_command(run_cope, cope_
     assert code != 0 and "llama-cache" in err.strip().splitlines()[-1]
 
 
+def test_export_llama_cache_with_a_workload_exports_the_command_advise_searched_for_it(run_cope, cope_json):
+    """With a workload advise ranks the search by request time and tries -ub: the export is
+    that command (before, export searched by decode alone and gave another cache size, no -ub)."""
+    doc = cope_json("advise", "--gpu", "rtx-4090", "--vram-budget", "12", "--cpu", "ryzen-3-3100", "--tokens", "150",
+                    "--workload", "chat", "--json")
+    cache = doc["llama_cpp_cache"]
+    best = cache["with_cache"] if cache["cache_wins"] else cache["partition"]
+    assert cache["ranked_by"] == "request_s" and "-ub" in best["argv"]
+    exported = cope_json("export", "--candidate", "llama-cache", "--json")
+    assert exported["argv"] == best["argv"]
+    assert exported["candidate_tpot_s"] == best["tpot_s"]
+    # no GGUF named: the -m word is a placeholder, said as every other export says it
+    assert [p["word"] for p in exported["placeholders"]] == [best["argv"][best["argv"].index("-m") + 1]]
+    named = cope_json("export", "--candidate", "llama-cache", "--model-path", "/models/q.gguf", "--json")
+    assert named["argv"] == [*best["argv"][:2], "/models/q.gguf", *best["argv"][3:]] and not named["placeholders"]
+
+
 def test_when_everything_fits_the_cache_has_nothing_to_do(run_cope, cope_json):
     doc = cope_json("advise", "--gpu", "rtx-4090", "--model", "gpt-oss-20b", "--json")
     cache = doc["llama_cpp_cache"]

@@ -330,6 +330,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
             return
         self.llama_search = message.search
         self.query_one(ResultsPane).show_run_now(self)
+        self.query_one(ExportPane).update_from(self, sync=False)  # its expert-cache offer follows the search
 
     def _plan_runs(self):  # type: ignore[no-untyped-def]
         if self.advice is None:
@@ -369,6 +370,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         if message.task == "search":
             self.search_failed = message.text
             self.query_one(ResultsPane).show_run_now(self)
+            self.query_one(ExportPane).update_from(self, sync=False)
             return
         if message.task == "estimate":
             self.query_one(ExportPane).show_estimate_status(f"Could not estimate your command: {message.text}",

@@ -33,6 +33,7 @@ none destroys anything: `q`, `m` and `p` ask first (y/n).
 | `s` | save it to a file (artefacts beside it; asks before overwriting one) |
 | `e` | paste the llama.cpp command you run today: estimated beside COPE's best |
 | `t` | with a Workload: chart prompt tok/s instead of decode tok/s |
+| `k` | in Results: the trade-off table (context 8k to 64k, KV f16 and q8_0) in the ranking's place; again: the ranking |
 | `?` / `F1` | this help |
 | `q` | quit; asks first |
 | `ctrl+q` | quit at once; asks only while probes, a recording or a measurement run |
@@ -63,7 +64,9 @@ none destroys anything: `q`, `m` and `p` ask first (y/n).
 
   Above the table, what `cope advise` says first: the command to run, stock llama.cpp's
   commands searched beside it (its expert cache, `--moe-cache-mib`) and llama.cpp's own
-  placement of the same command (`--fit`), each figure with its error band. The table
+  placement of the same command (`--fit`), each figure with its error band; `k` shows
+  what each context and KV cache type costs beside the search's best command (tok/s,
+  TTFT, VRAM: the trade-off table `cope advise` prints), in the place of the rest. The table
   lists what some runtime runs, in llama.cpp's flags where it has them; the Policy
   Matrix's cells no runtime runs are counted under it, and *list them* adds them below a
   line that says what routing they rest on (SYNTHETIC or replayed).
@@ -83,7 +86,10 @@ none destroys anything: `q`, `m` and `p` ask first (y/n).
 
 - **Export**: the command of the selected candidate for each runtime that runs it
   (pick one); a candidate no runtime runs gets the nearest one stock llama.cpp runs,
-  with its estimated speed. Paste the command you run today (`e`) to see what it maps
+  with its estimated speed. *Export* on top picks, instead of the row, llama.cpp's
+  expert-cache command (`--moe-cache-mib`) that Results shows, as `cope export --candidate
+  llama-cache` writes it; it is offered only when the search found it faster, and a line
+  says why not otherwise. Paste the command you run today (`e`) to see what it maps
   to, its estimate, COPE's speedup over it and the flags COPE does not model (the
   app's twin of `cope estimate`).
 

@@ -196,7 +196,7 @@ class KeyActions:
             self.action_show_tab("results")
 
     def action_copy(self) -> None:
-        export = self.current_export()
+        export = self.query_one(ExportPane).export(self)  # the selected row's, or the expert cache's
         if export is None:
             return
         try:  # the files the command names are written first (the cache folder's exports/), or nothing is copied
@@ -223,7 +223,7 @@ class KeyActions:
         except CopeInputError as exc:
             self.say(f"Not saved: {exc}", "error")
             return
-        export = self.current_export(out=path)
+        export = self.query_one(ExportPane).export(self, out=path)
         if export is None:
             return
         there = [p for p in (path, *(path.parent / name for name in export.artefact_names)) if p.exists()]

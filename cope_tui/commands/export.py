@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     ask = ExportAsk(candidate_id=args.candidate, runtime=args.runtime, binary=args.binary,
                     model_path=args.model_path, hf_model=args.hf_model, out=args.out or None)
     if args.candidate == LLAMA_CACHE_ID:  # llama.cpp's own expert cache, as cope advise leads with it
-        export = cache_export(advice, runtime=args.runtime, binary=args.binary, model_path=args.model_path)
+        export = cache_export(advice, runtime=args.runtime, binary=args.binary, model_path=args.model_path,
+                              workload=workload)  # searched as advise searched it: by request time, -ub tried
     else:
         export = export_command(advice, ask, ranking=None if workload is None else rank(advice, workload),
                                 builds=scan_runtimes(args.llama_bin).builds)  # -b/-ub only for a named workload

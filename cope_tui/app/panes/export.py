@@ -9,14 +9,21 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from cope_tui.app.panes.results import RUNS_STYLE
+from cope_tui.service.cache_export import LLAMA_CACHE_ID, CacheOffer, cache_export, cache_offer
+from cope_tui.service.workload import workload_of
 from cope_tui.text_report import runnable_label, runtime_line
 from engine.advice.error_band import BandAnswer, estimate_band
+from engine.core.errors import CopeInputError
 from engine.core.spans import count_of
 from engine.hardware.memory import GIB
 from engine.runtimes import STOCK_NAME, runtime_named
 from engine.runtimes.llamacpp import label_text
 
 PASTE_HINT = "llama-server -m model.gguf -ngl 99 --n-cpu-moe 24 -t 8"
+# What the pane exports: the row selected in Results, or llama.cpp's expert-cache command
+# that the Results pane shows beside the ranking (`cope export --candidate llama-cache`).
+ROW = "row"
+ROW_TITLE = "the row selected in Results"
 
 
 class CommandInput(Input):
@@ -107,6 +114,9 @@ class ExportPane(VerticalScroll):
     DEFAULT_CSS = """
     ExportPane { padding: 0 1; }
     ExportPane .row { height: auto; margin-top: 1; }
+    ExportPane #what-row { height: auto; }
+    ExportPane #export-what { width: 1fr; }
+    ExportPane #cache-line { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     ExportPane #runtime { width: 34; }
     ExportPane #binary { width: 18; }
     ExportPane #model-path, ExportPane #save-path { width: 1fr; }
@@ -118,6 +128,12 @@ class ExportPane(VerticalScroll):
     """
 
     def compose(self) -> ComposeResult:
+        # Shown where the plan has an expert-cache command to export (else the line below
+        # says, in one line, why not): one line either way, the command stays near the top.
+        with Horizontal(id="what-row"):
+            yield Label("Export ")
+            yield Select([(ROW_TITLE, ROW)], value=ROW, allow_blank=False, id="export-what", compact=True)
+        yield Static("", id="cache-line")
         yield Static("", id="export-head")
         yield Static("", id="command")
         with Horizontal(classes="row"):
@@ -155,6 +171,56 @@ class ExportPane(VerticalScroll):
         return self.query_one("#save-path", Input).value.strip() or "cope-command.sh"
 
     _syncing = False
+    _wants_cache = False  # the person chose the cache's command: kept while a new plan is searched
+    _what_options: list = [(ROW_TITLE, ROW)]
+
+    @property
+    def exports_cache(self) -> bool:
+        return str(self.query_one("#export-what", Select).value) == LLAMA_CACHE_ID
+
+    def offer(self, app) -> CacheOffer:  # type: ignore[no-untyped-def]
+        return cache_offer(app.llama_search, cpu_only=app.cpu_only is not None, failed=app.search_failed,
+                           build=app.builds.get(STOCK_NAME))
+
+    def export(self, app, *, out=None):  # type: ignore[no-untyped-def]
+        """What Copy and Save write: the expert cache's command as `cope export --candidate
+        llama-cache` composes it (cope_tui/service/cache_export.py, from the search the Results
+        pane shows), else the selected row's (the app's current_export). `out`: where the row's
+        artefacts go (the cache's command has none)."""
+        offer = self.offer(app)
+        if not (self.exports_cache and offer.found is not None):
+            return app.current_export(out=out)
+        try:
+            return cache_export(app.advice, runtime=STOCK_NAME, binary=None, model_path=self.model_path,
+                                workload=workload_of(app.choices), found=offer.found)
+        except CopeInputError as exc:
+            app.say(f"Export: {exc}", "error")
+            return None
+
+    def sync_what(self, app) -> None:  # type: ignore[no-untyped-def]
+        """Offer the expert cache's command only where the plan has one, and say in one line
+        what it gives or why it is not offered; the program and runtime pickers are the row's."""
+        offer = self.offer(app)
+        options = [(ROW_TITLE, ROW)]
+        if offer.found is not None:
+            gain = f", {offer.found.speedup:.2f}x faster" if offer.found.speedup else ""  # than the plain partition
+            options.append((f"llama.cpp's expert cache (--moe-cache-mib){gain}", LLAMA_CACHE_ID))
+        select = self.query_one("#export-what", Select)
+        value = LLAMA_CACHE_ID if self._wants_cache and offer.found is not None else ROW
+        # Not a choice of the person's: no Changed message (it would arrive after _syncing is
+        # reset, and a plan searched anew would forget that the cache was chosen).
+        with self.prevent(Select.Changed):
+            if options != self._what_options:  # set again only when they change (it resets the value)
+                select.set_options(options)
+                self._what_options = options
+            select.value = value
+        self.query_one("#what-row").display = offer.found is not None
+        shown = self.query_one("#cache-line", Static)
+        shown.update(Text(offer.line, style="dim"))
+        shown.tooltip = offer.line  # the whole line where the terminal cuts it
+        shown.display = offer.found is None
+        for picker in ("#runtime", "#binary"):  # the cache's command is stock llama-server's
+            self.query_one(picker, Select).disabled = value == LLAMA_CACHE_ID
 
     def sync_runtimes(self, app) -> None:  # type: ignore[no-untyped-def]
         """The runtime selector offers every runtime that runs the selected row (stock
@@ -195,7 +261,8 @@ class ExportPane(VerticalScroll):
     def update_from(self, app, *, sync: bool = True) -> None:  # type: ignore[no-untyped-def]
         if sync:
             self.sync_runtimes(app)
-        export = app.current_export()
+        self.sync_what(app)
+        export = self.export(app)
         if export is None:
             return
         head = Text()
@@ -227,6 +294,8 @@ class ExportPane(VerticalScroll):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
+        if event.select.id == "export-what":
+            self._wants_cache = event.value == LLAMA_CACHE_ID
         if not self._syncing:
             self.update_from(self.app, sync=False)
 

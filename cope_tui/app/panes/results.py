@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Checkbox, DataTable, Static
 
@@ -95,7 +96,15 @@ def breakdown_text(estimate, baseline, label: str) -> Text:  # type: ignore[no-u
     return text
 
 
+# The key that shows the trade-off table (context x KV cache type) in the ranking's place:
+# below the lead lines it sat under the fold of an 80x24 terminal.
+TRADEOFF_KEY = "k"
+
+
 class ResultsPane(Vertical):
+    # Here, not among the app's keys: it acts on this pane, and shows in the footer while the
+    # focus is in it (the table, or the trade-off table).
+    BINDINGS = [Binding(TRADEOFF_KEY, "toggle_tradeoff", "Context & KV")]
     DEFAULT_CSS = """
     ResultsPane #results-summary { height: auto; max-height: 2; padding: 0 1; }
     ResultsPane #results-message { height: auto; max-height: 8; padding: 0 1; display: none; }
@@ -105,6 +114,8 @@ class ResultsPane(Vertical):
     ResultsPane #paper-row { height: auto; max-height: 2; padding: 0 1; }
     ResultsPane #paper-line { width: 1fr; height: auto; }
     ResultsPane #show-paper { height: 1; border: none; padding: 0; }
+    ResultsPane #tradeoff-box { height: 1fr; padding: 0 1; display: none; }
+    ResultsPane #tradeoff { height: auto; }
     ResultsPane #cpu-only-plan { height: 1fr; min-height: 5; padding: 0 1; display: none; overflow-y: auto; }
     ResultsPane #results-bottom { height: 35%; min-height: 7; }
     ResultsPane ThroughputChart { width: 1fr; border: round $primary; padding: 0 1;
@@ -119,9 +130,14 @@ class ResultsPane(Vertical):
         yield Static("", id="results-message")
         # What `cope advise` says first: the command to run, the search of llama.cpp's own
         # commands beside it (its expert cache) and llama.cpp's own placement (--fit).
-        # focusable (Tab), so the keys scroll it down to the trade-off table below its first lines
+        # focusable (Tab), so the keys scroll it down below its first lines
         with VerticalScroll(id="run-now-box"):
             yield Static("", id="run-now")
+        # What each context and KV cache type costs beside the search's best command: in the
+        # place of the ranking, the lead lines and the chart while shown (the k key), so that it
+        # is seen whole on an 80x24 terminal.
+        with VerticalScroll(id="tradeoff-box"):
+            yield Static("", id="tradeoff")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="paper-row"):
             yield Static("", id="paper-line")
@@ -139,6 +155,31 @@ class ResultsPane(Vertical):
                 yield Static("", id="breakdown")
 
     compact: bool | None = None
+    showing_tradeoff = False  # the trade-off table in the ranking's place
+    _cpu_only = False  # the plan has no GPU: the CPU-only command in the table's place
+    _run_now_shown = False  # the lead lines have something to say
+
+    def _lay_out(self) -> None:
+        """What is shown of the pane: the ranking view (the lead lines, the table, the chart;
+        the CPU-only command without a GPU), or the trade-off table in its place."""
+        trade, cpu = self.showing_tradeoff, self._cpu_only
+        self.query_one("#tradeoff-box").display = trade
+        self.query_one("#run-now-box").display = not trade and not cpu and self._run_now_shown
+        for ranked in ("#results-table", "#paper-row", "#results-bottom"):
+            self.query_one(ranked).display = not trade and not cpu
+        self.query_one("#cpu-only-plan").display = not trade and cpu
+
+    def action_toggle_tradeoff(self) -> None:
+        """k: the trade-off table in the ranking's place, focused (its keys scroll it); again,
+        the ranking, its table focused."""
+        self.showing_tradeoff = not self.showing_tradeoff
+        self._lay_out()
+        target = "#tradeoff-box" if self.showing_tradeoff else "#results-table"
+        if not self.showing_tradeoff and self._cpu_only:
+            target = "#cpu-only-plan"
+        widget = self.query_one(target)
+        if widget.focusable:
+            self.screen.set_focus(widget)
 
     def on_resize(self) -> None:
         if self.compact is not None and self.compact != (self.app.size.width < WIDE_AT):
@@ -186,8 +227,7 @@ class ResultsPane(Vertical):
         self.query_one("#results-summary", Static).update(summary)
         # No row to run (nothing fits RAM, no runtime runs any): the CLI's words, not a second wording.
         self.show_message(nothing_fits(runs) if runs.run_now is None else None)
-        self.query_one("#cpu-only-plan", Static).display = False
-        self.query_one("#results-bottom").display = True
+        self._cpu_only = False
         self.show_run_now(app)
         self.fill_table(app)
         self.show_selected(app)
@@ -203,7 +243,6 @@ class ResultsPane(Vertical):
         runs, rec = app.runs, app.advice.rec
         model, baseline = rec.request.model, rec.baseline()
         table = self.query_one(DataTable)
-        table.display = True
         self.compact = self.app.size.width < WIDE_AT
         table.clear(columns=True)
         table.add_columns(*(COMPACT_COLUMNS if self.compact else COLUMNS))
@@ -268,13 +307,39 @@ class ResultsPane(Vertical):
             shown.append(line + "\n", style="bold" if line.startswith(heads) else "")
         for label, answer in band_lines(runs, search):
             shown.append(f"  error band of {label}: {answer.text()}\n", style="italic")
-        if search is not None and search.tradeoff is not None:  # below the figures, as advise prints it below its lines
-            shown.append("\n" + "\n".join(search.tradeoff.lines()) + "\n")
-            for answer in tradeoff_bands(search.tradeoff, rec.request.model):
-                shown.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
+        if search is not None and search.tradeoff is not None:  # where advise prints it: below the figures
+            shown.append(f"What context and KV cache type cost: {TRADEOFF_KEY} shows the table\n", style="bold")
         shown.rstrip()
         self.query_one("#run-now", Static).update(shown)
-        self.query_one("#run-now-box").display = bool(shown.plain)
+        self._run_now_shown = bool(shown.plain)
+        self.show_tradeoff(app)
+        self._lay_out()
+
+    def show_tradeoff(self, app) -> None:  # type: ignore[no-untyped-def]
+        """The trade-off table as `cope advise` prints it (engine/advice/tradeoff.py), with the
+        bands of its figures; else why there is none yet, or none at all."""
+        search = getattr(app, "llama_search", None)
+        back = f"({TRADEOFF_KEY} again: the ranking)"
+        if self._cpu_only or search is None or search.tradeoff is None:
+            self.query_one("#tradeoff", Static).update(Text(f"{self._no_tradeoff(app, search)}\n{back}", style="dim"))
+            return
+        text = Text("\n".join(search.tradeoff.lines()) + "\n")
+        for answer in tradeoff_bands(search.tradeoff, app.advice.rec.request.model):
+            text.append(f"  error band of its tok/s: {answer.text()}\n", style="italic")
+        text.append(back, style="dim")
+        self.query_one("#tradeoff", Static).update(text)
+
+    def _no_tradeoff(self, app, search) -> str:  # type: ignore[no-untyped-def]
+        """Why there is no trade-off table (yet)."""
+        if self._cpu_only:
+            return "No GPU is planned: every layer is on the CPU, no placement to trade against context and KV type"
+        if getattr(app, "search_failed", None):
+            return f"No trade-off table: stock llama.cpp's commands were not searched: {app.search_failed}"
+        if search is None:
+            return "The trade-off table comes with the search of stock llama.cpp's commands, still running"
+        if search.cache is None:
+            return "No trade-off table: COPE searches stock llama.cpp's commands for one GPU, and this plan has several"
+        return "No trade-off table: no stock llama.cpp command fits this VRAM budget"
 
     def show_cpu_only(self, app) -> None:  # type: ignore[no-untyped-def]
         """No GPU planned: the one CPU-only command and its price, as `cope advise --gpu none`
@@ -289,14 +354,14 @@ class ResultsPane(Vertical):
         self.show_message(None)  # a refusal is the plan's own first lines
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.display = False
-        self.query_one("#results-bottom").display = False  # no VRAM to sweep, no split to break down
+        self._cpu_only = True  # no table, no VRAM to sweep, no split to break down
+        self.show_tradeoff(app)
+        self._lay_out()
         shown = self.query_one("#cpu-only-plan", Static)
         text = Text(render_cpu_only(plan).rstrip())
         if plan.price.runs:
             text.append(f"\nerror band of {plan.price.tokens_per_s:.1f} tok/s: {plan.price.band.text()}", style="italic")
         shown.update(text)
-        shown.display = True
 
     def show_selected(self, app) -> None:  # type: ignore[no-untyped-def]
         e = app.selected_estimate()
