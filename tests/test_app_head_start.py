@@ -1,0 +1,118 @@
+"""The launch's first ranking planned in a forked child (cope_tui/app/head_start.py): the
+same ranking the app's own worker plans, and the app's own plan whenever the child gives
+none (it failed, it planned other choices, the wait was cancelled)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import DataTable  # noqa: E402
+
+from cope_tui.app.head_start import HeadStart, can_fork, gpu_of, rank  # noqa: E402
+from cope_tui.options import PlanChoices  # noqa: E402
+from tests.test_app import FAST, make_app, make_services, settle  # noqa: E402
+
+pytestmark = [pytest.mark.usefixtures("app_caches"),
+              pytest.mark.skipif(not can_fork(), reason="the head start forks: Linux only")]
+
+
+def _gone(pid: int) -> bool:
+    """True when no process `pid` exists any more (reaped, not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _ranking(advice):  # type: ignore[no-untyped-def]
+    return [(e.candidate.id, e.tpot_s) for e in advice.rec.estimates]
+
+
+def test_the_child_ranks_exactly_what_the_app_would():
+    services = make_services()
+    head = HeadStart.begin(FAST, services)
+    assert head is not None and head.take(FAST) is head
+    pid = head.pid
+    steps: list[tuple[int, int, str]] = []
+    planned = head.result(threading.Event(), lambda *step: steps.append(step))
+    assert planned is not None and _gone(pid)
+
+    here = rank(FAST, detect_cpu=services.detect_cpu, detect_gpu=lambda: gpu_of(services.detect_gpu))
+    assert _ranking(planned.advice) == _ranking(here) and len(_ranking(here)) > 5
+    assert planned.advice.rec.notes == here.rec.notes
+    assert np.array_equal(planned.advice.request.trace.expert_ids, here.request.trace.expert_ids)
+    assert planned.cpu == services.detect_cpu() and planned.gpu == gpu_of(services.detect_gpu)
+    # its progress came through the pipe, filtered as the app's own worker filters it
+    assert steps and all(done % 8 == 0 for done, _, _ in steps) and steps[-1][0] <= steps[-1][1]
+
+
+def test_a_head_start_for_other_choices_is_stopped_and_not_used():
+    head = HeadStart.begin(FAST, make_services())
+    pid = head.pid
+    assert head.take(FAST.with_(tokens=151)) is None
+    assert head.pid is None and _gone(pid)
+    assert head.take(FAST) is None  # once only
+
+
+def test_a_cancelled_wait_stops_the_child():
+    head = HeadStart.begin(FAST, make_services())
+    pid = head.pid
+    cancel = threading.Event()
+    cancel.set()
+    assert head.result(cancel, lambda *step: None) is None
+    assert _gone(pid)
+
+
+def test_no_head_start_for_the_cpu_only_plan():
+    assert HeadStart.begin(PlanChoices(gpu="none"), make_services()) is None
+
+
+def _table(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    table = app.query_one("#results-table", DataTable)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def _shown(app) -> tuple[list[list[str]], str, object]:  # type: ignore[no-untyped-def]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.advice is not None
+        return _table(app), str(app.query_one("#results-summary").render()), app.cpu_spec
+
+
+@pytest.mark.anyio
+async def test_the_app_shows_the_same_with_and_without_a_head_start():
+    services = make_services()
+    without = await _shown(make_app(services))
+    head = HeadStart.begin(FAST, services)
+    pid = head.pid
+    with_head = await _shown(make_app(services, head_start=head))
+    assert with_head == without and len(without[0]) > 5
+    assert _gone(pid)
+
+
+@pytest.mark.anyio
+async def test_a_child_that_fails_leaves_the_app_to_plan_for_itself():
+    parent = os.getpid()
+    good = make_services()
+
+    def cpu_here_only():  # type: ignore[no-untyped-def]
+        if os.getpid() != parent:
+            raise RuntimeError("the child cannot see the CPU")
+        return good.detect_cpu()
+
+    from dataclasses import replace
+
+    services = replace(good, detect_cpu=cpu_here_only)
+    head = HeadStart.begin(FAST, services)
+    assert head.result(threading.Event(), lambda *step: None) is None  # the child died: nothing to use
+
+    head = HeadStart.begin(FAST, services)
+    shown = await _shown(make_app(services, head_start=head))
+    assert shown == await _shown(make_app(good))
