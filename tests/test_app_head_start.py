@@ -4,6 +4,7 @@ none (it failed, it planned other choices, the wait was cancelled)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 
@@ -43,6 +44,7 @@ def test_the_child_ranks_exactly_what_the_app_would():
     steps: list[tuple[int, int, str]] = []
     planned = head.result(threading.Event(), lambda *step: steps.append(step))
     assert planned is not None and _gone(pid)
+    assert gc.isenabled()  # paused in this process while the child planned, on again once it is read
 
     here = rank(FAST, detect_cpu=services.detect_cpu, detect_gpu=lambda: gpu_of(services.detect_gpu))
     assert _ranking(planned.advice) == _ranking(here) and len(_ranking(here)) > 5
@@ -57,7 +59,7 @@ def test_a_head_start_for_other_choices_is_stopped_and_not_used():
     head = HeadStart.begin(FAST, make_services())
     pid = head.pid
     assert head.take(FAST.with_(tokens=151)) is None
-    assert head.pid is None and _gone(pid)
+    assert head.pid is None and _gone(pid) and gc.isenabled()
     assert head.take(FAST) is None  # once only
 
 
@@ -67,7 +69,7 @@ def test_a_cancelled_wait_stops_the_child():
     cancel = threading.Event()
     cancel.set()
     assert head.result(cancel, lambda *step: None) is None
-    assert _gone(pid)
+    assert _gone(pid) and gc.isenabled()
 
 
 def test_no_head_start_for_the_cpu_only_plan():
