@@ -67,13 +67,13 @@ def timed(**kw):
     from textual.widgets import DataTable
 
     class Timed(CopeApp):
+        # Textual calls the handler of every class in the MRO: CopeApp's own runs right after
+        # these, which must not call it again (a super() call here started the first ranking
+        # twice and handled it twice)
         def on_mount(self):
-            super().on_mount()
             self.call_after_refresh(lambda: marks.setdefault("paint", (time.time(), cpu_s()[0])))
 
         def on_advice_ready(self, message):
-            super().on_advice_ready(message)
-
             def shown():
                 assert self.query_one("#results-table", DataTable).row_count > 0
                 marks["table"] = (time.time(), *cpu_s())

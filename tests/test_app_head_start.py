@@ -15,12 +15,13 @@ pytest.importorskip("textual")
 
 from textual.widgets import DataTable  # noqa: E402
 
-from cope_tui.app.head_start import HeadStart, can_fork, gpu_of, rank  # noqa: E402
+from cope_tui.app.head_start import HeadStart, can_fork, gpu_of, rank, second_core  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
 from tests.test_app import FAST, make_app, make_services, settle  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("app_caches"),
-              pytest.mark.skipif(not can_fork(), reason="the head start forks: Linux only")]
+              pytest.mark.skipif(not (can_fork() and second_core()),
+                                 reason="the head start forks, on Linux with two CPUs or more")]
 
 
 def _gone(pid: int) -> bool:
@@ -72,8 +73,10 @@ def test_a_cancelled_wait_stops_the_child():
     assert _gone(pid) and gc.isenabled()
 
 
-def test_no_head_start_for_the_cpu_only_plan():
+def test_no_head_start_for_the_cpu_only_plan_or_on_one_cpu(monkeypatch):
     assert HeadStart.begin(PlanChoices(gpu="none"), make_services()) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert HeadStart.begin(FAST, make_services()) is None
 
 
 def _table(app) -> list[list[str]]:  # type: ignore[no-untyped-def]

@@ -15,8 +15,9 @@ time the worker asks) falls back to planning in the app's own process, which giv
 same figures and says the same errors. The frames are pickles, read only from the pipe
 this process made to its own child (never from a file).
 
-Only the first plan of a launch is started this way, and only on Linux (fork without exec is
-unsafe on macOS once system frameworks are loaded, and Windows has no fork).
+Only the first plan of a launch is started this way, only on Linux (fork without exec is
+unsafe on macOS once system frameworks are loaded, and Windows has no fork) and only with a
+second CPU to run it on.
 """
 
 from __future__ import annotations
@@ -84,6 +85,15 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
+def second_core() -> bool:
+    """Whether this process may run on two CPUs or more: on one, the child would only take
+    turns with the app, as the app's own worker does."""
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) >= 2
+
+
 class HeadStart:
     """The first ranking under way in a child process; `result` waits for it."""
 
@@ -99,7 +109,7 @@ class HeadStart:
     def begin(cls, choices: PlanChoices, services) -> HeadStart | None:  # type: ignore[no-untyped-def]
         """Fork a child that plans `choices` with `services` (cope_tui.app.state.Services);
         None where that cannot be done here (the app then plans in its own process)."""
-        if not can_fork() or plans_cpu_only(choices):
+        if not can_fork() or not second_core() or plans_cpu_only(choices):
             return None
         try:
             read_fd, write_fd = os.pipe()
