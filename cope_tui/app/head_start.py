@@ -31,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -121,7 +122,12 @@ class HeadStart:
         # about a tenth of the app's CPU time to its first table).
         gc.freeze()
         try:
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of fork in a process with threads: at launch the only other
+                # threads are OpenBLAS's, which handle fork themselves, and the replay pool of
+                # engine/replays/compiled.py is forgotten in the child
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
         except OSError:
             os.close(read_fd)
             os.close(write_fd)
