@@ -17,6 +17,7 @@ from textual.widgets import DataTable  # noqa: E402
 
 from cope_tui.app.head_start import HeadStart, can_fork, gpu_of, rank, second_core  # noqa: E402
 from cope_tui.options import PlanChoices  # noqa: E402
+from engine.hardware.cpu_presets import get_cpu_preset  # noqa: E402
 from tests.test_app import FAST, make_app, make_services, settle  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("app_caches"),
@@ -121,3 +122,20 @@ async def test_a_child_that_fails_leaves_the_app_to_plan_for_itself():
     head = HeadStart.begin(FAST, services)
     shown = await _shown(make_app(services, head_start=head))
     assert shown == await _shown(make_app(good))
+
+
+@pytest.mark.anyio
+async def test_a_head_start_is_not_used_once_the_machine_was_measured():
+    """A measurement before the first worker asks (its CPU now the app's) makes the child's
+    plan, made for the detected CPU, not the one to show."""
+    services = make_services()
+    head = HeadStart.begin(FAST, services)
+    pid = head.pid
+    app = make_app(services, head_start=head)
+    measured = get_cpu_preset("workstation")  # not the CPU the services detect (the child's)
+    assert measured.name != services.detect_cpu().name
+    app.cpu_spec = measured  # as on_gpu_detected leaves it
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.advice is not None and app.advice.request.platform.cpu.name == measured.name
+    assert _gone(pid) and head.take(FAST) is None and gc.isenabled()

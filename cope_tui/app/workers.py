@@ -102,9 +102,12 @@ class Workers:
 
         def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
             head = self._head_start.take(choices) if self._head_start is not None and not reprice else None
+            if head is not None and (self.cpu_spec is not None or self.detected_gpu is not None):
+                head.stop()  # the machine was measured meanwhile: the child planned for what it detected
+                head = None
             if head is not None:  # the launch's first ranking, planned in a child meanwhile (head_start.py)
                 planned = head.result(cancel, progress)
-                if planned is not None:
+                if planned is not None:  # the machine as the child detected it, as this worker would have
                     if self.cpu_spec is None:
                         self.cpu_spec = planned.cpu
                     if self.detected_gpu is None and planned.gpu is not None:
