@@ -85,11 +85,13 @@ def _table(app) -> list[list[str]]:  # type: ignore[no-untyped-def]
     return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
 
 
-async def _shown(app) -> tuple[list[list[str]], str, object]:  # type: ignore[no-untyped-def]
+async def _shown(app) -> tuple:  # type: ignore[no-untyped-def]
+    """What the Results tab shows once every worker is done: the table, its summary, the
+    chart's sweep (computed from the ranking, here from the child's), and the CPU planned for."""
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        assert app.advice is not None
-        return _table(app), str(app.query_one("#results-summary").render()), app.cpu_spec
+        assert app.advice is not None and app.sweep_points
+        return _table(app), str(app.query_one("#results-summary").render()), app.sweep_points, app.cpu_spec
 
 
 @pytest.mark.anyio
@@ -139,3 +141,17 @@ async def test_a_head_start_is_not_used_once_the_machine_was_measured():
         await settle(pilot)
         assert app.advice is not None and app.advice.request.platform.cpu.name == measured.name
     assert _gone(pid) and head.take(FAST) is None and gc.isenabled()
+
+
+def test_a_stop_from_another_thread_ends_a_waiting_reader():
+    """The app gone (run_app's finally) while its worker still waits: the child is killed,
+    the reader sees its pipe end and returns; nothing hangs and collection is on again."""
+    head = HeadStart.begin(FAST, make_services())
+    pid = head.pid
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(head.result(threading.Event(), lambda *step: None)))
+    reader.start()
+    head.stop()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and len(got) == 1
+    assert _gone(pid) and gc.isenabled()

@@ -104,6 +104,7 @@ class HeadStart:
         self._fd: int | None = fd
         self._lock = threading.Lock()
         self._taken = False
+        self._reading = False  # a worker is in result(): it closes the pipe
         self._paused = collection_paused  # this process's garbage collection, until the child is done
 
     @classmethod
@@ -158,8 +159,11 @@ class HeadStart:
     def result(self, cancel: threading.Event, progress: Callable[[int, int, str], None]) -> Planned | None:
         """The child's ranking (its progress passed on meanwhile), or None when there is
         none to use: cancelled, the child gone or stuck, a frame unreadable."""
+        with self._lock:
+            fd = self._fd
+            self._reading = fd is not None  # the pipe is this thread's to close now
         try:
-            for frame in self._frames(cancel):
+            for frame in self._frames(fd, cancel):
                 if frame[0] == "progress":
                     progress(*frame[1:])
                 elif frame[0] == "done":
@@ -170,14 +174,22 @@ class HeadStart:
             return None
         finally:
             self.stop()
+            with self._lock:
+                self._reading = False
+                fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
 
-    def _frames(self, cancel: threading.Event):  # type: ignore[no-untyped-def]
+    @staticmethod
+    def _frames(fd: int | None, cancel: threading.Event):  # type: ignore[no-untyped-def]
+        if fd is None:
+            return
+        poller = select.poll()  # not select(): a descriptor past 1023 is fine
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         buffer = bytearray()
         last = time.monotonic()
-        fd = self._fd
-        while fd is not None and not cancel.is_set():
-            ready, _, _ = select.select([fd], [], [], _POLL_S)
-            if not ready:
+        while not cancel.is_set():
+            if not poller.poll(_POLL_S * 1000):
                 if time.monotonic() - last > STALL_S:
                     return
                 continue
@@ -218,7 +230,9 @@ class HeadStart:
         self._resume_collection()
         with self._lock:
             pid, self.pid = self.pid, None
-            fd, self._fd = self._fd, None
+            fd = None
+            if not self._reading:  # else the reader closes it, once the killed child's pipe ends
+                fd, self._fd = self._fd, None
         if pid is not None:
             try:
                 os.kill(pid, signal.SIGKILL)
