@@ -25,8 +25,8 @@ _POOL_LOCK = threading.Lock()
 
 
 def _forget_pool_in_child() -> None:
-    """A forked child (the app's first ranking, cope_tui/app/head_start.py) has none of its
-    parent's pool threads, and the lock may have been held by one of them: start afresh."""
+    """A forked child (the app forks one to plan its first ranking) has none of its parent's
+    pool threads, and the lock may have been held by one of them: start afresh."""
     global _POOL_LOCK
     _POOL.clear()
     _POOL_LOCK = threading.Lock()
