@@ -155,3 +155,22 @@ def test_a_stop_from_another_thread_ends_a_waiting_reader():
     reader.join(timeout=30)
     assert not reader.is_alive() and len(got) == 1
     assert _gone(pid) and gc.isenabled()
+
+
+def test_what_the_child_says_while_waiting_for_the_hub_is_passed_on():
+    """A Hub wait during the first plan is said in the app (run_app's narrator), not lost
+    on the child's closed stderr."""
+    from dataclasses import replace
+
+    from cope_tui.sources import hub_policy
+
+    good = make_services()
+
+    def cpu_after_a_wait():  # type: ignore[no-untyped-def]
+        hub_policy._say("waiting 5 s for the Hub")  # as hub_call says it
+        return good.detect_cpu()
+
+    head = HeadStart.begin(FAST, replace(good, detect_cpu=cpu_after_a_wait))
+    said: list[str] = []
+    planned = head.result(threading.Event(), lambda *step: None, said.append)
+    assert planned is not None and said == ["waiting 5 s for the Hub"]

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
+from cope_tui.sources.hub_policy import set_narrator
 from engine.core.progress import Progress
 from engine.hardware.platform import NO_GPU, unknown_gpu
 
@@ -156,9 +157,11 @@ class HeadStart:
             return None
         return self
 
-    def result(self, cancel: threading.Event, progress: Callable[[int, int, str], None]) -> Planned | None:
-        """The child's ranking (its progress passed on meanwhile), or None when there is
-        none to use: cancelled, the child gone or stuck, a frame unreadable."""
+    def result(self, cancel: threading.Event, progress: Callable[[int, int, str], None],
+               say: Callable[[str], None] = lambda line: None) -> Planned | None:
+        """The child's ranking (its progress passed on meanwhile, and the lines it said while
+        waiting for the Hub to `say`), or None when there is none to use: cancelled, the
+        child gone or stuck, a frame unreadable."""
         with self._lock:
             fd = self._fd
             self._reading = fd is not None  # the pipe is this thread's to close now
@@ -166,6 +169,8 @@ class HeadStart:
             for frame in self._frames(fd, cancel):
                 if frame[0] == "progress":
                     progress(*frame[1:])
+                elif frame[0] == "say":
+                    say(frame[1])
                 elif frame[0] == "done":
                     self._reap()  # the child exits after its last frame: its CPU time is counted as ours
                     return Planned(*frame[1:])
@@ -273,6 +278,8 @@ def _child(fd: int, choices: PlanChoices, services) -> None:  # type: ignore[no-
                 detected.append(gpu_of(services.detect_gpu))
             return detected[0]
 
+        # a Hub wait is said in the app, as its own worker's would be (run_app's narrator)
+        set_narrator(lambda line: _send(out, ("say", line)))
         cpu = services.detect_cpu()
         progress = every_eighth(lambda done, total, label: _send(out, ("progress", done, total, label)))
         advice = rank(choices, detect_cpu=lambda: cpu, detect_gpu=this_gpu, progress=progress)

@@ -106,7 +106,8 @@ class Workers:
                 head.stop()  # the machine was measured meanwhile: the child planned for what it detected
                 head = None
             if head is not None:  # the launch's first ranking, planned in a child meanwhile (head_start.py)
-                planned = head.result(cancel, progress)
+                # what the child says while waiting for the Hub: shown as run_app's narrator shows it
+                planned = head.result(cancel, progress, lambda line: self.call_from_thread(self.say, line, "warning"))
                 if planned is not None:  # the machine as the child detected it, as this worker would have
                     if self.cpu_spec is None:
                         self.cpu_spec = planned.cpu
