@@ -71,8 +71,8 @@ head_start.HeadStart.begin = classmethod(timed_begin)
 result = head_start.HeadStart.result
 
 
-def timed_result(self, cancel, progress):
-    planned = result(self, cancel, progress)
+def timed_result(self, *args, **kw):
+    planned = result(self, *args, **kw)
     marks["result_cpu"] = cpu_s()[0]
     return planned
 
@@ -114,8 +114,9 @@ def one_run(mode: str) -> dict[str, float]:
         env = {**os.environ, "COPE_CACHE_DIR": str(Path(folder) / "cache"),
                "COPE_CONFIG_DIR": str(Path(folder) / "config"), "HF_HUB_OFFLINE": "1"}
         start = time.time()
+        # a ranking that fails leaves the app waiting: the timeout ends the run (its stderr says why)
         out = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, check=True,
-                             cwd=ROOT, env=env)
+                             cwd=ROOT, env=env, timeout=300)
     paint, paint_cpu, table, table_cpu, child_cpu, fork_cpu, result_cpu = (float(x) for x in out.stdout.split())
     # the longest CPU path to the table, were each process alone on its core
     path = fork_cpu + max(result_cpu - fork_cpu, child_cpu) + table_cpu - result_cpu if result_cpu else table_cpu
