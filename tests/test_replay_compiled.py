@@ -14,6 +14,9 @@ reference loop.
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -269,3 +272,31 @@ def test_compiled_lru_matches_the_stepwise_residency_on_real_deepseek_routing(sh
             want = replay(ids, predicted, candidate, setup, stepwise=True)
             assert np.array_equal(got.counts, want.counts), (per_layer, candidate.id)
             assert (got.admissions, got.prefetch_used) == (want.admissions, want.prefetch_used), candidate.id
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_runs_tasks_on_a_pool_of_its_own():
+    """The app forks a child to plan its first ranking: a pool its parent made has no threads
+    in the child, whose tasks must still run (they waited forever on the parent's pool)."""
+    from engine.replays import compiled
+
+    if compiled.threads() < 2:
+        pytest.skip("one CPU: tasks run inline, no pool is made")
+    # the parent's pool with all its threads (tasks that wait: one thread cannot take both)
+    compiled.run_tasks([lambda: time.sleep(0.2)] * compiled.threads())
+    assert len(compiled._POOL[0]._threads) == compiled.threads()
+    pid = os.fork()
+    if pid == 0:  # the child: run tasks on the pool, then leave without running pytest's exit
+        done = []
+        compiled.run_tasks([lambda: done.append(1), lambda: done.append(2)])
+        os._exit(0 if sorted(done) == [1, 2] else 1)
+    for _ in range(200):  # 20 s at most
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child's tasks never ran")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker
 
+from cope_tui.app.head_start import HeadStart, gpu_of
 from cope_tui.app.key_actions import TAB_FKEYS, TABS, KeyActions
 from cope_tui.app.messages import (
     AdviceReady,
@@ -45,7 +46,6 @@ from cope_tui.service.last_plan import record_plan
 from cope_tui.service.workload import rank, workload_of
 from engine.advice.run_advice import plan_runs
 from engine.core.errors import CopeInputError
-from engine.hardware.platform import unknown_gpu
 from engine.runtimes import STOCK_NAME, runtime_named
 from engine.runtimes.export import Export
 
@@ -100,7 +100,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
 
     def __init__(self, services: Services | None = None, choices: PlanChoices | None = None, *,
                  cwd: str | os.PathLike | None = None, settings_path: Path | None = None,
-                 notes: tuple[str, ...] = ()) -> None:
+                 notes: tuple[str, ...] = (), head_start: HeadStart | None = None) -> None:
         super().__init__()
         self.services = services or Services()
         self.choices = choices or PlanChoices()
@@ -109,6 +109,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
         self.settings_path = settings_path
         self._settings_failed = False  # said once: a read-only config folder is no reason to nag
         self._start_notes = notes  # said once the screen is up (a damaged settings file)
+        self._head_start = head_start  # the first ranking, planned in a child while the app starts
         self.cpu_only = None  # cope_tui.service.cpu_only.CpuOnlyPlan: the plan when no GPU is planned
         self.cpu_spec = None
         self.detected_gpu = None
@@ -170,8 +171,7 @@ class CopeApp(KeyActions, TraceActions, Workers, App[None]):
     def this_gpu(self):  # type: ignore[no-untyped-def]
         """This machine's GPU: detected once (NVML, no torch), or as last measured."""
         if self.detected_gpu is None:
-            detect = self.services.detect_gpu
-            self.detected_gpu = detect() if detect is not None else unknown_gpu("GPU detection is off")
+            self.detected_gpu = gpu_of(self.services.detect_gpu)
         return self.detected_gpu
 
     def panes(self):  # type: ignore[no-untyped-def]

@@ -29,6 +29,7 @@ from cope_tui.app.messages import (
     TraceRecorded,
     WorkFailed,
 )
+from cope_tui.app.head_start import every_eighth, plans_cpu_only, rank
 from cope_tui.options import PlanChoices
 from cope_tui.service import advice as service
 from cope_tui.service.cpu_only import plan_cpu_only
@@ -38,12 +39,7 @@ from cope_tui.service.pricing import Pricing, ProbeOutcome, ProbeReport
 from engine.core.errors import CopeInputError
 from engine.core.progress import Cancelled
 from engine.cost.cost_model import Fidelity
-from engine.hardware.platform import NO_GPU
 from engine.llamacpp.llama_args import LlamaCommand
-
-
-def plans_cpu_only(choices: PlanChoices) -> bool:
-    return (choices.gpu or "").strip().lower() == NO_GPU
 
 
 def why(exc: BaseException) -> str:
@@ -72,7 +68,8 @@ def fetch_in_worker(post: Callable[[Message], Any], cancel: threading.Event, don
 
 
 class Workers:
-    """Mixed into CopeApp: needs `services`, `cpu_spec` and `post_message`.
+    """Mixed into CopeApp: needs `services`, `cpu_spec`, `detected_gpu`, `_head_start` (a
+    head_start.HeadStart or None) and `post_message`.
 
     Every worker names itself (`description`): without one Textual writes the repr of every
     argument, and an Advice's repr prints its traces' arrays (0.3 s each on this machine,
@@ -99,23 +96,37 @@ class Workers:
     def compute(self, choices: PlanChoices, request=None, pricing: Pricing | None = None) -> None:  # type: ignore[no-untyped-def]
         """Rank for `choices`; with `request` and `pricing`, reprice that request instead."""
 
-        def progress(done: int, total: int, label: str) -> None:
-            if done % 8 == 0:
-                self.post_message(Progress("advice", done, total, label))
+        progress = every_eighth(lambda done, total, label: self.post_message(Progress("advice", done, total, label)))
+
+        reprice = request is not None and pricing is not None
 
         def job(cancel: threading.Event):  # type: ignore[no-untyped-def]
+            head = self._head_start.take(choices) if self._head_start is not None and not reprice else None
+            if head is not None and (self.cpu_spec is not None or self.detected_gpu is not None):
+                head.stop()  # the machine was measured meanwhile: the child planned for what it detected
+                head = None
+            if head is not None:  # the launch's first ranking, planned in a child meanwhile (head_start.py)
+                # what the child says while waiting for the Hub: shown as run_app's narrator shows it
+                planned = head.result(cancel, progress, lambda line: self.call_from_thread(self.say, line, "warning"))
+                if planned is not None:  # the machine as the child detected it, as this worker would have
+                    if self.cpu_spec is None:
+                        self.cpu_spec = planned.cpu
+                    if self.detected_gpu is None and planned.gpu is not None:
+                        self.detected_gpu = planned.gpu
+                    return planned.advice
+                if cancel.is_set():
+                    raise Cancelled()
             if self.cpu_spec is None:
                 self.cpu_spec = self.services.detect_cpu()
-            if request is not None and pricing is not None:
+            if reprice:
                 return service.advise_with(request, pricing, progress=progress, cancel=cancel)
-            # The app never probes unasked: no fidelity, no reprobe.
-            asked = choices.with_(fidelity=None, reprobe=False)
             if plans_cpu_only(choices):  # no GPU: the one CPU-only command, as `cope advise --gpu none`
                 if choices.prompt_tokens is not None or choices.workload is not None:
                     raise CopeInputError("no GPU (none) prices decode only: choose no Workload to plan for it")
-                return plan_cpu_only(asked, detect_cpu=lambda: self.cpu_spec)
-            return service.plan(asked, detect_cpu=lambda: self.cpu_spec, detect_gpu=self.this_gpu,
-                                progress=progress, cancel=cancel)
+                # The app never probes unasked: no fidelity, no reprobe.
+                return plan_cpu_only(choices.with_(fidelity=None, reprobe=False), detect_cpu=lambda: self.cpu_spec)
+            return rank(choices, detect_cpu=lambda: self.cpu_spec, detect_gpu=self.this_gpu, progress=progress,
+                        cancel=cancel)
 
         def ready(result):  # type: ignore[no-untyped-def]
             if isinstance(result, service.Advice):

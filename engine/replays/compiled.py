@@ -24,6 +24,18 @@ _POOL: list = []  # the ThreadPoolExecutor, made on first use
 _POOL_LOCK = threading.Lock()
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child (the app forks one to plan its first ranking) has none of its parent's
+    pool threads, and the lock may have been held by one of them: start afresh."""
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def kernels():
     """The compiled loops (engine.replays.replay_kernels)."""
     from engine.replays import replay_kernels  # numba: 0.35-0.42 CPU-s to import, paid when a loop first runs
