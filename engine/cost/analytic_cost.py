@@ -397,7 +397,7 @@ def gpu_kv_read_factor(a: AnalyticAssumptions, gpu: GpuSpec, stream_bytes_per_s:
     stream over what its SMs' attention reads (`gpu_kv_sm_bytes_per_s` each, of an f16
     cache), at least 1. The SMs' bound is on elements: flash attention's vec kernel turns
     each element of a quantized cache into f16 or int8 arithmetic one by one (ggml-cuda
-    fattn-common.cuh: vec_dot_fattn_vec_KQ_q8_0, dequantize_V_q8_0), so a cache of
+    fattn-common.cuh at 0c1e570: vec_dot_fattn_vec_KQ_q8_0, dequantize_V_q8_0), so a cache of
     `kv_scale` times f16's bytes (q8_0: 0.53) reads no faster in elements, and its bytes
     count 1 / kv_scale times more there. A GPU whose SM count is unknown is taken at the
     fitted cards' median bandwidth an SM."""
