@@ -50,7 +50,7 @@ def test_lists_and_ranges_place_the_first_test():
     assert placement_of(parsed("llama-bench -ncmoe 10 -ncmoe 20"), QWEN).expert_cpu_share.sum() == 10
     assert placement_of(parsed("llama-bench -ncmoe 0,10"), QWEN).expert_cpu_share.sum() == 0
     ten = placement_of(parsed("llama-bench -ngl 10-40+10"), QWEN)
-    assert ten.gpu_blocks.sum() == 10 and not ten.output_on_gpu
+    assert ten.gpu_blocks.sum() == 9 and ten.output_on_gpu  # -ngl 10: the output layer and 9 blocks (PR 18148)
     assert placement_of(parsed("llama-bench -ngl 0,99"), QWEN).cpu_only
     assert placement_of(parsed("llama-server --n-cpu-moe 20 --n-cpu-moe 10"), QWEN).expert_cpu_share.sum() == 20
 
