@@ -175,6 +175,7 @@ def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumpti
               key: str | None = None) -> Priced:
     tps = tokens_per_s(published["tg_tok_s"])
     facts = dict(source=machine_source(published["source"]), suspect=suspect_note(published), key=key or str(row.index))
+    first = output_first_of(row, published)
     try:
         request, command = prepared(row)
         model = AnalyticCostModel(request.model, request.quant, request.platform,
@@ -182,10 +183,10 @@ def price_row(row: Row, published: dict[str, str], assumptions: AnalyticAssumpti
                                   kv_bytes_per_element=request.kv_bytes_per_element,
                                   assumptions=assumptions or AnalyticAssumptions(),
                                   cuda_graphs=cuda_graphs_of(row, published))
-        price = price_placement_command(request, model, command, output_first=output_first_of(row, published))
+        price = price_placement_command(request, model, command, output_first=first)
     except CopeInputError as exc:
         return Priced(row, tps, None, f"cannot price: {exc}", **facts)
-    return Priced(row, tps, price, price.refusal, regime=regime_of(row, output_first_of(row, published)), **facts)
+    return Priced(row, tps, price, price.refusal, regime=regime_of(row, first), **facts)
 
 
 def output_first_of(row: Row, published: dict[str, str]) -> bool:

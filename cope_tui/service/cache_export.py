@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.advice.cache_search import CacheAdvice, build_takes_cache, search_cache
+from cope_tui.service.llama_search import cache_search_for
+from engine.advice.cache_search import CacheAdvice, build_takes_cache
 from engine.core.errors import CopeInputError
 from engine.llamacpp.command_line import CommandLine
 from engine.llamacpp.moe_cache import FIRST_RELEASE, SOURCE
@@ -35,9 +36,7 @@ def cache_export(advice, *, runtime: str, binary: str | None, model_path: str | 
     # export), else a placeholder said as such.
     model_file = model_path or request.model.gguf_path or f"{request.model.id}.gguf"
     if found is None:
-        work = {} if workload is None else {"prompt_tokens": workload.prompt_tokens,
-                                            "output_tokens": workload.output_tokens}
-        found = search_cache(request, advice.cost_model, model_file=model_file, **work)
+        found = cache_search_for(advice, workload, model_file=model_file)
     pick = found.with_cache if found.cache_wins else found.partition
     if pick is None:
         raise CopeInputError(f"--candidate {LLAMA_CACHE_ID}: {found.verdict()}")

@@ -111,10 +111,16 @@ def _cache_advice(advice, workload) -> CacheAdvice | None:  # type: ignore[no-un
     request = advice.rec.request
     if len(cards_of(request.platform.gpu)) != 1:
         return None
+    return cache_search_for(advice, workload)
+
+
+def cache_search_for(advice, workload, *, model_file: str | None = None) -> CacheAdvice:  # type: ignore[no-untyped-def]
+    """llama.cpp's expert-cache search for `advice`'s plan as `cope advise` runs it: with a
+    `workload` by request time, -ub tried (engine/advice/cache_search.py)."""
     if workload is None:
-        return search_cache(request, advice.cost_model)
-    return search_cache(request, advice.cost_model, prompt_tokens=workload.prompt_tokens,
-                        output_tokens=workload.output_tokens)
+        return search_cache(advice.rec.request, advice.cost_model, model_file=model_file)
+    return search_cache(advice.rec.request, advice.cost_model, model_file=model_file,
+                        prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens)
 
 
 def _search_leads(cache: CacheAdvice | None, runs) -> bool:  # type: ignore[no-untyped-def]

@@ -178,11 +178,11 @@ class AnalyticAssumptions:
     # fitted: what such a block costs more when the runtime launches its kernels one by one,
     # without a CUDA graph (uses_cuda_graphs), scaled the same way
     gpu_block_no_graph_s: float = 74.95e-6
-    # fitted: what one SM's flash attention reads of the KV cache a second at batch 1. A
-    # decode step's attention has few (KV head, split) tiles to spread, so on a card whose
-    # memory is fast for its SMs it reads the cache slower than the weights stream: at
-    # min(the stream, SMs x this) (docs/accuracy.md: the GB10 and the RTX 4080 both imply
-    # about 4.2 GB/s an SM, at 5.7 and 9.4 GB/s of bandwidth an SM)
+    # fitted: what one SM's flash attention reads of an f16 KV cache a second at batch 1 (a
+    # quantized cache counts its elements at f16's bytes: gpu_kv_read_factor). A decode step's
+    # attention has few (KV head, split) tiles to spread, so on a card whose memory is fast for
+    # its SMs it reads the cache slower than the weights stream: at min(the stream, SMs x this)
+    # (docs/accuracy.md: 2.47-2.74 GB/s in 24 of the 25 folds, 4.56 without jeano76's rows)
     gpu_kv_sm_bytes_per_s: float = 2.581e9
     # fitted: the KV cache's bytes a decode step's attention reads on the CPU count this many
     # times a weight's bytes (f16 dot products and softmax do more work a byte than a mat-vec)
@@ -196,8 +196,8 @@ class AnalyticAssumptions:
     # 1b5f950, ggml_graph_compute). The source gives the count, not the microseconds (docs/accuracy.md, issue 44).
     sync_s: float = 10e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; the rows hardly tell it from
-    # a per-block cost (docs/accuracy.md: 10 us to 0.5 ms across the folds)
+    # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; at its floor in every fold
+    # (docs/accuracy.md): llama-bench, most of the rows, samples nothing
     token_fixed_s: float = 10e-6
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
     # quantized mat-vec streams as a share of `cope detect`'s read streams: one thread, and

@@ -2,7 +2,8 @@
 
 Placement, by llama.cpp's rules (src/llama-model.cpp, load_tensors): `-ngl N` offloads
 the output layer first and then the last N - 1 repeating blocks (i_gpu_start = n_layer + 1
-- N; ggml-org/llama.cpp PR 18148, "offload output layer to GPU first", of 2025-12-17), with
+- N, the output layer at index n_layer: llama-model.cpp at 0c1e570; ggml-org/llama.cpp PR
+18148, "offload output layer to GPU first", of 2025-12-17), with
 their attention, norms and KV cache; builds before it and ik_llama.cpp (src/llama.cpp at
 8337e4c: i_gpu_start = n_layer - N) offload the last N blocks and the output layer only when
 N > n_layer (`output_first=False`). Without -ngl (or `all`, `auto`, `-1`) every block is
