@@ -75,6 +75,12 @@ _QWEN3_30B_OFFICIAL = 18_556_685_824 / 2**30  # the printed byte size of Qwen's 
 # The gpt-oss-20b rows state their hardware and are fitted and judged like the others. Their -ngl 24 offloads the
 # output layer and blocks 1-23 on a current build (llama.cpp PR 18148: the output layer goes first), not blocks 0-23.
 
+# mudkipdev/flake (modules/models/README.md at 4c7765c, 2025-12-23): Ryzen 9 9900X + Radeon RX 6800 16GB (ROCm) + '64 GB
+# DDR5-6000' (AM5: two channels), llama-server presets (modules/models/*.nix) with 12 threads, flash attention and a q8_0
+# KV cache; the README's tokens/s at the preset's context, generated tokens not stated (priced as 128 from an empty cache).
+_9900X = dict(memory="ddr5-6000x2", ram_gib=64)
+_RX6800 = "-fa 1 -ctk q8_0 -ctv q8_0 -t 12 -p 0 -n 128"
+
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
@@ -145,6 +151,12 @@ HYBRID_ROWS: tuple[Row, ...] = (
           (67, "-ngl 18 --n-cpu-moe 48", ""),
           (70, "-ngl 48 --n-cpu-moe 33", "3070ti-5600x-qwen3-refine"), (71, "-ngl 48 --n-cpu-moe 34", "3070ti-5600x-qwen3-refine"),
           (72, "-ngl 48 --n-cpu-moe 35", "3070ti-5600x-qwen3-refine"))),
+    # GLM-4.5-Air Q3_K_M: -ngl 47 (46 blocks and the unloaded NextN block), blocks 0-43's experts on the CPU.
+    Row(73, "GLM-4.5-Air", "glm-4.5-air", "Q3_K_M", "rx-6800", "ryzen-9-9900x",
+        f"llama-bench -m m.gguf -ngl 47 --n-cpu-moe 44 -b 64 -ub 32 {_RX6800}", **_9900X),
+    # Qwen3-VL-30B-A3B-Instruct Q4_K_M (the text model is Qwen3-30B-A3B's shape): -ngl 28 of 48 blocks.
+    Row(74, "Qwen3-VL-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rx-6800", "ryzen-9-9900x",
+        f"llama-bench -m m.gguf -ngl 28 --n-cpu-moe 8 -b 512 -ub 128 {_RX6800}", **_9900X),
 )
 
 _SPILL_3070TI = ("more on the 8 GB GPU than it holds (COPE: would not run, 9.5-11.6 GiB); the run went through, the "
