@@ -81,6 +81,14 @@ _QWEN3_30B_OFFICIAL = 18_556_685_824 / 2**30  # the printed byte size of Qwen's 
 _9900X = dict(memory="ddr5-6000x2", ram_gib=64)
 _RX6800 = "-fa 1 -ctk q8_0 -ctv q8_0 -t 12 -p 0 -n 128"
 
+# markb-1/rx6700xt-local-ai (results/llamacpp/2026-09-30-qwen3-30b-a3b-ngl-sweep.csv and docs/hardware.md at 5fd088d):
+# Radeon RX 6700 XT 12GB on the Vulkan backend (Windows 11) + Ryzen 7 5800X with '32 GB DDR4' (neither speed nor DIMMs),
+# llama-bench b11146 (7fe450e19) at its defaults (8 threads, mmap, f16 KV), pp512 / tg128: cpu-only, an -ngl sweep and an
+# -ngl 99 -ncmoe sweep of Qwen3-30B-A3B Q4_K_M on one machine.
+_5800X_6700XT = dict(memory="ddr4-3200x2", ram_gib=32, file_gib=18_550_716_416 / 2**30, stated=False,
+                     assumed=("two channels of DDR4-3200 (the Ryzen 7 5800X's rated memory on its two channels; the "
+                              "repository: '32 GB DDR4', neither speed nor DIMMs)"))
+
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
@@ -157,6 +165,17 @@ HYBRID_ROWS: tuple[Row, ...] = (
     # Qwen3-VL-30B-A3B-Instruct Q4_K_M (the text model is Qwen3-30B-A3B's shape): -ngl 28 of 48 blocks.
     Row(74, "Qwen3-VL-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rx-6800", "ryzen-9-9900x",
         f"llama-bench -m m.gguf -ngl 28 --n-cpu-moe 8 -b 512 -ub 128 {_RX6800}", **_9900X),
+    # Qwen3-30B-A3B Q4_K_M on the RX 6700 XT (Vulkan): cpu-only (-nopo 1), the -ngl sweep and the -ngl 99 -ncmoe sweep.
+    *(Row(index, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "rx-6700-xt@vulkan", "ryzen-7-5800x",
+          f"llama-bench -m m.gguf {placement} -t 8 -p 0 -n 128", sweep=sweep, **_5800X_6700XT)
+      for index, placement, sweep in (
+          (75, "-ngl 0 -nopo 1", ""),
+          (76, "-ngl 0", "6700xt-5800x-ngl"), (77, "-ngl 8", "6700xt-5800x-ngl"), (78, "-ngl 16", "6700xt-5800x-ngl"),
+          (79, "-ngl 20", "6700xt-5800x-ngl"), (80, "-ngl 24", "6700xt-5800x-ngl"), (81, "-ngl 28", "6700xt-5800x-ngl"),
+          (82, "-ngl 30", "6700xt-5800x-ngl"),
+          (83, "-ngl 99 -ncmoe 48", "6700xt-5800x-ncmoe"), (84, "-ngl 99 -ncmoe 40", "6700xt-5800x-ncmoe"),
+          (85, "-ngl 99 -ncmoe 32", "6700xt-5800x-ncmoe"), (86, "-ngl 99 -ncmoe 24", "6700xt-5800x-ncmoe"),
+          (87, "-ngl 99 -ncmoe 20", "6700xt-5800x-ncmoe"), (88, "-ngl 99 -ncmoe 18", "6700xt-5800x-ncmoe"))),
 )
 
 _SPILL_3070TI = ("more on the 8 GB GPU than it holds (COPE: would not run, 9.5-11.6 GiB); the run went through, the "

@@ -29,8 +29,8 @@ GPU_IDS = {
     "rx-7900-xtx", "rx-7900-xt", "rx-9070-xt", "radeon-pro-w7900", "mi50-32gb", "mi100", "arc-b580", "arc-a770-16gb",
     # issue 44: GPUs of published hybrid runs (ik_llama.cpp issue 2199; GoodOlClint/homelab)
     "rtx-a1000", "quadro-rtx-5000",
-    # issue 44: the RX 6800 of a published hybrid run (mudkipdev/flake)
-    "rx-6800",
+    # issue 44: AMD cards of published hybrid runs (mudkipdev/flake; markb-1/rx6700xt-local-ai)
+    "rx-6800", "rx-6700-xt",
     "rtx-3060-12gb",
     "rtx-3080",
     "rtx-3090",
