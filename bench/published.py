@@ -64,6 +64,7 @@ _RYANILANO = ("https://github.com/ryanilano/localai-16gb-bench-results/blob/5683
 _JIGSAWPT = "https://github.com/JigSawPT/moe-autopilot/blob/"
 _BEYONDVRAM = "https://github.com/yassinebkr/beyondvram/blob/"
 _JIGSAWPT_GPT_OSS = _JIGSAWPT + "f014707bdd50368e1c7265c8a6d11d9983204d95/evidence/gpt-oss/"
+_MOEARC = "https://github.com/chrisdesrochers/MoEArc/blob/48f1e4920cf8ce5c4d7da98067c2a066277cb02d/bench/results/tuning/"
 ONE_MACHINE = {
     # InsiderLLM's rig 'rushuna' (RTX 3060 + i7-7700), in two records of its bench-results repository
     "https://github.com/msb-msb/insiderllm-bench-results/blob/1639d2ec897b8af159c15abd61c15050c20634e3/"
@@ -85,6 +86,9 @@ ONE_MACHINE = {
        for url in (_BEYONDVRAM + "16c1c05a3be05d68e9dd7939bdb3161f8ccdaadc/docs/moe-track-plan.md",
                    _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid.json",
                    _BEYONDVRAM + "b334916c4ccb457ba351be1def6d65619d8dc3dd/results/gpt-oss/placement-grid-refine.json")},
+    # chrisdesrochers/MoEArc: one Arc B580 + Core Ultra 7 265K in five llama-bench logs of one tuning session
+    **{_MOEARC + name: _MOEARC + "qwen30-ncmoe.txt"
+       for name in ("qwen30-depth.txt", "oss120-warm-d0.txt", "oss120-depth.txt", "oss120-deep.txt")},
 }
 
 

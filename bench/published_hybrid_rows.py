@@ -89,6 +89,16 @@ _5800X_6700XT = dict(memory="ddr4-3200x2", ram_gib=32, file_gib=18_550_716_416 /
                      assumed=("two channels of DDR4-3200 (the Ryzen 7 5800X's rated memory on its two channels; the "
                               "repository: '32 GB DDR4', neither speed nor DIMMs)"))
 
+# chrisdesrochers/MoEArc (bench/results/tuning/*.txt at 48f1e49, read by bench/tuning-profiles.md): Intel Arc B580 12GB on
+# the SYCL backend + Core Ultra 7 265K with '96 GB DDR5' (bench/baselines/gpt-oss-120b.md; no speed), llama-bench b10788
+# (e107984bc) at its defaults (-ngl -1: every layer; fa auto; mmap; f16 KV) with -t 16, tg64; each process's first cell is a
+# discarded warm-up (the repository's protocol), so the second reading of a duplicated first setting is the one copied.
+_265K_B580 = dict(memory="ddr5-6400x2", ram_gib=96, stated=False,
+                  assumed=("two channels of DDR5-6400 (the Core Ultra 7 265K's rated memory on its two channels; the "
+                           "repository: '96 GB DDR5', no speed)"))
+_Q30_SIZE = 18_550_716_416 / 2**30  # llama-bench's model_size of the Q4_K_M file
+_OSS120_SIZE = 63_374_323_968 / 2**30
+
 HYBRID_ROWS: tuple[Row, ...] = (
     Row(0, "Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", "Q8_0", "rtx-5080", "ryzen-9-9950x",
         f"llama-bench -m m.gguf -ngl 99 -ot exps=CPU {_5080}", memory="ddr5-4800x2", ram_gib=128,
@@ -176,6 +186,24 @@ HYBRID_ROWS: tuple[Row, ...] = (
           (83, "-ngl 99 -ncmoe 48", "6700xt-5800x-ncmoe"), (84, "-ngl 99 -ncmoe 40", "6700xt-5800x-ncmoe"),
           (85, "-ngl 99 -ncmoe 32", "6700xt-5800x-ncmoe"), (86, "-ngl 99 -ncmoe 24", "6700xt-5800x-ncmoe"),
           (87, "-ngl 99 -ncmoe 20", "6700xt-5800x-ncmoe"), (88, "-ngl 99 -ncmoe 18", "6700xt-5800x-ncmoe"))),
+    # Qwen3-30B-A3B Q4_K_M on the Arc B580 (SYCL): the -ncmoe sweep at depth 0 (down to the OOM floor, 18) and -ncmoe 21 by depth.
+    *(Row(index, "Qwen3-30B-A3B", "qwen3-30b-a3b", "Q4_K_M", "arc-b580", "core-ultra-7-265k",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 16 -p 0 -n 64 -d {depth}", file_gib=_Q30_SIZE, sweep=sweep,
+          **_265K_B580)
+      for index, n, depth, sweep in (
+          (89, 30, 0, "b580-265k-qwen3-ncmoe"), (90, 28, 0, "b580-265k-qwen3-ncmoe"), (91, 26, 0, "b580-265k-qwen3-ncmoe"),
+          (92, 24, 0, "b580-265k-qwen3-ncmoe"), (93, 22, 0, "b580-265k-qwen3-ncmoe"), (94, 20, 0, "b580-265k-qwen3-ncmoe"),
+          (95, 19, 0, "b580-265k-qwen3-ncmoe"), (96, 18, 0, "b580-265k-qwen3-ncmoe"),
+          (97, 21, 0, "b580-265k-qwen3-depth"), (98, 21, 512, "b580-265k-qwen3-depth"),
+          (99, 21, 2048, "b580-265k-qwen3-depth"), (100, 21, 8192, "b580-265k-qwen3-depth"))),
+    # gpt-oss-120b MXFP4 on the Arc B580: -ncmoe 36 (every expert on the CPU) by depth, and 34 and 31 (the floor) at depth 0.
+    *(Row(index, "gpt-oss-120b", "gpt-oss-120b", "MXFP4", "arc-b580", "core-ultra-7-265k",
+          f"llama-bench -m m.gguf -ngl 99 -ncmoe {n} -t 16 -p 0 -n 64 -d {depth}", file_gib=_OSS120_SIZE, sweep=sweep,
+          **_265K_B580)
+      for index, n, depth, sweep in (
+          (101, 36, 0, "b580-265k-gptoss120b-depth"), (102, 34, 0, "b580-265k-gptoss120b-ncmoe"),
+          (103, 31, 0, "b580-265k-gptoss120b-ncmoe"), (104, 36, 2048, "b580-265k-gptoss120b-depth"),
+          (105, 36, 8192, "b580-265k-gptoss120b-depth"), (106, 36, 32768, "b580-265k-gptoss120b-depth"))),
 )
 
 _SPILL_3070TI = ("more on the 8 GB GPU than it holds (COPE: would not run, 9.5-11.6 GiB); the run went through, the "
