@@ -18,7 +18,7 @@ from engine.core.errors import CopeInputError
 from engine.core.user_paths import user_path
 from engine.cost.request import AdviseRequest
 from engine.hardware.cpu_compute import core_compute, hybrid_of
-from engine.hardware.gpu_backends import unpublished_backend_note
+from engine.hardware.backend_evidence import backend_basis_note
 from engine.hardware.memory import GIB
 from engine.core.spans import count_of
 from engine.hardware.platform import NO_GPU, CpuSpec, Fact, GpuSpec, Platform, no_gpu, plans_without_gpu, usable_threads
@@ -156,9 +156,9 @@ def _platform(args: PlanChoices, assumed: list[str], notes: list[str], detect_cp
     else:
         gpu = get_gpu_preset(args.gpu) if args.gpu is not None else _this_gpu(detect_gpu, assumed)
     if not plans_without_gpu(gpu):
-        unpublished = unpublished_backend_note(gpu.backend)
-        if unpublished:
-            notes.append(unpublished)
+        basis = backend_basis_note(gpu.backend)
+        if basis:
+            notes.append(basis)
     cpu = plan_cpu(args, detect_cpu)  # --cpu, --memory, --ram-bandwidth; else this machine (a stored measurement)
     assumed.extend(cpu.assumed)
     core = core_assumption(cpu.cpu)

@@ -51,21 +51,6 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
 )}
 
 
-# The backends of the published runs COPE's constants are fitted and judged on (bench/published_rows.py,
-# bench/published_extra_rows.py: every one an NVIDIA card on CUDA; tests/test_backend_basis.py checks it).
-PUBLISHED_BACKENDS = ("CUDA",)
-
-
-def unpublished_backend_note(backend_name: str) -> str | None:
-    """What to say of figures priced for a backend no published run is behind (None: CUDA)."""
-    b = backend(backend_name)
-    if b.name in PUBLISHED_BACKENDS:
-        return None
-    return (f"llama.cpp's {b.name} backend: no published {b.name} run is behind these figures (the constants are "
-            f"fitted and judged on {', '.join(PUBLISHED_BACKENDS)} runs only), so its GPU side is CUDA's model with "
-            f"{b.graphs_why}; measure it (cope calibrate with a {b.name} build's llama-bench) before relying on it")
-
-
 def backend(name: str) -> Backend:
     """A backend by its name, any case ("vulkan" -> Vulkan); a one-line error otherwise."""
     for b in BACKENDS.values():
