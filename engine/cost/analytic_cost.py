@@ -182,7 +182,7 @@ class AnalyticAssumptions:
     # quantized cache counts its elements at f16's bytes: gpu_kv_read_factor). A decode step's
     # attention has few (KV head, split) tiles to spread, so on a card whose memory is fast for
     # its SMs it reads the cache slower than the weights stream: at min(the stream, SMs x this)
-    # (docs/accuracy.md: 2.47-2.74 GB/s in 24 of the 25 folds, 4.56 without jeano76's rows)
+    # (docs/accuracy.md: 2.54-2.74 GB/s in 25 of the 26 folds, 4.56 without jeano76's rows)
     gpu_kv_sm_bytes_per_s: float = 2.729e9
     # fitted: the KV cache's bytes a decode step's attention reads on the CPU count this many
     # times a weight's bytes (f16 dot products and softmax do more work a byte than a mat-vec)
@@ -196,7 +196,7 @@ class AnalyticAssumptions:
     # 1b5f950, ggml_graph_compute). The source gives the count, not the microseconds (docs/accuracy.md, issue 44).
     sync_s: float = 37.46e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
-    # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; at its floor in every fold
+    # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; at or near its floor in every fold
     # (docs/accuracy.md): llama-bench, most of the rows, samples nothing
     token_fixed_s: float = 10e-6
     # Fitted on llama-bench runs built and measured here (bench/fit_local.py): what llama.cpp's
