@@ -158,6 +158,20 @@ def block_kernels(model: ModelSpec, block: int) -> int:
     return attention + ffn
 
 
+# How many times a decode step streams a linear-attention (Gated DeltaNet) block's recurrent
+# state, from ggml-org/llama.cpp at 0c1e570: build_rs (src/llama-graph.cpp) gathers the
+# sequence's state out of the recurrent cache with ggml_get_rows (read, write a copy);
+# build_delta_net_fused (src/models/delta-net-base.cpp, the decode path whenever the device
+# supports the fused op, llama-context.cpp's probe) runs ggml_gated_delta_net over the copy
+# (read) into its result (write); build_recurrent_attn puts the new state back in the cache with
+# ggml_cpy (read, write). The state is F32, 2 MiB a block for Qwen3-Next (the convolution's few
+# inputs, 4% of it, counted alike), and it streams where the block runs, on the GPU or the CPU.
+# Builds from before the fused op (llama.cpp PR 19504, 2026-02) ran build_delta_net_autoregressive,
+# a dozen elementwise ops over state-sized tensors, the path llama.cpp issue 19480 measured about
+# 5x slower on the CPU than bandwidth predicts; COPE prices the fused graph of current builds.
+DELTA_NET_STATE_PASSES = 6
+
+
 @dataclass(frozen=True)
 class AnalyticAssumptions:
     """The constants of the roofline model. "fitted": by bench/fit_published.py, once, on
@@ -165,8 +179,8 @@ class AnalyticAssumptions:
     and its residuals); "assumed": small latencies the published runs cannot separate."""
 
     gpu_bandwidth_efficiency: float = 0.9  # fitted (held to 0.81-0.9; docs/accuracy.md: why)
-    cpu_bandwidth_efficiency: float = 0.7373  # fitted: quantized mat-vec vs the memory's theoretical peak
-    cpu_thread_bytes_per_mac: float = 0.04635  # fitted: a thread's stream per int8 MAC/s of its core's peak
+    cpu_bandwidth_efficiency: float = 0.7461  # fitted: quantized mat-vec vs the memory's theoretical peak
+    cpu_thread_bytes_per_mac: float = 0.04712  # fitted: a thread's stream per int8 MAC/s of its core's peak
     # What one thread streams below saturation, on this machine, where `cope detect` measured
     # it or `cope calibrate` fitted it; None: from the core (`thread_bytes_per_s`).
     cpu_thread_bytes_per_s: float | None = None
@@ -174,27 +188,27 @@ class AnalyticAssumptions:
     # fitted: the fixed GPU cost of a block of REFERENCE_BLOCK_KERNELS kernels besides its
     # weights' bytes (norms, rope, attention, router), replayed as a CUDA graph; a block of
     # another architecture pays it in proportion to its kernels (block_kernels)
-    gpu_block_overhead_s: float = 63.53e-6
+    gpu_block_overhead_s: float = 53.37e-6
     # fitted: what such a block costs more when the runtime launches its kernels one by one,
     # without a CUDA graph (uses_cuda_graphs), scaled the same way
-    gpu_block_no_graph_s: float = 65.73e-6
+    gpu_block_no_graph_s: float = 74.01e-6
     # fitted: what one SM's flash attention reads of an f16 KV cache a second at batch 1 (a
     # quantized cache counts its elements at f16's bytes: gpu_kv_read_factor). A decode step's
     # attention has few (KV head, split) tiles to spread, so on a card whose memory is fast for
     # its SMs it reads the cache slower than the weights stream: at min(the stream, SMs x this)
     # (docs/accuracy.md: 2.54-2.74 GB/s in 25 of the 26 folds, 4.56 without jeano76's rows)
-    gpu_kv_sm_bytes_per_s: float = 2.729e9
+    gpu_kv_sm_bytes_per_s: float = 2.643e9
     # fitted: the KV cache's bytes a decode step's attention reads on the CPU count this many
     # times a weight's bytes (f16 dot products and softmax do more work a byte than a mat-vec)
-    cpu_kv_read_factor: float = 2.431
+    cpu_kv_read_factor: float = 2.368
     cpu_dispatch_s: float = 10e-6  # assumed: waking the CPU thread pool for a layer's experts
-    cpu_block_overhead_s: float = 174.5e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
+    cpu_block_overhead_s: float = 189.5e-6  # fitted: a block's other ops on the CPU (thread-pool barriers)
     # fitted (held to 5 us-0.5 ms): the hand-over of a layer whose experts run on the CPU, half of it at each
     # change of device: the GPU's stream synchronised and three synchronous copies (the normed hidden state and
     # the expert ids to the CPU, the experts' outputs back), and the CPU thread team's start and join for the
     # split (ggml-org/llama.cpp ggml-backend.cpp at 0054c01, ggml_backend_sched_compute_splits; ggml-cpu.c at
     # 1b5f950, ggml_graph_compute). The source gives the count, not the microseconds (docs/accuracy.md, issue 44).
-    sync_s: float = 37.46e-6
+    sync_s: float = 49.41e-6
     copy_latency_s: float = 10e-6  # assumed: setting up one batch of host-to-device copies
     # fitted (held to 10 us-0.5 ms): sampling, embedding, graph launch; at or near its floor in every fold
     # (docs/accuracy.md): llama-bench, most of the rows, samples nothing
@@ -353,12 +367,19 @@ class AnalyticCostModel:
         """The KV cache's bytes a decode step reads in `block` at the attended depth."""
         return self.model.kv_read_bytes_per_layer(block, self.attention_tokens) * self.kv_scale
 
+    def state_bytes(self, block: int) -> float:
+        """The recurrent state's bytes a decode step streams in `block` (a linear-attention
+        block's; 0 for attention): DELTA_NET_STATE_PASSES over the state."""
+        return DELTA_NET_STATE_PASSES * self.model.recurrent_state_bytes_per_layer(block)
+
     def gpu_block_s(self, block: int) -> float:
-        work = self.model.shared_layer_bytes(self.quant, block) + self.gpu_kv_read_factor * self.kv_bytes(block)
+        work = (self.model.shared_layer_bytes(self.quant, block) + self.gpu_kv_read_factor * self.kv_bytes(block)
+                + self.state_bytes(block))
         return self.gpu_block_fixed_s(block) + work / self.gpu_stream_bytes_per_s
 
     def cpu_block_s(self, block: int, threads: int) -> float:
-        work = self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
+        work = (self.model.shared_layer_bytes(self.quant, block) + self.a.cpu_kv_read_factor * self.kv_bytes(block)
+                + self.state_bytes(block))
         return self.a.cpu_block_overhead_s + work / self.cpu_stream_bytes_per_s(threads)
 
     def head_s(self, *, on_cpu: bool = False, threads: int = 1) -> float:

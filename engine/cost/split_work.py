@@ -42,9 +42,10 @@ class SplitWork:
         analytic = self.analytic
         a = analytic.a
         kv = analytic.kv_bytes(block)
+        cache = kv + analytic.state_bytes(block)  # a linear-attention block's state, where its cache would be
         # (GPU bytes, CPU bytes, where it runs when it reads nothing) of each piece, in the
         # order the block runs them: the attention over the cache after the input projections.
-        work = [(*pieces[0], on_gpu), (kv, 0.0, True) if kv_on_gpu else (0.0, kv, False),
+        work = [(*pieces[0], on_gpu), (cache, 0.0, True) if kv_on_gpu else (0.0, cache, False),
                 *((g, c, on_gpu) for g, c in pieces[1:])]
         gpu_share = sum(g / (g + c) if g + c else float(h) for g, c, h in work) / len(work)
         gpu_bytes, cpu_bytes = sum(w[0] for w in work), sum(w[1] for w in work)
