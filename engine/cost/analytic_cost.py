@@ -196,7 +196,7 @@ class AnalyticAssumptions:
     # quantized cache counts its elements at f16's bytes: gpu_kv_read_factor). A decode step's
     # attention has few (KV head, split) tiles to spread, so on a card whose memory is fast for
     # its SMs it reads the cache slower than the weights stream: at min(the stream, SMs x this)
-    # (docs/accuracy.md: 2.54-2.74 GB/s in 25 of the 26 folds, 4.56 without jeano76's rows)
+    # (docs/accuracy.md: 2.50-2.72 GB/s in 25 of the 26 folds, 4.27 without jeano76's rows)
     gpu_kv_sm_bytes_per_s: float = 2.643e9
     # fitted: the KV cache's bytes a decode step's attention reads on the CPU count this many
     # times a weight's bytes (f16 dot products and softmax do more work a byte than a mat-vec)
