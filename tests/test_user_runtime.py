@@ -23,6 +23,24 @@ def test_ik_only_options_say_the_command_is_ik_llama_cpps():
     assert command_runtime(parse_llama_command(["llama-server", "-m", "m.gguf", "--n-cpu-moe", "3"])) == STOCK_NAME
 
 
+def test_an_option_stock_llama_cpp_renamed_says_an_older_stock_build():
+    """-mmp 0 and --no-mmap went from stock llama.cpp on 2026-09-09 (#28334) and ik_llama.cpp still
+    takes them: a command that carries one was run with an older stock build, not with ik."""
+    bench = ["llama-bench", "-m", "m.gguf", "-ngl", "99", "-ncmoe", "30", "-t", "10", "-mmp", "0"]
+    assert command_runtime(parse_llama_command(bench)) == STOCK_NAME
+    assert command_runtime(parse_llama_command(["llama-server", "-m", "m.gguf", "--no-mmap"])) == STOCK_NAME
+    assert command_runtime(parse_llama_command([*bench, "-fmoe", "1"])) == IK.info.name  # an ik-only option still says ik
+
+
+def test_an_older_stock_command_gets_a_stock_command_back(estimate):
+    doc = estimate("--gpu", "rtx-4070", "--cpu", "7950x", "--ram-gib", "64", "--", "llama-bench", "-m",
+                   "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99", "-ncmoe", "30", "-t", "10", "-mmp", "0")
+    export = doc["export"]
+    assert export["runtime"] == STOCK_NAME
+    argv = export["argv"]
+    assert argv[argv.index("-lm") + 1] == "none"  # the copy kept, spelled for the current build
+
+
 def test_an_ik_command_gets_an_ik_command_back(estimate):
     doc = estimate("--gpu", "rtx-4090", "--", "llama-server", "-m", "Qwen3-30B-A3B-Q4_K_M.gguf", "-ngl", "99",
                    "--n-cpu-moe", "30", "-fmoe", "-rtr", "-c", "8192")

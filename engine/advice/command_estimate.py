@@ -33,6 +33,7 @@ from engine.llamacpp.card_price import card_cost, place_on_cards
 from engine.llamacpp.device_split import NotPriced
 from engine.llamacpp.llama_args import LlamaCommand, command_notes
 from engine.llamacpp.llama_fit import FitOutcome, fit_outcome
+from engine.llamacpp.llamacpp_flags import former_options
 from engine.llamacpp.llama_placement import (
     LlamaPlacement,
     PlacementCost,
@@ -220,8 +221,11 @@ def price_command(rec: Recommendation, cost_model: CostModel, command: LlamaComm
 def command_runtime(command: LlamaCommand) -> str:
     """The runtime a command is written for: ik_llama.cpp when it uses an option only
     ik_llama.cpp's program parses (-fmoe, -rtr, -mla, ...: its flag manifest has it, stock
-    llama.cpp's at the commit read does not), else stock llama.cpp."""
-    stock = manifest(STOCK_NAME)["programs"].get(command.tool, {}).get("options", ())
+    llama.cpp's at the commit read does not), else stock llama.cpp. An option older stock
+    builds took before a rename (`-mmp 0`, `--no-mmap`: llamacpp_flags.former_options) says
+    an older stock build, which is what most commands that carry it are run with."""
+    stock = set(manifest(STOCK_NAME)["programs"].get(command.tool, {}).get("options", ()))
+    stock |= former_options(command.tool)
     ik = manifest(IK_NAME)["programs"].get(command.tool, {}).get("options", ())
     words = [w.split("=", 1)[0] for _, group in command.args for w in group[:1] if w.startswith("-")]
     return IK_NAME if any(w in ik and w not in stock for w in words) else STOCK_NAME

@@ -292,6 +292,14 @@ def older_spellings(binary: str, settings: Sequence[str], build: "LlamaBuild | N
     return out
 
 
+def former_options(binary: str) -> frozenset[str]:
+    """Options older stock builds of `binary` took that the newest spelling replaced
+    (`--no-mmap`, llama-bench's `-mmp`): a command using them is an older stock build's,
+    not another runtime's."""
+    return frozenset(sp.option for flag in FLAG_TABLE for sp in flag.spelling.get(binary, ())[1:]
+                     if sp.option != flag.spelling[binary][0].option)
+
+
 def version_notes_cover(binary: str, setting: str) -> bool:
     """Whether a setting written for `binary` has a version note (older spellings or since
     when it exists), or is one every build since llama.cpp's 2023 releases has (ALWAYS)."""
