@@ -9,6 +9,9 @@ import pytest
 from cope_tui.options import PlanChoices
 from cope_tui.service.request import build_request
 from engine.cost.analytic_cost import DELTA_NET_STATE_PASSES, AnalyticCostModel
+from engine.cost.cost_models import analytic_model
+from engine.llamacpp.llama_args import parse_llama_command
+from engine.llamacpp.llama_placement import placement_cost, placement_of
 
 REQUEST = build_request(PlanChoices(model="qwen3-next-80b-a3b", tokens=20, cpu="desktop-ddr5", gpu="rtx-4060-ti-16gb"))
 MODEL = AnalyticCostModel(REQUEST.model, REQUEST.quant, REQUEST.platform, context_tokens=REQUEST.context_tokens)
@@ -34,3 +37,13 @@ def test_the_state_costs_its_bytes_at_the_stream_of_the_device_that_runs_the_blo
         stream = MODEL.cpu_stream_bytes_per_s(8)
         without = MODEL.a.cpu_block_overhead_s + shared / stream
         assert MODEL.cpu_block_s(block, 8) - without == pytest.approx(MODEL.state_bytes(block) / stream)
+
+
+def test_a_commands_placement_prices_the_state_as_the_cost_model_does():
+    """engine/cost/split_work.py prices a command's blocks piece by piece: with every block on the
+    GPU it comes to the cost model's own shared work, the state included (it would fall short by
+    the state's bytes if the split left it out)."""
+    analytic = analytic_model(REQUEST)
+    placement = placement_of(parse_llama_command(["llama-server", "-ngl", "99"]), REQUEST.model)
+    assert any(analytic.state_bytes(b) for b in range(REQUEST.model.n_blocks))
+    assert placement_cost(REQUEST, analytic, placement).gpu_blocks_s == pytest.approx(analytic.shared_per_token_s())
